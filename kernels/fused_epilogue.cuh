@@ -1,0 +1,181 @@
+// Fused epilogue kernel: one pass over a GEMM output, reading each element once and writing it
+// once, applying a per-column bias/shift and an activation chain (activations.h, epilogues.h).
+//
+//   out[r, c] = Activations((y[r, c] + bias[c]) + shift[c])
+//
+// Layout: a 2-D grid. x covers the columns, kVec contiguous columns per thread, so each thread
+// loads its bias and shift once; y covers the rows, kRows rows per thread per step, all loads of
+// a step issued before the first use so enough bytes are in flight to cover memory latency; a
+// grid-stride loop covers the rows past the grid. All indexing is 64-bit. kVec is
+// 16 bytes / sizeof(T) when every row start is 16-byte aligned, otherwise 1.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "epilogues.h"
+
+namespace fusedlinear {
+namespace cuda {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// kVec elements of T moved as one access (16 bytes when kVec * sizeof(T) == 16).
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Packed {
+  T v[kVec];
+};
+
+// Streaming (evict-first) cache hints for 16-byte accesses: each byte is touched once.
+template <bool kStreaming, class Pack>
+__device__ __forceinline__ Pack load_pack(const Pack* p) {
+  if constexpr (kStreaming && sizeof(Pack) == 16) {
+    const int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
+    Pack v;
+    memcpy(&v, &raw, sizeof v);
+    return v;
+  } else {
+    return *p;
+  }
+}
+
+template <bool kStreaming, class Pack>
+__device__ __forceinline__ void store_pack(Pack* p, const Pack& v) {
+  if constexpr (kStreaming && sizeof(Pack) == 16) {
+    int4 raw;
+    memcpy(&raw, &v, sizeof raw);
+    __stcs(reinterpret_cast<int4*>(p), raw);
+  } else {
+    *p = v;
+  }
+}
+
+template <typename T, int kVec, int kRows, bool kStreaming, class Activations>
+__global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restrict__ bias,
+                                      const T* __restrict__ shift, T* __restrict__ out,
+                                      int64_t rows, int64_t cols) {
+  using Pack = Packed<T, kVec>;
+  const int64_t col0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
+  if (col0 >= cols) return;
+
+  float col_bias[kVec], col_shift[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    col_bias[k] = bias ? to_float(bias[col0 + k]) : 0.0f;
+    col_shift[k] = shift ? to_float(shift[col0 + k]) : 0.0f;
+  }
+
+  const Activations activations;
+  const int64_t row_step = int64_t(gridDim.y) * blockDim.y * kRows;
+  const auto load_rows = [&](int64_t row0, Pack (&in)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r < rows) {
+        in[r] = load_pack<kStreaming>(reinterpret_cast<const Pack*>(y + (row0 + r) * cols + col0));
+      }
+    }
+  };
+  // Software pipelined: the next step's loads are in flight while this step computes.
+  int64_t row0 = (int64_t(blockIdx.y) * blockDim.y + threadIdx.y) * kRows;
+  Pack next[kRows];
+  if (row0 < rows) load_rows(row0, next);
+  while (row0 < rows) {
+    Pack in[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) in[r] = next[r];
+    const int64_t next_row0 = row0 + row_step;
+    if (next_row0 < rows) load_rows(next_row0, next);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r >= rows) break;
+      Pack result;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        float v = to_float(in[r].v[k]);
+        if (bias) v += col_bias[k];
+        if (shift) v += col_shift[k];
+        result.v[k] = from_float<T>(activations(v));
+      }
+      store_pack<kStreaming>(reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0), result);
+    }
+    row0 = next_row0;
+  }
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Launch shape: kThreads threads; narrow rows get several rows of threads per block so no
+// block is mostly idle; the grid's y dimension is capped at 65535 (the loop covers the rest).
+template <typename T, int kVec, int kRows, int kThreads, int kWaves, bool kStreaming,
+          class Activations>
+cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shift, T* out,
+                                         int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t vecs_per_row = ceil_div(cols, kVec);
+  const int threads_x = int(std::min<int64_t>(kThreads, ceil_div(vecs_per_row, 32) * 32));
+  const int threads_y = kThreads / threads_x;
+  const int64_t grid_x = ceil_div(vecs_per_row, threads_x);
+  int64_t grid_y = std::min<int64_t>(ceil_div(rows, int64_t(threads_y) * kRows), 65535);
+  if (kWaves > 0) {
+    // At most kWaves waves of resident blocks; each thread then loops over several steps.
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    const int64_t resident_blocks = int64_t(sms) * (2048 / kThreads) * kWaves;
+    grid_y = std::max<int64_t>(1, std::min(grid_y, resident_blocks / grid_x));
+  }
+  const dim3 block(threads_x, threads_y);
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+  fused_epilogue_kernel<T, kVec, kRows, kStreaming, Activations>
+      <<<grid, block, 0, stream>>>(y, bias, shift, out, rows, cols);
+  return cudaGetLastError();
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// How the kernel is launched: rows per thread per step, threads per block, the grid capped at
+// that many waves of resident blocks (0: one step per thread, no cap), cache hints.
+template <int kRowsPerThread, int kThreadsPerBlock, int kMaxWaves, bool kStreamingHints>
+struct LaunchShape {
+  static constexpr int kRows = kRowsPerThread;
+  static constexpr int kThreads = kThreadsPerBlock;
+  static constexpr int kWaves = kMaxWaves;
+  static constexpr bool kStreaming = kStreamingHints;
+};
+
+// Picks the vector width: 16-byte accesses when every row start is 16-byte aligned (the base
+// pointers are, and a row is whole vectors; bias and shift are read per element), else 1.
+template <typename T, class Shape, class Activations>
+cudaError_t launch_fused_epilogue_typed(const T* y, const T* bias, const T* shift, T* out,
+                                        int64_t rows, int64_t cols, cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if (cols % kVec == 0 && aligned16(y) && aligned16(out)) {
+    return launch_fused_epilogue_kernel<T, kVec, Shape::kRows, Shape::kThreads, Shape::kWaves,
+                                        Shape::kStreaming, Activations>(y, bias, shift, out, rows,
+                                                                        cols, stream);
+  }
+  return launch_fused_epilogue_kernel<T, 1, Shape::kRows, Shape::kThreads, Shape::kWaves,
+                                      Shape::kStreaming, Activations>(y, bias, shift, out, rows,
+                                                                      cols, stream);
+}
+
+}  // namespace cuda
+}  // namespace fusedlinear
