@@ -1,0 +1,75 @@
+// torch::nn::Module equivalents of the two reference models (shared/reference_models.py).
+//
+// Each registers its parameters under the Python state-dict keys and has two forwards:
+//   forward        the GEMM by libtorch (without bias), then one fused op for everything
+//                  after it (bias, add_value and the activation chain: kernels/ops.h);
+//   forward_eager  the unfused libtorch ops, one per Python op, in the Python order: the
+//                  baseline the fused path is compared against.
+// To deploy your own Linear + elementwise model, copy one of these and its epilogue.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace fusedlinear {
+
+// What the CLI, the benchmark and the tests need from any model here.
+class LinearEpilogueModel : public torch::nn::Module {
+ public:
+  // The Python ops after nn.Linear, unfused (input: the Linear's output, bias included).
+  virtual torch::Tensor epilogue_eager(const torch::Tensor& linear_out) = 0;
+  // The same as one fused op; input: x @ W^T *without* the bias, which the op adds.
+  virtual torch::Tensor epilogue_fused(const torch::Tensor& matmul_out) = 0;
+  // The model's nn.Linear.
+  virtual torch::nn::Linear& linear() = 0;
+
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward_eager(const torch::Tensor& x);
+  // x @ W^T, the GEMM of `forward` (no bias).
+  torch::Tensor matmul_without_bias(const torch::Tensor& x);
+
+  int64_t in_features();
+  int64_t out_features();
+};
+
+// Linear -> + add_value -> Swish -> Tanh -> GELU(erf) -> Hardtanh(-1, 1).
+// Keys: matmul.weight [out, in], matmul.bias [out], add_value [out].
+class SwishChainImpl : public LinearEpilogueModel {
+ public:
+  SwishChainImpl(int64_t in_features, int64_t out_features);
+  torch::Tensor epilogue_eager(const torch::Tensor& linear_out) override;
+  torch::Tensor epilogue_fused(const torch::Tensor& matmul_out) override;
+  torch::nn::Linear& linear() override { return matmul; }
+
+  torch::nn::Linear matmul{nullptr};
+  torch::Tensor add_value;
+};
+TORCH_MODULE(SwishChain);
+
+// Linear -> Mish -> Mish. Keys: linear.weight [out, in], linear.bias [out].
+class MishMishImpl : public LinearEpilogueModel {
+ public:
+  MishMishImpl(int64_t in_features, int64_t out_features);
+  torch::Tensor epilogue_eager(const torch::Tensor& linear_out) override;
+  torch::Tensor epilogue_fused(const torch::Tensor& matmul_out) override;
+  torch::nn::Linear& linear() override { return linear_; }
+
+ private:
+  torch::nn::Linear linear_{nullptr};
+};
+TORCH_MODULE(MishMish);
+
+// The model names the CLI accepts, in the order `all` runs them.
+const std::vector<std::string>& model_names();
+
+// A model by name ("swish_chain" or "mish_mish"), its parameters drawn as PyTorch's
+// constructor draws them (nn.Linear: uniform +-1/sqrt(in_features); add_value: standard
+// normal) from the CPU generator seeded with `seed`. Throws std::invalid_argument for an
+// unknown name.
+std::shared_ptr<LinearEpilogueModel> make_model(const std::string& name, int64_t in_features,
+                                                int64_t out_features, uint64_t seed);
+
+}  // namespace fusedlinear
