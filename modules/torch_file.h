@@ -1,0 +1,42 @@
+// Reading and writing the files PyTorch users exchange: torch.save archives and safetensors.
+//
+// The reader parses the zip container and the pickle inside it itself, executes nothing from
+// the file, accepts only an allow-list of pickle globals, and bounds-checks every size,
+// offset and stride before touching memory. Every failure is a LoadError whose message is
+// one line naming the file and what is wrong.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace fusedlinear {
+
+struct LoadError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Name -> tensor, in file order (CPU tensors, in the dtype the file holds).
+struct NamedTensors {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  // One line each for anything the reader changed or chose that the user should hear about
+  // (e.g. "took the state dict under key 'model_state_dict'", "stripped prefix 'module.'").
+  std::vector<std::string> notices;
+};
+
+// Reads a state dict from `path`: a torch.save archive (dict or OrderedDict of tensors, or a
+// checkpoint dict holding one under `weights_key` or an unambiguous well-known key) or a
+// .safetensors file. Throws LoadError.
+NamedTensors read_state_dict(const std::string& path, const std::string& weights_key = "");
+
+// Reads a single tensor written by torch.save(tensor, path). Throws LoadError.
+torch::Tensor read_tensor(const std::string& path);
+
+// Writes `tensor` so that torch.load(path) in Python returns it. Refuses (LoadError) to
+// replace an existing file unless `overwrite` is set.
+void write_tensor(const torch::Tensor& tensor, const std::string& path, bool overwrite = false);
+
+}  // namespace fusedlinear

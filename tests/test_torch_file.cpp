@@ -1,0 +1,580 @@
+// The state-dict and tensor file reader (modules/torch_file.h): every fixture form written by
+// weights/make_loader_fixtures.py (committed per torch version, and fresh from Python when it
+// has torch), write_tensor round trips, and hand-made hostile files that must be refused.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "modules/torch_file.h"
+
+// Under AddressSanitizer, any single allocation over 1 GiB fails the test: the reader must
+// refuse absurd sizes before allocating.
+extern "C" const char* __asan_default_options() { return "max_allocation_size_mb=1024"; }
+
+namespace fusedlinear {
+namespace {
+
+using namespace std::string_literals;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kFixtureRoot = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/loader";
+const std::string kScript =
+    std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/make_loader_fixtures.py";
+
+// --- small helpers, independent of the reader --------------------------------------------------
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::remove(path.c_str());  // a new file: truncating one makes ext4 flush it
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+}
+
+// A fresh empty folder, removed with everything in it when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fusedlinear-loader-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string dtype_name(c10::ScalarType type) {
+  static const std::map<c10::ScalarType, std::string> kNames = {
+      {c10::ScalarType::Float, "float32"},     {c10::ScalarType::Half, "float16"},
+      {c10::ScalarType::BFloat16, "bfloat16"}, {c10::ScalarType::Double, "float64"},
+      {c10::ScalarType::Long, "int64"},        {c10::ScalarType::Int, "int32"},
+      {c10::ScalarType::Short, "int16"},       {c10::ScalarType::Char, "int8"},
+      {c10::ScalarType::Byte, "uint8"},        {c10::ScalarType::Bool, "bool"}};
+  const auto it = kNames.find(type);
+  return it == kNames.end() ? "other" : it->second;
+}
+
+std::string hex_of(const torch::Tensor& tensor) {
+  const torch::Tensor t = tensor.contiguous();
+  const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+  std::string out;
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    out += "0123456789abcdef"[p[i] >> 4];
+    out += "0123456789abcdef"[p[i] & 15];
+  }
+  return out;
+}
+
+// Exactly the tensor Python saved: dtype, shape and every byte.
+void expect_tensor(const torch::Tensor& t, const json& expected) {
+  EXPECT_TRUE(t.device().is_cpu());
+  EXPECT_EQ(dtype_name(t.scalar_type()), expected["dtype"].get<std::string>());
+  EXPECT_EQ(t.sizes().vec(), expected["shape"].get<std::vector<int64_t>>());
+  if (t.sizes().vec() == expected["shape"].get<std::vector<int64_t>>()) {
+    EXPECT_EQ(hex_of(t), expected["hex"].get<std::string>());
+  }
+}
+
+// A LoadError's message: one line, starting with the path.
+void expect_one_line(const std::string& message, const std::string& path) {
+  EXPECT_EQ(message.rfind(path + ": ", 0), 0u) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+std::string load_error(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  return "(loaded without error)";
+}
+
+// Every case of one manifest.json; returns how many were checked.
+int check_manifest(const std::string& dir) {
+  const json manifest = json::parse(read_file(dir + "/manifest.json"));
+  const json& sets = manifest["tensor_sets"];
+  int checked = 0;
+  for (const json& c : manifest["cases"]) {
+    const std::string path = dir + "/" + c["file"].get<std::string>();
+    const std::string key = c.value("weights_key", "");
+    const bool tensor = c["read"] == "tensor";
+    SCOPED_TRACE(path + (key.empty() ? "" : " --weights-key " + key) + "  <- " +
+                 c["python"].get<std::string>());
+    if (c.contains("error")) {
+      const std::string message = load_error([&] {
+        if (tensor) {
+          read_tensor(path);
+        } else {
+          read_state_dict(path, key);
+        }
+      });
+      EXPECT_NE(message.find(c["error"].get<std::string>()), std::string::npos) << message;
+      expect_one_line(message, path);
+    } else if (tensor) {
+      expect_tensor(read_tensor(path), sets[c["expect"].get<std::string>()][0]);
+    } else {
+      const json& expected = sets[c["expect"].get<std::string>()];
+      const NamedTensors got = read_state_dict(path, key);
+      EXPECT_EQ(got.tensors.size(), expected.size());
+      for (size_t i = 0; i < std::min(got.tensors.size(), expected.size()); ++i) {
+        EXPECT_EQ(got.tensors[i].first, expected[i]["name"].get<std::string>());
+        expect_tensor(got.tensors[i].second, expected[i]);
+      }
+      const json& notices = c["notices"];
+      EXPECT_EQ(got.notices.size(), notices.size());
+      for (size_t i = 0; i < std::min(got.notices.size(), notices.size()); ++i) {
+        EXPECT_NE(got.notices[i].find(notices[i].get<std::string>()), std::string::npos)
+            << got.notices[i];
+      }
+    }
+    ++checked;
+  }
+  return checked;
+}
+
+// Runs `python_args` with the first python3 that has torch (Debian's, then the one on PATH),
+// output to `log`. Returns false, with no python run, if none has torch.
+bool run_python_with_torch(const std::string& python_args, const std::string& log, int* status) {
+  for (const std::string python : {"/usr/bin/python3", "python3"}) {
+    *status = std::system((python + " " + python_args + " > " + log + " 2>&1").c_str());
+    if (*status == 0 || read_file(log).find("No module named 'torch'") == std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// --- the fixtures -----------------------------------------------------------------------------
+
+TEST(TorchFileFixtures, EveryCommittedTorchVersionLoadsAsPythonSaved) {
+  std::vector<std::string> dirs;
+  for (const auto& entry : fs::directory_iterator(kFixtureRoot)) {
+    if (fs::exists(entry.path() / "manifest.json")) dirs.push_back(entry.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  ASSERT_FALSE(dirs.empty()) << "no fixtures under " << kFixtureRoot;
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    EXPECT_GE(check_manifest(dir), 30);
+  }
+}
+
+TEST(TorchFileFixtures, FreshFromThisMachinesPythonLoads) {
+  TempDir dir;
+  int status = 0;
+  if (!run_python_with_torch(kScript + " --out " + dir.file("fixtures"), dir.file("log.txt"),
+                             &status)) {
+    GTEST_SKIP() << "no python3 with torch here: fixtures not regenerated";
+  }
+  ASSERT_EQ(status, 0) << read_file(dir.file("log.txt"));
+  std::printf("%s", read_file(dir.file("log.txt")).c_str());
+  EXPECT_GE(check_manifest(dir.file("fixtures")), 30);
+}
+
+// --- write_tensor -----------------------------------------------------------------------------
+
+std::vector<torch::Tensor> tensors_to_write() {
+  torch::manual_seed(1);
+  const torch::Tensor base = torch::randn({4, 6});
+  return {base,
+          base.t(),                            // not contiguous
+          base.slice(0, 1, 3),                 // an offset into a larger storage
+          torch::randn({3}).to(torch::kHalf),  //
+          torch::randn({2, 2}).to(torch::kBFloat16),
+          torch::arange(5, torch::kLong),
+          torch::tensor({true, false, true}),
+          torch::tensor(3.5, torch::kDouble),  // 0-dim
+          torch::empty({0, 3})};
+}
+
+TEST(TorchFile, WriteTensorReadsBackExactly) {
+  TempDir dir;
+  const auto tensors = tensors_to_write();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string path = dir.file("t" + std::to_string(i) + ".pt");
+    write_tensor(tensors[i], path);
+    const torch::Tensor back = read_tensor(path);
+    EXPECT_EQ(back.scalar_type(), tensors[i].scalar_type()) << i;
+    EXPECT_EQ(back.sizes(), tensors[i].sizes()) << i;
+    EXPECT_EQ(hex_of(back), hex_of(tensors[i])) << i;
+    // Only what the tensor holds is written, not the storage a view came from.
+    EXPECT_LT(fs::file_size(path), 1024u + tensors[i].nbytes()) << i;
+  }
+  // Nothing else is left in the folder (the temporary files are renamed or removed).
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()),
+            static_cast<long>(tensors.size()));
+}
+
+TEST(TorchFile, UnreadablePathsSayWhy) {
+  TempDir dir;
+  for (const auto& [path, error] :
+       {std::pair<std::string, std::string>{dir.file("missing.pt"), "cannot open: No such file"},
+        {dir.path(), "cannot open: Is a directory"},
+        {"/dev/zero", "cannot open: not a regular file"}}) {
+    const std::string message = load_error([&] { read_state_dict(path); });
+    EXPECT_NE(message.find(error), std::string::npos) << message;
+    expect_one_line(message, path);
+    EXPECT_NE(load_error([&] { read_tensor(path); }).find(error), std::string::npos);
+  }
+}
+
+TEST(TorchFile, WriteTensorKeepsAnExistingFileUnlessTold) {
+  TempDir dir;
+  const std::string path = dir.file("t.pt");
+  write_tensor(torch::ones({2}), path);
+  const std::string message = load_error([&] { write_tensor(torch::zeros({3}), path); });
+  EXPECT_NE(message.find("already exists"), std::string::npos) << message;
+  expect_one_line(message, path);
+  EXPECT_TRUE(read_tensor(path).equal(torch::ones({2})));
+  write_tensor(torch::zeros({3}), path, /*overwrite=*/true);
+  EXPECT_TRUE(read_tensor(path).equal(torch::zeros({3})));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+
+  EXPECT_NE(load_error([&] { write_tensor(torch::Tensor(), dir.file("u.pt")); }).find("undefined"),
+            std::string::npos);
+  const std::string missing = dir.file("no/such/folder/t.pt");
+  const std::string error = load_error([&] { write_tensor(torch::ones({2}), missing); });
+  EXPECT_NE(error.find("cannot write"), std::string::npos) << error;
+  expect_one_line(error, missing);
+}
+
+TEST(TorchFile, WriteTensorIsReadByPythonTorchLoad) {
+  TempDir dir;
+  const auto tensors = tensors_to_write();
+  std::string paths;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    write_tensor(tensors[i], dir.file(std::to_string(i) + ".pt"));
+    paths += " " + dir.file(std::to_string(i) + ".pt");
+  }
+  write_file(
+      dir.file("check.py"),
+      "import struct, sys, torch\n"
+      "views = {torch.float32: (torch.int32, 'i'), torch.float64: (torch.int64, 'q'),\n"
+      "         torch.float16: (torch.int16, 'h'), torch.bfloat16: (torch.int16, 'h'),\n"
+      "         torch.int64: (torch.int64, 'q'), torch.bool: (torch.uint8, 'B')}\n"
+      "for path in sys.argv[1:]:\n"
+      "    t = torch.load(path)\n"
+      "    view, code = views[t.dtype]\n"
+      "    b = t.contiguous().to(view) if t.dtype == torch.bool else t.contiguous().view(view)\n"
+      "    v = b.flatten().tolist()\n"
+      "    print(str(t.dtype), list(t.shape), struct.pack('<%d%s' % (len(v), code), *v).hex())\n");
+  int status = 0;
+  if (!run_python_with_torch(dir.file("check.py") + paths, dir.file("out.txt"), &status)) {
+    GTEST_SKIP() << "no python3 with torch here: torch.load not checked";
+  }
+  ASSERT_EQ(status, 0) << read_file(dir.file("out.txt"));
+  std::istringstream lines(read_file(dir.file("out.txt")));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::string line;
+    ASSERT_TRUE(std::getline(lines, line));
+    const std::string dtype = "torch." + dtype_name(tensors[i].scalar_type());
+    EXPECT_EQ(line.rfind(dtype + " ", 0), 0u) << line;
+    EXPECT_EQ(line.substr(line.rfind(' ') + 1), hex_of(tensors[i])) << line;
+  }
+}
+
+// --- hand-made files: what a hostile or damaged file cannot do ------------------------------
+
+std::string le(uint64_t v, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xFF);
+  return out;
+}
+
+uint32_t crc(const std::string& data) {
+  uint32_t c = 0xFFFFFFFF;
+  for (unsigned char byte : data) {
+    c ^= byte;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+  }
+  return ~c;
+}
+
+// A zip of stored entries, as torch.save lays it out; with `zip64`, the end records say that
+// the real counts and offsets are in the zip64 record.
+std::string make_zip(const std::vector<std::pair<std::string, std::string>>& entries,
+                     bool zip64 = false) {
+  std::string out, central;
+  for (const auto& [name, data] : entries) {
+    const std::string header_fields = le(0, 2) + le(0, 2) + le(0, 4) + le(crc(data), 4) +
+                                      le(data.size(), 4) + le(data.size(), 4) + le(name.size(), 2) +
+                                      le(0, 2);
+    central += le(0x02014b50, 4) + le(20, 2) + le(20, 2) + header_fields + le(0, 2) + le(0, 2) +
+               le(0, 2) + le(0, 4) + le(out.size(), 4) + name;
+    out += le(0x04034b50, 4) + le(20, 2) + header_fields + name + data;
+  }
+  const uint64_t cd_offset = out.size();
+  out += central;
+  if (zip64) {
+    const uint64_t z64 = out.size();
+    out += le(0x06064b50, 4) + le(44, 8) + le(45, 2) + le(45, 2) + le(0, 4) + le(0, 4) +
+           le(entries.size(), 8) + le(entries.size(), 8) + le(central.size(), 8) + le(cd_offset, 8);
+    out += le(0x07064b50, 4) + le(0, 4) + le(z64, 8) + le(1, 4);
+    out += le(0x06054b50, 4) + le(0, 2) + le(0, 2) + le(0xFFFF, 2) + le(0xFFFF, 2) +
+           le(0xFFFFFFFF, 4) + le(0xFFFFFFFF, 4) + le(0, 2);
+  } else {
+    out += le(0x06054b50, 4) + le(0, 2) + le(0, 2) + le(entries.size(), 2) + le(entries.size(), 2) +
+           le(central.size(), 4) + le(cd_offset, 4) + le(0, 2);
+  }
+  return out;
+}
+
+// Pickle pieces (protocol 2).
+std::string uni(const std::string& s) { return "X" + le(s.size(), 4) + s; }
+std::string global(const std::string& module, const std::string& name) {
+  return "c" + module + "\n" + name + "\n";
+}
+std::string int4(int64_t v) { return "J" + le(static_cast<uint32_t>(v), 4); }
+std::string ints(const std::vector<int64_t>& values) {
+  std::string out = "(";
+  for (int64_t v : values) {
+    out += (v >= INT32_MIN && v <= INT32_MAX) ? int4(v) : "\x8a\x08" + le(v, 8);
+  }
+  return out + "t";
+}
+// _rebuild_tensor_v2(storage data/<key> of `numel` floats, offset, sizes, strides, False, {}).
+std::string tensor_pickle(const std::string& key, int64_t numel, int64_t offset,
+                          const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                          const std::string& storage = "FloatStorage") {
+  std::string numel_op = numel <= INT32_MAX ? int4(numel) : "\x8a\x08" + le(numel, 8);
+  return global("torch._utils", "_rebuild_tensor_v2") + "((" + uni("storage") +
+         global("torch", storage) + uni(key) + uni("cpu") + numel_op + "tQ" + int4(offset) +
+         ints(sizes) + ints(strides) + "\x89}tR";
+}
+std::string dict_pickle(const std::vector<std::pair<std::string, std::string>>& items) {
+  std::string out = "\x80\x02}(";
+  for (const auto& [key, value] : items) out += uni(key) + value;
+  return out + "u.";
+}
+// A torch.save-like archive of `pickle` with records data/0 (24 bytes: floats 0..5) and more.
+std::string archive(const std::string& pickle, bool zip64 = false) {
+  std::string floats;
+  for (int i = 0; i < 6; ++i) {
+    const float f = static_cast<float>(i);
+    floats.append(reinterpret_cast<const char*>(&f), 4);
+  }
+  return make_zip({{"archive/data.pkl", pickle},
+                   {"archive/data/0", floats},
+                   {"archive/data/1", std::string(8, '\x05')},
+                   {"archive/version", "3\n"}},
+                  zip64);
+}
+
+class TorchFileSafety : public ::testing::Test {
+ protected:
+  // Writes `bytes` to a file and returns read_state_dict's error ("(loaded ...)" if none).
+  std::string error_of(const std::string& bytes, const std::string& name = "f.pt") {
+    const std::string path = dir_.file(name);
+    write_file(path, bytes);
+    const std::string message = load_error([&] { read_state_dict(path); });
+    if (message.rfind("(loaded", 0) != 0) expect_one_line(message, path);
+    return message;
+  }
+  NamedTensors load(const std::string& bytes) {
+    write_file(dir_.file("ok.pt"), bytes);
+    return read_state_dict(dir_.file("ok.pt"));
+  }
+  TempDir dir_;
+};
+
+TEST_F(TorchFileSafety, HandMadeArchiveLoadsIncludingZip64Records) {
+  for (bool zip64 : {false, true}) {
+    const NamedTensors got =
+        load(archive(dict_pickle({{"w", tensor_pickle("0", 6, 1, {2, 2}, {1, 2})},
+                                  {"b", tensor_pickle("1", 8, 0, {8}, {1}, "BoolStorage")}}),
+                     zip64));
+    ASSERT_EQ(got.tensors.size(), 2u);
+    EXPECT_TRUE(got.tensors[0].second.equal(torch::tensor({{1.f, 3.f}, {2.f, 4.f}})));
+    // Bytes other than 0 and 1 in a bool record become true, never an invalid bool.
+    EXPECT_TRUE(got.tensors[1].second.all().item<bool>());
+  }
+}
+
+TEST_F(TorchFileSafety, ViewsReachingOutsideTheirStorageAreRefused) {
+  // 6 floats: offset 1 with sizes (2, 3) and strides (3, 1) reaches element 6.
+  EXPECT_NE(error_of(archive(dict_pickle({{"w", tensor_pickle("0", 6, 1, {2, 3}, {3, 1})}})))
+                .find("exceeds its storage"),
+            std::string::npos);
+  EXPECT_NE(error_of(archive(dict_pickle({{"w", tensor_pickle("0", 6, 7, {0}, {1})}})))
+                .find("exceeds its storage"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(archive(dict_pickle({{"w", tensor_pickle("0", 6, 0, {2}, {-1})}}))).find("negative"),
+      std::string::npos);
+  EXPECT_NE(error_of(archive(dict_pickle({{"w", tensor_pickle("0", 6, 0, {2, 3}, {3})}})))
+                .find("one length"),
+            std::string::npos);
+  // Strides whose products overflow int64.
+  EXPECT_NE(
+      error_of(archive(dict_pickle({{"w", tensor_pickle("0", 6, 0, {3, 3}, {INT64_MAX / 2, 1})}})))
+          .find("overflows"),
+      std::string::npos);
+}
+
+TEST_F(TorchFileSafety, AbsurdSizesAreRefusedBeforeAllocating) {
+  // A storage claiming 2^61 floats has a 24-byte record: refused from the numbers alone.
+  EXPECT_NE(
+      error_of(archive(dict_pickle({{"w", tensor_pickle("0", int64_t{1} << 61, 0, {1}, {1})}})))
+          .find("claims"),
+      std::string::npos);
+  EXPECT_NE(error_of(archive(dict_pickle({{"w", tensor_pickle("0", 7, 0, {7}, {1})}})))
+                .find("claims 7 elements but its record holds 24 bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of(archive(dict_pickle({{"w", tensor_pickle("9", 1, 0, {1}, {1})}})))
+                .find("data/9 is missing"),
+            std::string::npos);
+  // Lengths of strings and integers beyond the file.
+  EXPECT_NE(error_of(archive("\x80\x02X\xf0\xff\xff\xff")).find("truncated"), std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02\x8d" + le(uint64_t{1} << 62, 8))).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02\x8b\xff\xff\xff\x7f")).find("truncated"), std::string::npos);
+  // A safetensors tensor claiming more bytes than the file holds.
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[1000000000,1000],"data_offsets":[0,4]}})";
+  EXPECT_NE(error_of(le(header.size(), 8) + header + "abcd", "f.safetensors").find("need"),
+            std::string::npos);
+}
+
+TEST_F(TorchFileSafety, NothingFromTheFileIsEverCalled) {
+  const std::string marker = dir_.file("was_run");
+  const std::string pickle =
+      "\x80\x02" + global("posix", "system") + "(" + uni("touch " + marker) + "tR.";
+  EXPECT_NE(error_of(archive(pickle)).find("pickled object of class posix.system"),
+            std::string::npos);
+  const std::string builtin = "\x80\x02" + global("builtins", "eval") + "(" + uni("1") + "tR.";
+  EXPECT_NE(error_of(archive(builtin)).find("pickled object of class builtins.eval"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(marker));
+  // An unknown object beside the weights is inert: the state dict still loads.
+  const NamedTensors got =
+      load(archive("\x80\x02}(" + uni("args") + pickle.substr(2, pickle.size() - 3) + uni("model") +
+                   "}(" + uni("w") + tensor_pickle("0", 6, 0, {6}, {1}) + "uu."));
+  ASSERT_EQ(got.tensors.size(), 1u);
+  EXPECT_EQ(got.tensors[0].first, "w");
+  EXPECT_FALSE(fs::exists(marker));
+  // A storage type that is not one: refused.
+  EXPECT_NE(error_of(archive(dict_pickle({{"w", tensor_pickle("0", 6, 0, {6}, {1}, "Tensor")}})))
+                .find("unsupported storage type torch.Tensor"),
+            std::string::npos);
+}
+
+TEST_F(TorchFileSafety, DeepNestingAndCyclesNeitherRecurseNorLoop) {
+  // A list nested 300000 deep, then a list that contains itself.
+  const int depth = 300000;
+  const std::string deep = "\x80\x02" + std::string(depth, ']') + std::string(depth - 1, 'a') + ".";
+  EXPECT_NE(error_of(archive(deep)).find("holds a list"), std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02]q\x00h\x00\x61."s)).find("holds a list"), std::string::npos);
+  const std::string dict_cycle = "\x80\x02}q\x00"s + uni("self") + "h\x00s."s;
+  EXPECT_NE(error_of(archive(dict_cycle)).find("no state dict"), std::string::npos);
+  const std::string json_deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string header = R"({"w":)" + json_deep + "}";
+  EXPECT_NE(error_of(le(header.size(), 8) + header, "f.safetensors").find("nested too deeply"),
+            std::string::npos);
+}
+
+TEST_F(TorchFileSafety, BrokenPickleStreamsFailCleanly) {
+  EXPECT_NE(error_of(archive("\x80\x02t.")).find("no MARK"), std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02\x61.")).find("stack underflow"), std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02.")).find("stack underflow"), std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02(}")).find("truncated"), std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02j\xff\xff\xff\xff.")).find("memo entry"), std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x02\x82\x01.")).find("unsupported pickle opcode 0x82"),
+            std::string::npos);
+  EXPECT_NE(error_of(archive("\x80\x09.")).find("protocol 9"), std::string::npos);
+  // A MARK fences the stack: items below it cannot be popped by what follows it.
+  EXPECT_NE(error_of(archive("\x80\x02](\x61.")).find("stack underflow"), std::string::npos);
+}
+
+TEST_F(TorchFileSafety, DamagedContainersFailCleanly) {
+  const std::string good = archive(dict_pickle({{"w", tensor_pickle("0", 6, 0, {6}, {1})}}));
+  // A changed byte in tensor data: the CRC-32 says so.
+  std::string bad = good;
+  bad[good.find("archive/data/0") + 14 + 4] ^= 1;
+  EXPECT_NE(error_of(bad).find("CRC-32 mismatch"), std::string::npos);
+  EXPECT_NE(error_of(good.substr(0, good.size() - 1)).find("truncated"), std::string::npos);
+  EXPECT_NE(error_of(make_zip({{"a.txt", "hello"}})).find("without data.pkl"), std::string::npos);
+  // Encrypted entries (flag bit 0 in the central directory) are refused.
+  std::string encrypted = good;
+  const size_t central = encrypted.find("PK\x01\x02");
+  encrypted[central + 8] = 1;
+  EXPECT_NE(error_of(encrypted).find("encrypted"), std::string::npos);
+  // One record used as two dtypes.
+  const std::string two_types =
+      dict_pickle({{"a", tensor_pickle("0", 6, 0, {6}, {1})},
+                   {"b", tensor_pickle("0", 6, 0, {6}, {1}, "IntStorage")}});
+  EXPECT_NE(error_of(archive(two_types)).find("different types"), std::string::npos);
+}
+
+TEST_F(TorchFileSafety, RepeatedKeysKeepFirstPlaceAndLastValue) {
+  const NamedTensors got = load(archive(dict_pickle({{"a", tensor_pickle("0", 6, 0, {1}, {1})},
+                                                     {"b", tensor_pickle("0", 6, 1, {1}, {1})},
+                                                     {"a", tensor_pickle("0", 6, 2, {1}, {1})}})));
+  ASSERT_EQ(got.tensors.size(), 2u);
+  EXPECT_EQ(got.tensors[0].first, "a");
+  EXPECT_EQ(got.tensors[0].second.item<float>(), 2.f);
+  EXPECT_EQ(got.tensors[1].first, "b");
+  // The same key object (through the memo) with a non-dict, then a state dict: the last wins.
+  const std::string twice = "\x80\x02}("s + uni("model") + "q\x07" + int4(5) + "h\x07}(" +
+                            uni("w") + tensor_pickle("0", 6, 0, {6}, {1}) + "uu.";
+  const NamedTensors last = load(archive(twice));
+  ASSERT_EQ(last.tensors.size(), 1u);
+  EXPECT_EQ(last.tensors[0].first, "w");
+  const std::string first = "\x80\x02}("s + uni("model") + "q\x07}(" + uni("w") +
+                            tensor_pickle("0", 6, 0, {6}, {1}) + "uh\x07" + int4(5) + "u.";
+  EXPECT_NE(error_of(archive(first)).find("no state dict"), std::string::npos);
+}
+
+TEST_F(TorchFileSafety, MalformedSafetensorsAreRefused) {
+  const auto file = [](const std::string& header, const std::string& data) {
+    return le(header.size(), 8) + header + data;
+  };
+  const std::string ok = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_EQ(error_of(file(ok, std::string(8, '\0')), "f.safetensors"), "(loaded without error)");
+  EXPECT_EQ(error_of(file("{}", ""), "f.safetensors"), "(loaded without error)");
+  EXPECT_NE(error_of(file(ok, std::string(7, '\0')), "f.safetensors").find("outside the data"),
+            std::string::npos);
+  EXPECT_NE(error_of(le(1000, 8) + "{}", "f.safetensors").find("exceeds the file"),
+            std::string::npos);
+  EXPECT_NE(error_of(file("{\"w\":", ""), "f.safetensors").find("not a JSON object"),
+            std::string::npos);
+  EXPECT_NE(error_of(file(R"({"w":{"dtype":"F8","shape":[2],"data_offsets":[0,2]}})", "ab"),
+                     "f.safetensors")
+                .find("unsupported dtype"),
+            std::string::npos);
+  EXPECT_NE(error_of(file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
+                          std::string(8, '\0')),
+                     "f.safetensors")
+                .find("bad shape"),
+            std::string::npos);
+  EXPECT_NE(error_of(file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                          std::string(8, '\0')),
+                     "f.safetensors")
+                .find("overlap"),
+            std::string::npos);
+  EXPECT_NE(error_of("abc", "f.safetensors").find("truncated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fusedlinear
