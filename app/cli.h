@@ -1,0 +1,64 @@
+// What the command line asked for, shared by the commands (compare, run, bench).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <torch/torch.h>
+
+#include "modules/models.h"
+
+namespace fusedlinear {
+
+// A bad command line or a bad value: reported as one line on stderr, exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Settings {
+  std::string command;              // compare | run | bench
+  std::vector<std::string> models;  // from --model, `all` expanded, or the model --weights holds
+  std::string weights;              // empty: seeded random parameters
+  std::string weights_key;
+  bool strict = true;
+  std::string input, output;
+  bool overwrite = false;
+  int64_t batch = 0;
+  // Given, or the device's defaults; with --weights, 0 when not given (taken from the file).
+  int64_t in_features = 0, out_features = 0;
+  bool shape_defaulted = false;  // the user gave no shape: the device's defaults were used
+  torch::Device device = torch::kCPU;
+  torch::ScalarType dtype = torch::kFloat32;
+  uint64_t seed = 0;
+  int iters = 0, warmup = 0;
+  double atol = 0, rtol = 0;
+  std::string json;
+};
+
+// Each command: returns the process exit code; throws UsageError or LoadError on bad input.
+int run_compare(const Settings& settings);
+int run_run(const Settings& settings);
+// bench has options of its own: added to the parser by add_bench_options, read from `parsed`.
+void add_bench_options(cxxopts::Options& options);
+int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
+
+// Helpers the commands share (common.cpp).
+// The model `name` for this run: seeded-random parameters, or those of settings.weights (read
+// once, strictness per settings), on the run's device and in its dtype. Prints the loader's
+// notices to stderr, once.
+std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
+                                                 const Settings& settings);
+// The run's input: settings.input when given (checked against in_features), otherwise
+// torch.rand(batch, in_features) from the seeded CPU generator. On the run's device and dtype.
+torch::Tensor build_input(const Settings& settings, int64_t in_features);
+// The model whose keys settings.weights holds (swish_chain has add_value, mish_mish linear.*).
+std::string detect_model(const Settings& settings);
+// "float32", "float16", "bfloat16".
+std::string dtype_name(torch::ScalarType dtype);
+// "libtorch 2.11.0, CUDA 13.0, NVIDIA H200" or "libtorch 1.13.1, CPU (2 threads)".
+std::string platform_description(const torch::Device& device);
+
+}  // namespace fusedlinear

@@ -1,0 +1,156 @@
+// Helpers shared by the commands: building the model and the input a run asks for.
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "app/cli.h"
+#include "modules/state_dict.h"
+#include "modules/torch_file.h"
+
+#ifdef FUSEDLINEAR_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace fusedlinear {
+namespace {
+
+// The --weights file, read once however many times a run needs it.
+const NamedTensors& weights_file(const Settings& settings) {
+  static std::map<std::string, NamedTensors> cache;
+  auto it = cache.find(settings.weights);
+  if (it == cache.end()) {
+    it = cache.emplace(settings.weights, read_state_dict(settings.weights, settings.weights_key))
+             .first;
+    for (const auto& notice : it->second.notices) {
+      std::cerr << "fusedlinear: note: " << notice << "\n";
+    }
+  }
+  return it->second;
+}
+
+const torch::Tensor* find_tensor(const NamedTensors& file, const std::string& key) {
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name == key) return &tensor;
+  }
+  return nullptr;
+}
+
+// The state-dict key of a model's Linear weight ("matmul.weight", "linear.weight").
+std::string linear_weight_key(LinearEpilogueModel& model) {
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().is_same(model.linear()->weight)) return item.key();
+  }
+  throw std::logic_error("model has no Linear weight parameter");
+}
+
+std::string keys_of(const NamedTensors& file) {
+  std::string out;
+  for (const auto& item : file.tensors) out += (out.empty() ? "" : ", ") + item.first;
+  return out.empty() ? "(none)" : out;
+}
+
+}  // namespace
+
+std::string dtype_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat32:
+      return "float32";
+    case torch::kFloat16:
+      return "float16";
+    case torch::kBFloat16:
+      return "bfloat16";
+    default:
+      return c10::toString(dtype);
+  }
+}
+
+std::string detect_model(const Settings& settings) {
+  const NamedTensors& file = weights_file(settings);
+  std::string best;
+  size_t best_matches = 0;
+  for (const auto& name : model_names()) {
+    auto probe = make_model(name, 1, 1, 0);
+    if (!find_tensor(file, linear_weight_key(*probe))) continue;
+    size_t matches = 0;
+    for (const auto& item : probe->named_parameters()) matches += find_tensor(file, item.key()) != nullptr;
+    if (matches > best_matches) best = name, best_matches = matches;
+  }
+  if (best.empty()) {
+    throw LoadError(settings.weights +
+                    ": holds neither model's Linear weight (swish_chain: matmul.weight, "
+                    "mish_mish: linear.weight); its keys: " +
+                    keys_of(file));
+  }
+  return best;
+}
+
+std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
+                                                 const Settings& settings) {
+  int64_t in_features = settings.in_features, out_features = settings.out_features;
+  const NamedTensors* file = settings.weights.empty() ? nullptr : &weights_file(settings);
+  if (file && (in_features == 0 || out_features == 0)) {
+    // Take the shape from the file's Linear weight [out_features, in_features].
+    const std::string key = linear_weight_key(*make_model(name, 1, 1, 0));
+    const torch::Tensor* weight = find_tensor(*file, key);
+    if (!weight) {
+      throw LoadError(settings.weights + ": missing key " + key + " (model " + name +
+                      "); the file has " + keys_of(*file));
+    }
+    if (weight->dim() != 2) {
+      std::ostringstream s;
+      s << settings.weights << ": " << key << " has shape " << weight->sizes()
+        << ", expected [out_features, in_features]";
+      throw LoadError(s.str());
+    }
+    if (in_features == 0) in_features = weight->size(1);
+    if (out_features == 0) out_features = weight->size(0);
+  }
+  auto model = make_model(name, in_features, out_features, settings.seed);
+  if (file) {
+    for (const auto& notice : apply_state_dict(*model, *file, settings.weights, settings.strict)) {
+      std::cerr << "fusedlinear: note: " << name << ": " << notice << "\n";
+    }
+  }
+  model->to(settings.device, settings.dtype);
+  model->eval();
+  return model;
+}
+
+torch::Tensor build_input(const Settings& settings, int64_t in_features) {
+  torch::Tensor x;
+  if (!settings.input.empty()) {
+    x = read_tensor(settings.input);
+    if (x.dim() < 1 || x.size(-1) != in_features || !x.is_floating_point()) {
+      std::ostringstream s;
+      s << settings.input << ": input has shape " << x.sizes() << " and dtype "
+        << x.scalar_type() << ", expected a floating-point tensor [..., " << in_features
+        << "] (in_features of the model)";
+      throw UsageError(s.str());
+    }
+  } else {
+    // torch.rand(batch, in_features): uniform in [0, 1), as the reference workload.
+    torch::manual_seed(settings.seed);
+    x = torch::rand({settings.batch, in_features});
+  }
+  return x.to(settings.device, settings.dtype).contiguous();
+}
+
+std::string platform_description(const torch::Device& device) {
+  std::ostringstream s;
+  s << "libtorch " << TORCH_VERSION;
+#ifdef FUSEDLINEAR_WITH_CUDA
+  if (device.is_cuda()) {
+    const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+    int runtime = 0;
+    cudaRuntimeGetVersion(&runtime);
+    s << ", CUDA " << runtime / 1000 << "." << (runtime % 1000) / 10 << ", " << prop->name;
+    return s.str();
+  }
+#endif
+  s << ", CPU (" << at::get_num_threads() << " threads)";
+  return s.str();
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,84 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "cli.h"
+
+namespace fusedlinear {
+
+Table::Table(std::vector<std::string> header) : header_(std::move(header)) {}
+
+void Table::add_row(std::vector<std::string> row) {
+  row.resize(header_.size());
+  rows_.push_back(std::move(row));
+}
+
+void Table::print(std::ostream& out) const {
+  std::vector<size_t> widths(header_.size());
+  for (size_t c = 0; c < header_.size(); ++c) {
+    widths[c] = header_[c].size();
+    for (const auto& row : rows_) widths[c] = std::max(widths[c], row[c].size());
+  }
+  // The first column (names) is left-aligned, the rest (numbers) right-aligned.
+  const auto print_row = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(widths[c] - row[c].size(), ' ');
+      out << (c == 0 ? row[c] + pad : pad + row[c]) << (c + 1 < row.size() ? "  " : "\n");
+    }
+  };
+  print_row(header_);
+  std::vector<std::string> rule;
+  for (size_t width : widths) rule.push_back(std::string(width, '-'));
+  print_row(rule);
+  for (const auto& row : rows_) print_row(row);
+}
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+std::string scientific(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*e", decimals, value);
+  return buffer;
+}
+
+void check_output_path(const std::string& path, bool overwrite,
+                       const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  for (const auto& input : inputs) {
+    if (!input.empty() && fs::equivalent(path, input, ec)) {
+      throw UsageError(path + ": is also an input of this run; choose another output path");
+    }
+  }
+  if (fs::is_directory(path, ec)) throw UsageError(path + ": is a directory, expected a file path");
+  if (!overwrite) {
+    throw UsageError(path + ": already exists; pass --overwrite to replace it");
+  }
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string temp = path + ".tmp-fusedlinear";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      std::remove(temp.c_str());
+      throw UsageError(path + ": cannot write");
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    throw UsageError(path + ": cannot write");
+  }
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,31 @@
+// `fusedlinear run`: the fused forward of saved weights on a saved input, saved for Python.
+#include <iostream>
+
+#include "app/cli.h"
+#include "app/report.h"
+#include "modules/torch_file.h"
+
+namespace fusedlinear {
+
+int run_run(const Settings& settings) {
+  if (settings.weights.empty()) throw UsageError("run needs --weights FILE");
+  if (settings.input.empty()) throw UsageError("run needs --input FILE");
+  if (settings.output.empty()) throw UsageError("run needs --output FILE");
+  if (settings.models.size() != 1) {
+    throw UsageError("run takes one model: --model swish_chain or mish_mish");
+  }
+  check_output_path(settings.output, settings.overwrite, {settings.weights, settings.input});
+
+  torch::NoGradGuard no_grad;
+  const std::string& name = settings.models.front();
+  auto model = build_model(name, settings);
+  const torch::Tensor x = build_input(settings, model->in_features());
+  const torch::Tensor y = model->forward(x);
+  write_tensor(y.cpu(), settings.output, settings.overwrite);
+  std::cout << "fusedlinear run: " << name << " (" << settings.weights << ") on " << x.sizes()
+            << " " << dtype_name(settings.dtype) << ", " << settings.device << " -> "
+            << settings.output << " " << y.sizes() << "\n";
+  return 0;
+}
+
+}  // namespace fusedlinear
