@@ -1,0 +1,122 @@
+// The activation functors (kernels/activations.h) against float64 evaluations of PyTorch's
+// definitions, on a dense grid and at the extremes, including NaN and +-Inf.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/epilogues.h"
+
+namespace fusedlinear {
+namespace {
+
+// float64 references, written from the PyTorch docs' formulas.
+double swish_ref(double x) { return x / (1.0 + std::exp(-x)); }
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double hardtanh_ref(double x) { return std::isnan(x) ? x : std::min(1.0, std::max(-1.0, x)); }
+double mish_ref(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
+double swish_chain_ref(double x) { return hardtanh_ref(gelu_ref(std::tanh(swish_ref(x)))); }
+double mish_mish_ref(double x) { return mish_ref(mish_ref(x)); }
+
+// Dense grid over [-30, 30] plus the extremes the issue names.
+std::vector<float> inputs() {
+  std::vector<float> xs;
+  for (int i = -30000; i <= 30000; ++i) xs.push_back(float(i) * 1e-3f);
+  const float extremes[] = {0.0f,  -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 20.0f, -20.0f,
+                            88.0f, -88.0f, 89.0f, -89.0f, 1e4f, -1e4f, 3.4e38f, -3.4e38f};
+  xs.insert(xs.end(), std::begin(extremes), std::end(extremes));
+  return xs;
+}
+
+// Within 1e-6 of the float64 value, relative to max(1, |value|): a few float32 roundings,
+// while a wrong formula or a lost branch is off by far more.
+template <class F>
+void expect_close(F f, double (*ref)(double), const char* name) {
+  int failures = 0;
+  for (float x : inputs()) {
+    const double want = ref(double(x));
+    const float got = f(x);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << name << "(" << x << ") = " << got << ", want NaN";
+      continue;
+    }
+    const double tol = 1e-6 * std::max(1.0, std::fabs(want));
+    if (!(std::fabs(double(got) - want) <= tol) && ++failures <= 10) {
+      ADD_FAILURE() << name << "(" << x << ") = " << got << ", float64 gives " << want;
+    }
+  }
+  EXPECT_EQ(failures, 0) << name;
+}
+
+TEST(Activations, MatchFloat64OnGridAndExtremes) {
+  expect_close(act::Swish{}, swish_ref, "swish");
+  expect_close(act::Tanh{}, [](double x) { return std::tanh(x); }, "tanh");
+  expect_close(act::GeluErf{}, gelu_ref, "gelu");
+  expect_close(act::Hardtanh{}, hardtanh_ref, "hardtanh");
+  expect_close(act::Mish{}, mish_ref, "mish");
+  expect_close(SwishChainActivations{}, swish_chain_ref, "swish_chain");
+  expect_close(MishMishActivations{}, mish_mish_ref, "mish_mish");
+  // PyTorch's own formulas, the baseline of the kernel benchmark.
+  expect_close(act::literal::Swish{}, swish_ref, "literal swish");
+  expect_close(act::literal::Mish{}, mish_ref, "literal mish");
+  expect_close(literal::SwishChainActivations{}, swish_chain_ref, "literal swish_chain");
+  expect_close(literal::MishMishActivations{}, mish_mish_ref, "literal mish_mish");
+}
+
+// The rewrites give the same float as PyTorch's formulas to within a few ulp everywhere
+// (on the host, where both use libm): a dense sweep of every 97th float from -100 to 100.
+TEST(Activations, RewritesAgreeWithPyTorchFormulas) {
+  int checked = 0;
+  for (float x = -100.0f; x <= 100.0f; x = std::nextafter(x, 1e9f)) {
+    for (int skip = 0; skip < 96 && x < 100.0f; ++skip) x = std::nextafter(x, 1e9f);
+    const float tol = 4e-7f * std::max(1.0f, std::fabs(x));
+    ASSERT_NEAR(act::Mish{}(x), act::literal::Mish{}(x), tol) << "mish(" << x << ")";
+    ASSERT_NEAR(act::Swish{}(x), act::literal::Swish{}(x), tol) << "swish(" << x << ")";
+    ++checked;
+  }
+  EXPECT_GT(checked, 100000);
+}
+
+TEST(Activations, NanAndInfinityBehaveAsPyTorch) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Values PyTorch 1.13 and 2.x give for these inputs (torch.sigmoid(x) * x, F.mish, ...).
+  EXPECT_EQ(act::Swish{}(inf), inf);
+  EXPECT_TRUE(std::isnan(act::Swish{}(-inf)));  // sigmoid(-inf) * -inf = 0 * -inf
+  EXPECT_EQ(act::Mish{}(inf), inf);
+  EXPECT_TRUE(std::isnan(act::Mish{}(-inf)));  // -inf * tanh(log1p(0)) = -inf * 0
+  EXPECT_EQ(act::Hardtanh{}(inf), 1.0f);
+  EXPECT_EQ(act::Hardtanh{}(-inf), -1.0f);
+  EXPECT_EQ(act::Tanh{}(-inf), -1.0f);
+  EXPECT_TRUE(std::isnan(act::GeluErf{}(-inf)));  // 0.5 * -inf * (1 + erf(-inf))
+  EXPECT_EQ(act::GeluErf{}(inf), inf);
+  for (float v : {act::Swish{}(nan), act::Tanh{}(nan), act::GeluErf{}(nan),
+                  act::Hardtanh{}(nan), act::Mish{}(nan), SwishChainActivations{}(nan),
+                  MishMishActivations{}(nan)}) {
+    EXPECT_TRUE(std::isnan(v));
+  }
+  // The chains end where the composition says: swish_chain(+inf) = hardtanh(gelu(tanh(inf))).
+  EXPECT_FLOAT_EQ(SwishChainActivations{}(inf), float(gelu_ref(1.0)));
+  EXPECT_EQ(MishMishActivations{}(inf), inf);
+}
+
+TEST(Activations, SignedZeroAndTinyInputs) {
+  EXPECT_EQ(act::Mish{}(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(act::Mish{}(-0.0f)));
+  EXPECT_TRUE(std::signbit(act::Swish{}(-0.0f)));
+  // mish(x) ~ x * tanh(log 2) for tiny x: no underflow to zero, no loss of the sign.
+  EXPECT_NEAR(act::Mish{}(1e-30f) / 1e-30f, std::tanh(std::log(2.0)), 1e-6);
+  EXPECT_NEAR(act::Mish{}(-1e-30f) / -1e-30f, std::tanh(std::log(2.0)), 1e-6);
+}
+
+TEST(Activations, ChainAppliesLeftToRight) {
+  // Chain<Mish, Tanh> is tanh(mish(x)), not mish(tanh(x)).
+  const float x = 1.7f;
+  EXPECT_FLOAT_EQ((act::Chain<act::Mish, act::Tanh>{}(x)), std::tanh(act::Mish{}(x)));
+  EXPECT_FLOAT_EQ(act::Chain<>{}(x), x);
+}
+
+}  // namespace
+}  // namespace fusedlinear

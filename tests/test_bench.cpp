@@ -1,0 +1,208 @@
+// `fusedlinear bench`: the SVG writer, the option parsers and an end-to-end run on the CPU.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/bench.h"
+#include "app/svg_plot.h"
+
+namespace fs = std::filesystem;
+using namespace fusedlinear;
+
+namespace {
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A fresh temporary directory, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fusedlinear-bench-XXXXXX").string();
+    path = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// Runs the program with `args`; returns its exit code, its stdout and stderr in out/err.
+int run_program(const std::string& args, const TempDir& dir, std::string* out, std::string* err) {
+  const fs::path out_file = dir.path / "stdout.txt", err_file = dir.path / "stderr.txt";
+  const std::string command = std::string("'") + FUSEDLINEAR_BINARY + "' " + args + " >'" +
+                              out_file.string() + "' 2>'" + err_file.string() + "'";
+  const int status = std::system(command.c_str());
+  if (out) *out = read_all(out_file);
+  if (err) *err = read_all(err_file);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST(SvgPlot, IsSelfContainedSvgWithEveryLabelAndBar) {
+  const std::string svg =
+      render_bar_chart("Speedups", {"swish_chain batch 1", "mish_mish batch 8"},
+                       {"chain", "forward"}, {{2.5, 1.1}, {3.0, NAN}}, {"on a CPU", "speedup"});
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  const std::string end = "</svg>";
+  const std::string trimmed = svg.substr(0, svg.find_last_not_of(" \n") + 1);
+  ASSERT_GE(trimmed.size(), end.size());
+  EXPECT_EQ(trimmed.substr(trimmed.size() - end.size()), end);
+  for (const char* label : {"Speedups", "on a CPU", "swish_chain batch 1", "mish_mish batch 8",
+                            "chain", "forward", "2.50", "1.10", "3.00"}) {
+    EXPECT_NE(svg.find(label), std::string::npos) << label;
+  }
+  EXPECT_EQ(count_of(svg, "stroke-dasharray"), 1u);  // the reference line at 1.0
+  EXPECT_EQ(svg.find("<script"), std::string::npos);
+  EXPECT_EQ(svg.find("href"), std::string::npos);  // no external fonts, images or styles
+  // Balanced elements: every opened <text>/<svg> is closed.
+  EXPECT_EQ(count_of(svg, "<text"), count_of(svg, "</text>"));
+  EXPECT_EQ(count_of(svg, "<svg"), count_of(svg, "</svg>"));
+}
+
+TEST(SvgPlot, EscapesMarkupInLabels) {
+  const std::string svg =
+      render_bar_chart("a & b < c > d", {"<group & \"one\">"}, {"s'1"}, {{1.5}});
+  EXPECT_NE(svg.find("a &amp; b &lt; c &gt; d"), std::string::npos);
+  EXPECT_NE(svg.find("&lt;group &amp; &quot;one&quot;&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("s&apos;1"), std::string::npos);
+  EXPECT_EQ(svg.find("<group"), std::string::npos);
+  EXPECT_EQ(svg.find("a & b"), std::string::npos);
+}
+
+TEST(SvgPlot, HandlesEmptyAndMissingValues) {
+  const std::string svg = render_bar_chart("empty", {}, {}, {});
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  const std::string partial = render_bar_chart("partial", {"g"}, {"a", "b"}, {{NAN}});
+  EXPECT_EQ(partial.find("nan"), std::string::npos);
+  EXPECT_EQ(partial.find("inf"), std::string::npos);
+}
+
+TEST(BenchOptions, ParsesBatchLists) {
+  EXPECT_EQ(bench::parse_batches("1,8,64"), (std::vector<int64_t>{1, 8, 64}));
+  EXPECT_EQ(bench::parse_batches("1024"), (std::vector<int64_t>{1024}));
+  for (const char* bad :
+       {"", "x", "1,,8", "1,", ",1", "0", "-1", "1.5", "8 ,9", "99999999999999"}) {
+    EXPECT_THROW(bench::parse_batches(bad), UsageError) << bad;
+  }
+  try {
+    bench::parse_batches("1,x");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--batches: expected positive integers separated by commas, got '1,x'");
+  }
+}
+
+TEST(BenchOptions, ParsesDtypeLists) {
+  EXPECT_EQ(bench::parse_dtypes("float32,bfloat16"),
+            (std::vector<torch::ScalarType>{torch::kFloat32, torch::kBFloat16}));
+  EXPECT_EQ(bench::parse_dtypes("float16"), (std::vector<torch::ScalarType>{torch::kFloat16}));
+  for (const char* bad : {"", "fp32", "float32,", "float64", "float32,half"}) {
+    EXPECT_THROW(bench::parse_dtypes(bad), UsageError) << bad;
+  }
+}
+
+TEST(BenchOptions, RotationCoversFourCachesWithinLimits) {
+  const int64_t cache = 60'000'000, mib = 1 << 20;
+  EXPECT_EQ(bench::rotation_count(32 * mib, cache), 8);    // 1024x8192 fp32: 256 MiB in all
+  EXPECT_EQ(bench::rotation_count(32 * 1024, cache), 64);  // batch 1: capped at 64
+  EXPECT_EQ(bench::rotation_count(600 * mib, cache), 2);   // never fewer than 2
+  EXPECT_LE(bench::rotation_count(200 * mib, cache) * 200 * mib, 1024 * mib);
+}
+
+TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
+  TempDir dir;
+  const fs::path json = dir.path / "bench.json", csv = dir.path / "bench.csv",
+                 svg = dir.path / "bench.svg";
+  std::string out, err;
+  const std::string args =
+      "bench --device cpu --batches 1,4 --in-features 64 --out-features 48 "
+      "--iters 3 --warmup 1 --json '" +
+      json.string() + "' --csv '" + csv.string() + "' --plot '" + svg.string() + "'";
+  ASSERT_EQ(run_program(args, dir, &out, &err), 0) << out << err;
+  for (const char* text : {"swish_chain", "mish_mish", "float32", "chain speedup", "fwd speedup"}) {
+    EXPECT_NE(out.find(text), std::string::npos) << text << "\n" << out;
+  }
+  EXPECT_EQ(err.find('\r'), std::string::npos);  // no progress line when stderr is a file
+
+  const auto doc = nlohmann::json::parse(read_all(json));
+  for (const char* key : {"command_line", "date_utc", "device", "libtorch_version", "cuda_version",
+                          "dtypes", "batches", "iters", "warmup", "models"}) {
+    EXPECT_TRUE(doc["header"].contains(key)) << key;
+  }
+  EXPECT_EQ(doc["header"]["iters"], 3);
+  ASSERT_EQ(doc["results"].size(), 4u);  // 2 models x 2 batches x 1 dtype
+  for (const auto& r : doc["results"]) {
+    EXPECT_EQ(r["in_features"], 64);
+    EXPECT_EQ(r["out_features"], 48);
+    EXPECT_TRUE(r["check"]["ok"].get<bool>());
+    for (const char* t : {"gemm_addmm", "gemm_matmul", "copy", "chain_eager", "chain_fused",
+                          "forward_eager", "forward_fused"}) {
+      ASSERT_TRUE(r["timings"].contains(t)) << t;
+      EXPECT_GT(r["timings"][t]["median_us"].get<double>(), 0) << t;
+      EXPECT_EQ(r["timings"][t]["samples"], 3) << t;
+      EXPECT_LE(r["timings"][t]["p10_us"].get<double>(), r["timings"][t]["p90_us"].get<double>());
+    }
+    EXPECT_FALSE(r["timings"].contains("graph_replay"));
+    for (const char* d :
+         {"chain_speedup", "forward_speedup", "chain_fused_x_copy", "chain_fused_gbps"}) {
+      EXPECT_GT(r["derived"][d].get<double>(), 0) << d;
+    }
+    EXPECT_TRUE(r["derived"]["graph_speedup"].is_null());
+  }
+
+  std::istringstream lines(read_all(csv));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 5u);  // header + 4
+  const size_t columns = count_of(rows[0], ",");
+  for (const auto& row : rows) EXPECT_EQ(count_of(row, ","), columns) << row;
+  EXPECT_EQ(rows[0].rfind("model,dtype,batch,", 0), 0u);
+
+  const std::string plot = read_all(svg);
+  EXPECT_EQ(plot.rfind("<svg", 0), 0u);
+  EXPECT_NE(plot.find("mish_mish  float32  batch 4"), std::string::npos);
+}
+
+TEST(BenchEndToEnd, RejectsBadValuesWithOneLine) {
+  TempDir dir;
+  std::string err;
+  EXPECT_EQ(run_program("bench --device cpu --batches 1,x", dir, nullptr, &err), 2);
+  EXPECT_NE(err.find("--batches: expected positive integers"), std::string::npos) << err;
+  EXPECT_EQ(count_of(err, "\n"), 1u) << err;
+  EXPECT_EQ(run_program("bench --device cpu --dtypes float64", dir, nullptr, &err), 2);
+  EXPECT_NE(err.find("--dtypes"), std::string::npos) << err;
+  EXPECT_EQ(run_program("bench --device cpu --cuda-graph", dir, nullptr, &err), 2);
+  EXPECT_NE(err.find("--cuda-graph needs a CUDA device"), std::string::npos) << err;
+}
+
+TEST(BenchEndToEnd, RefusesExistingOutputsBeforeRunning) {
+  TempDir dir;
+  const fs::path csv = dir.path / "exists.csv";
+  std::ofstream(csv) << "keep me\n";
+  std::string out, err;
+  EXPECT_EQ(run_program("bench --device cpu --csv '" + csv.string() + "'", dir, &out, &err), 2);
+  EXPECT_NE(err.find("--overwrite"), std::string::npos) << err;
+  EXPECT_EQ(out, "");  // refused before any timing
+  EXPECT_EQ(read_all(csv), "keep me\n");
+}

@@ -1,0 +1,207 @@
+// The fusedlinear program end to end: run on a fixture and read the output back, compare,
+// the no-argument default, Python round trips, and every bad input giving one line + exit 2.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "modules/torch_file.h"
+
+namespace fusedlinear {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBinary = FUSEDLINEAR_BINARY;
+const std::string kFixtures = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/";
+
+struct Result {
+  int exit_code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("fusedlinear_cli_" + std::string(info->name()) + "_" +
+                                        std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs the program (CPU device unless the arguments say otherwise).
+  Result run(const std::string& args) {
+    const std::string command = kBinary + " " + args + " >" + (dir_ / "stdout").string() +
+                                " 2>" + (dir_ / "stderr").string() + " </dev/null";
+    const int status = std::system(command.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, slurp(dir_ / "stdout"),
+            slurp(dir_ / "stderr")};
+  }
+
+  // Bad input: exit 2 and exactly one line on stderr, "fusedlinear: error: ...".
+  void expect_usage_error(const std::string& args, const std::string& expected) {
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err.rfind("fusedlinear: error: ", 0), 0u) << args << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos)
+        << args << "\nstderr: " << r.err << "expected to contain: " << expected;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(Cli, RunOnFixtureWritesWhatPyTorchComputes) {
+  for (const std::string name : {"swish_chain", "mish_mish"}) {
+    const std::string out = path(name + "_out.pt");
+    const Result r = run("run --device cpu --weights " + kFixtures + name + ".pt --input " +
+                         kFixtures + name + "_input.pt --output " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(name), std::string::npos) << r.out;  // the model was detected
+    const torch::Tensor got = read_tensor(out);
+    const torch::Tensor want = read_tensor(kFixtures + name + "_output.pt");
+    EXPECT_TRUE(torch::allclose(got, want, 1e-4, 1e-4)) << name;
+  }
+}
+
+TEST_F(Cli, CompareSmallShapePassesAndWritesJson) {
+  const Result r = run("compare --device cpu --batch 9 --in-features 40 --out-features 24 "
+                       "--iters 3 --warmup 1 --json " + path("c.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("swish_chain"), std::string::npos);
+  EXPECT_NE(r.out.find("mish_mish"), std::string::npos);
+  EXPECT_NE(r.out.find("PASS"), std::string::npos);
+  const std::string json = slurp(path("c.json"));
+  EXPECT_NE(json.find("\"max_abs_err\""), std::string::npos);
+  EXPECT_NE(json.find("\"fused_forward\""), std::string::npos);
+  // The JSON is never silently replaced.
+  expect_usage_error("compare --device cpu --batch 2 --in-features 4 --out-features 4 --iters 1 "
+                     "--json " + path("c.json"),
+                     "already exists; pass --overwrite to replace it");
+}
+
+TEST_F(Cli, CompareFailsWhenToleranceIsImpossible) {
+  // atol = rtol = 0 on the half type: eager rounds after every op, fused once, so they differ.
+  const Result r = run("compare --device cpu --model swish_chain --dtype bfloat16 --batch 16 "
+                       "--in-features 64 --out-features 64 --iters 1 --warmup 0 --atol 0 --rtol 0");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, NoArgumentsRunsTheDefaultQuickly) {
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = run("");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+  EXPECT_LT(seconds, 60) << "the default run must stay well under a minute";
+}
+
+TEST_F(Cli, HelpListsTheCommands) {
+  const Result r = run("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("compare"), std::string::npos);
+  EXPECT_NE(r.out.find("--weights"), std::string::npos);
+}
+
+TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
+  const std::string weights = kFixtures + "swish_chain.pt";
+  const std::string input = kFixtures + "swish_chain_input.pt";
+  expect_usage_error("frobnicate", "unknown command 'frobnicate'");
+  expect_usage_error("--dtype float64", "--dtype: expected float32, float16 or bfloat16");
+  expect_usage_error("--device tpu", "--device: expected auto, cpu or cuda");
+  expect_usage_error("--model mlp", "--model: expected swish_chain, mish_mish or all");
+  expect_usage_error("--batch 0", "--batch: expected a positive integer");
+  expect_usage_error("--batch many", "--batch");
+  expect_usage_error("--no-such-option", "no-such-option");
+  expect_usage_error("--iters 2 --weights " + path("missing.pt"), "missing.pt");
+  expect_usage_error("run --weights " + weights + " --input " + input, "run needs --output");
+  expect_usage_error("run --input " + input + " --output " + path("o.pt"), "run needs --weights");
+  expect_usage_error("run --model all --weights " + weights + " --input " + input + " --output " +
+                         path("o.pt"),
+                     "run takes one model");
+  expect_usage_error("run --weights " + weights + " --input " + input + " --output " + input +
+                         " --overwrite",
+                     "is also an input of this run");
+  expect_usage_error("run --model mish_mish --weights " + weights + " --input " + input +
+                         " --output " + path("o.pt"),
+                     "missing key linear.weight");
+  expect_usage_error("run --weights " + weights + " --in-features 10 --input " + input +
+                         " --output " + path("o.pt"),
+                     "matmul.weight has shape [48, 64], expected [48, 10]");
+  // An input whose last dimension is not in_features.
+  expect_usage_error("run --weights " + weights + " --input " + kFixtures +
+                         "swish_chain_output.pt --output " + path("o.pt"),
+                     "expected a floating-point tensor [..., 64]");
+  // Not a torch file at all.
+  std::ofstream(path("junk.pt")) << "this is not a state dict\n";
+  expect_usage_error("run --weights " + path("junk.pt") + " --input " + input + " --output " +
+                         path("o.pt"),
+                     "junk.pt");
+  EXPECT_FALSE(fs::exists(path("o.pt"))) << "no output is written when a run fails";
+  if (!torch::cuda::is_available()) {
+    expect_usage_error("--device cuda", "--device cuda:");
+  }
+}
+
+TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {
+  const std::string out = path("out.pt");
+  std::ofstream(out) << "precious";
+  const std::string args = "run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
+                           kFixtures + "mish_mish_input.pt --output " + out;
+  expect_usage_error(args, "already exists; pass --overwrite to replace it");
+  EXPECT_EQ(slurp(out), "precious");
+  const Result r = run(args + " --overwrite");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(torch::allclose(read_tensor(out), read_tensor(kFixtures + "mish_mish_output.pt"),
+                              1e-4, 1e-4));
+}
+
+// With a Python that has torch: fresh weights of odd sizes from export.py, C++ against
+// PyTorch's output, and torch.load reading what fusedlinear wrote.
+TEST_F(Cli, PythonRoundTripOddSizes) {
+  std::string python;
+  for (const std::string candidate : {"python3", "/usr/bin/python3"}) {
+    if (std::system((candidate + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch: Python round trip skipped";
+  const std::string exported = path("py");
+  const std::string export_cmd = python + " " + FUSEDLINEAR_SOURCE_DIR +
+                                 "/weights/export.py --batch 7 --in-features 37 "
+                                 "--out-features 29 --seed 5 --out " + exported + " >/dev/null";
+  ASSERT_EQ(std::system(export_cmd.c_str()), 0);
+  for (const std::string name : {"swish_chain", "mish_mish"}) {
+    const std::string out = path(name + "_cpp.pt");
+    const Result r = run("run --device cpu --weights " + exported + "/" + name + ".pt --input " +
+                         exported + "/" + name + "_input.pt --output " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string check =
+        python + " -c \"import torch,sys; a=torch.load('" + out + "'); b=torch.load('" +
+        exported + "/" + name + "_output.pt'); sys.exit(0 if a.shape==b.shape and "
+        "torch.allclose(a,b,atol=1e-4,rtol=1e-4) else 1)\"";
+    EXPECT_EQ(std::system(check.c_str()), 0) << name << ": torch.load of fusedlinear's output";
+  }
+}
+
+}  // namespace
+}  // namespace fusedlinear

@@ -1,0 +1,257 @@
+// The fused ops against the eager libtorch ops they replace, on CPU and (where there is one)
+// CUDA: many shapes, all three dtypes, non-contiguous and misaligned inputs, NaN/Inf, and bad
+// arguments.
+#include <limits>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "kernels/ops.h"
+#include "modules/models.h"
+
+#ifdef FUSEDLINEAR_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace fusedlinear {
+namespace {
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+// Eager rounds after every op; the fused op computes in float and rounds once. In float32 the
+// two agree to a few ulp; in the half types, to a few units of the type's last place.
+Tolerance tolerance_for(torch::ScalarType dtype) {
+  if (dtype == torch::kFloat16) return {4e-3, 4e-3};
+  if (dtype == torch::kBFloat16) return {3e-2, 3e-2};
+  return {1e-5, 1e-5};
+}
+
+// y: the GEMM output without bias. Compares the model's fused epilogue (bias folded in) with
+// its eager epilogue on y + bias.
+void expect_fused_matches_eager(const std::string& name, const torch::Tensor& y) {
+  torch::NoGradGuard no_grad;
+  const int64_t cols = y.size(-1);
+  auto model = make_model(name, /*in_features=*/3, cols, /*seed=*/7);
+  model->to(y.device(), y.scalar_type());
+  const torch::Tensor fused = model->epilogue_fused(y);
+  torch::Tensor eager;
+  try {
+    eager = model->epilogue_eager(y + model->linear()->bias);
+  } catch (const c10::Error&) {
+    // libtorch 1.13 has no CPU kernels for some ops in float16/bfloat16 (sigmoid, mish, ...):
+    // there, eager runs in float32 and its result is rounded to the dtype.
+    auto model32 = make_model(name, 3, cols, 7);
+    model32->to(y.device());
+    const torch::Tensor y32 = y.to(torch::kFloat32);
+    eager = model32->epilogue_eager(y32 + model32->linear()->bias).to(y.scalar_type());
+  }
+  ASSERT_EQ(fused.sizes(), y.sizes());
+  ASSERT_EQ(fused.scalar_type(), y.scalar_type());
+  ASSERT_EQ(fused.device(), y.device());
+  const Tolerance tol = tolerance_for(y.scalar_type());
+  const torch::Tensor e = eager.to(torch::kFloat64), f = fused.to(torch::kFloat64);
+  EXPECT_TRUE(torch::allclose(f, e, tol.rtol, tol.atol, /*equal_nan=*/true))
+      << name << " " << y.scalar_type() << " " << y.sizes() << " on " << y.device()
+      << ": max abs diff " << (f - e).abs().nan_to_num(0).max().item<double>();
+  // NaN exactly where eager has NaN.
+  EXPECT_TRUE(torch::equal(f.isnan(), e.isnan())) << name << " NaN positions differ";
+}
+
+using Shape = std::vector<int64_t>;
+const std::vector<Shape> kShapes = {{1, 1},  {1, 7},    {3, 5},  {2, 8},  {7, 4099},
+                                    {64, 48}, {33, 256}, {1, 4097}, {5, 3, 16}, {0, 8}};
+const torch::ScalarType kDtypes[] = {torch::kFloat32, torch::kFloat16, torch::kBFloat16};
+
+torch::Tensor random_gemm_output(const Shape& shape, torch::ScalarType dtype,
+                                 torch::Device device) {
+  // GEMM outputs of the reference workload are spread over a few units; include the tails.
+  return (torch::randn(shape) * 3).to(device, dtype);
+}
+
+void run_shapes_and_dtypes(torch::Device device) {
+  torch::manual_seed(0);
+  for (const auto& name : model_names()) {
+    for (const auto dtype : kDtypes) {
+      for (const auto& shape : kShapes) {
+        expect_fused_matches_eager(name, random_gemm_output(shape, dtype, device));
+      }
+    }
+  }
+}
+
+// A transposed (non-contiguous) input, a view whose data starts 4 bytes past an aligned address
+// (no 16-byte loads possible), and a row length that is not a multiple of the vector width.
+void run_layouts(torch::Device device) {
+  torch::manual_seed(1);
+  for (const auto& name : model_names()) {
+    for (const auto dtype : kDtypes) {
+      const torch::Tensor transposed = random_gemm_output({40, 24}, dtype, device).t();
+      ASSERT_FALSE(transposed.is_contiguous());
+      expect_fused_matches_eager(name, transposed);
+
+      const torch::Tensor flat = random_gemm_output({1 + 24 * 16}, dtype, device);
+      const torch::Tensor misaligned = flat.narrow(0, 1, 24 * 16).view({24, 16});
+      ASSERT_NE(reinterpret_cast<uintptr_t>(misaligned.data_ptr()) % 16, 0u);
+      expect_fused_matches_eager(name, misaligned);
+
+      expect_fused_matches_eager(name, random_gemm_output({9, 13}, dtype, device));
+    }
+  }
+}
+
+// NaN, +-Inf, huge and tiny values spread through an input: same results as eager.
+void run_special_values(torch::Device device) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const torch::Tensor specials = torch::tensor(
+      {0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f, -1e4f, inf, -inf, nan,
+       3e38f, -3e38f, 0.5f});
+  for (const auto& name : model_names()) {
+    expect_fused_matches_eager(name, specials.view({2, 8}).to(device));
+    expect_fused_matches_eager(name, specials.view({4, 4}).to(device, torch::kFloat16));
+    expect_fused_matches_eager(name, specials.view({1, 16}).to(device, torch::kBFloat16));
+  }
+}
+
+TEST(FusedOpsCpu, MatchEagerAcrossShapesAndDtypes) { run_shapes_and_dtypes(torch::kCPU); }
+TEST(FusedOpsCpu, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCPU); }
+TEST(FusedOpsCpu, NanAndInfinityAsEager) { run_special_values(torch::kCPU); }
+
+TEST(FusedOpsCpu, WithoutBiasIsTheChainAlone) {
+  torch::manual_seed(2);
+  const torch::Tensor y = torch::randn({6, 10});
+  const torch::Tensor add = torch::randn({10});
+  namespace F = torch::nn::functional;
+  torch::Tensor want = y + add;
+  want = torch::tanh(torch::sigmoid(want) * want);
+  want = F::hardtanh(torch::gelu(want), F::HardtanhFuncOptions().min_val(-1).max_val(1));
+  EXPECT_TRUE(torch::allclose(fused_swish_chain(y, add), want, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(fused_mish_mish(y), F::mish(F::mish(y)), 1e-6, 1e-6));
+}
+
+// Every check at the op boundary fails with a message naming what was expected and what came.
+void expect_error(const std::function<void()>& call, const std::string& expected) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one containing: " << expected;
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+        << "message: " << e.what_without_backtrace() << "\nexpected to contain: " << expected;
+  }
+}
+
+TEST(FusedOpsCpu, RejectsBadInputsWithClearMessages) {
+  const torch::Tensor y = torch::randn({4, 8});
+  expect_error([&] { fused_mish_mish(y.to(torch::kFloat64)); },
+               "expected y of dtype float32, float16 or bfloat16, got Double");
+  expect_error([&] { fused_mish_mish(torch::ones({4, 8}, torch::kInt32)); },
+               "expected y of dtype float32, float16 or bfloat16, got Int");
+  expect_error([&] { fused_mish_mish(torch::tensor(1.0f)); },
+               "expected y with at least one dimension");
+  expect_error([&] { fused_swish_chain(y, torch::randn({7})); },
+               "expected add_value of shape [8] (the last dimension of y, [4, 8]), got [7]");
+  expect_error([&] { fused_swish_chain(y, torch::randn({2, 4})); },
+               "expected add_value of shape [8]");
+  expect_error([&] { fused_swish_chain(y, torch::randn({8}, torch::kFloat16)); },
+               "expected add_value of dtype Float (the dtype of y), got Half");
+  expect_error([&] { fused_mish_mish(y, torch::randn({9})); },
+               "expected bias of shape [8] (the last dimension of y, [4, 8]), got [9]");
+  expect_error([&] { fused_swish_chain(torch::Tensor(), torch::randn({8})); }, "undefined");
+}
+
+// --- CUDA: the same on the GPU, plus the cases only the vectorised kernel has. ---
+
+class FusedOpsCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: CUDA tests skipped";
+  }
+};
+
+TEST_F(FusedOpsCuda, MatchEagerAcrossShapesAndDtypes) { run_shapes_and_dtypes(torch::kCUDA); }
+TEST_F(FusedOpsCuda, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCUDA); }
+TEST_F(FusedOpsCuda, NanAndInfinityAsEager) { run_special_values(torch::kCUDA); }
+
+TEST_F(FusedOpsCuda, MatchesTheCpuImplementation) {
+  torch::manual_seed(3);
+  for (const auto& name : model_names()) {
+    const torch::Tensor y = torch::randn({37, 1000}) * 4;
+    auto model = make_model(name, 3, 1000, 11);
+    const torch::Tensor cpu = model->epilogue_fused(y);
+    model->to(torch::kCUDA);
+    const torch::Tensor cuda = model->epilogue_fused(y.to(torch::kCUDA)).cpu();
+    // Same formulas; the GPU's exp and division are the hardware approximations (a few ulp,
+    // up to ~25 ulp for exp(+-20)), the CPU's are exact.
+    EXPECT_TRUE(torch::allclose(cuda, cpu, 1e-5, 1e-5)) << name;
+  }
+}
+
+TEST_F(FusedOpsCuda, EveryElementWrittenForOddSizes) {
+  // Sizes around the vector width and block size; the output must have no unwritten element,
+  // checked by comparing against eager (an unwritten element would hold garbage or NaN).
+  torch::manual_seed(4);
+  for (int64_t cols : {1, 3, 4, 5, 8, 255, 256, 257, 1023, 1024, 1025, 8192}) {
+    for (int64_t rows : {1, 2, 3, 17}) {
+      for (const auto dtype : kDtypes) {
+        expect_fused_matches_eager("mish_mish", random_gemm_output({rows, cols}, dtype,
+                                                                   torch::kCUDA));
+      }
+    }
+  }
+}
+
+TEST_F(FusedOpsCuda, RejectsInputsOnDifferentDevices) {
+  const torch::Tensor y = torch::randn({4, 8}, torch::kCUDA);
+  expect_error([&] { fused_swish_chain(y, torch::randn({8})); },
+               "expected add_value on cuda:0 (the device of y), got cpu");
+}
+
+#ifdef FUSEDLINEAR_WITH_CUDA
+TEST_F(FusedOpsCuda, RunsOnTheCurrentStream) {
+  torch::manual_seed(5);
+  const torch::Tensor y = torch::randn({64, 512}, torch::kCUDA);
+  auto model = make_model("swish_chain", 3, 512, 1);
+  model->to(torch::kCUDA);
+  const torch::Tensor want = model->epilogue_fused(y);
+  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
+  torch::Tensor got;
+  {
+    c10::cuda::CUDAStreamGuard guard(stream);
+    got = model->epilogue_fused(y);
+  }
+  stream.synchronize();
+  EXPECT_TRUE(torch::equal(got, want));
+}
+#endif
+
+TEST_F(FusedOpsCuda, MoreThan2To31Elements) {
+  // 2^31 + 2^15 fp16 elements (4 GiB in, 4 GiB out): 64-bit indexing and a grid-stride loop
+  // over more rows than one grid dimension holds. Checked on slices at both ends.
+  const int64_t cols = 32768, rows = 65537;
+  size_t free_bytes = 0;
+#ifdef FUSEDLINEAR_WITH_CUDA
+  size_t total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+#endif
+  if (free_bytes < (size_t(20) << 30)) GTEST_SKIP() << "needs 20 GiB of free GPU memory";
+  torch::manual_seed(6);
+  auto model = make_model("mish_mish", 3, cols, 2);
+  model->to(torch::kCUDA, torch::kFloat16);
+  torch::Tensor y = torch::empty({rows, cols}, torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat16));
+  y.uniform_(-4, 4);
+  const torch::Tensor fused = model->epilogue_fused(y);
+  const Tolerance tol = tolerance_for(torch::kFloat16);
+  for (int64_t start : {int64_t{0}, rows / 2, rows - 3}) {
+    const torch::Tensor y_rows = y.narrow(0, start, 3);
+    const torch::Tensor eager = model->epilogue_eager(y_rows + model->linear()->bias);
+    EXPECT_TRUE(torch::allclose(fused.narrow(0, start, 3).to(torch::kFloat32),
+                                eager.to(torch::kFloat32), tol.rtol, tol.atol))
+        << "rows from " << start;
+  }
+}
+
+}  // namespace
+}  // namespace fusedlinear

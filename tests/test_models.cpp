@@ -1,0 +1,143 @@
+// The nn::Module equivalents: state-dict keys, initialisation, fused vs eager forward, and the
+// committed Python fixtures (weights/fixtures, written by weights/export.py).
+#include <gtest/gtest.h>
+
+#include "modules/models.h"
+#include "modules/state_dict.h"
+#include "modules/torch_file.h"
+
+namespace fusedlinear {
+namespace {
+
+const std::string kFixtures = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/";
+
+std::vector<std::string> keys(torch::nn::Module& m) {
+  std::vector<std::string> out;
+  for (const auto& item : m.named_parameters()) out.push_back(item.key());
+  for (const auto& item : m.named_buffers()) out.push_back(item.key());
+  return out;
+}
+
+// Keys and their order as Python's state_dict() lists them (a module's own parameters first).
+TEST(Models, StateDictKeysAndShapesAreThePythonOnes) {
+  auto swish = make_model("swish_chain", 64, 48, 0);
+  EXPECT_EQ(keys(*swish), (std::vector<std::string>{"add_value", "matmul.weight", "matmul.bias"}));
+  auto mish = make_model("mish_mish", 64, 48, 0);
+  EXPECT_EQ(keys(*mish), (std::vector<std::string>{"linear.weight", "linear.bias"}));
+  for (auto* m : {swish.get(), mish.get()}) {
+    EXPECT_EQ(m->linear()->weight.sizes(), (torch::IntArrayRef{48, 64}));
+    EXPECT_EQ(m->linear()->bias.sizes(), (torch::IntArrayRef{48}));
+    EXPECT_EQ(m->in_features(), 64);
+    EXPECT_EQ(m->out_features(), 48);
+  }
+  EXPECT_THROW(make_model("mlp", 4, 4, 0), std::invalid_argument);
+}
+
+TEST(Models, InitialisedLikePyTorch) {
+  const int64_t in = 400, out = 300;
+  auto m = std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, 123));
+  ASSERT_TRUE(m);
+  const double bound = 1.0 / std::sqrt(double(in));
+  for (const torch::Tensor& t : {m->matmul->weight, m->matmul->bias}) {
+    EXPECT_LE(t.abs().max().item<double>(), bound);
+    EXPECT_GT(t.abs().max().item<double>(), 0.95 * bound);  // uniform: fills the range
+    EXPECT_NEAR(t.mean().item<double>(), 0.0, 0.1 * bound);
+  }
+  EXPECT_NEAR(m->add_value.mean().item<double>(), 0.0, 0.2);  // standard normal, 300 draws
+  EXPECT_NEAR(m->add_value.std().item<double>(), 1.0, 0.15);
+  // Seeded: the same seed gives the same parameters, another seed others.
+  auto again = std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, 123));
+  auto other = std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, 124));
+  EXPECT_TRUE(torch::equal(m->matmul->weight, again->matmul->weight));
+  EXPECT_FALSE(torch::equal(m->matmul->weight, other->matmul->weight));
+}
+
+TEST(Models, FusedForwardMatchesEagerForward) {
+  torch::NoGradGuard no_grad;
+  for (const auto& name : model_names()) {
+    auto model = make_model(name, 96, 80, 3);
+    const torch::Tensor x = torch::rand({17, 96});
+    EXPECT_TRUE(torch::allclose(model->forward(x), model->forward_eager(x), 1e-5, 1e-5)) << name;
+    // Leading batch dimensions pass through, as nn.Linear allows.
+    const torch::Tensor x3 = torch::rand({2, 5, 96});
+    EXPECT_EQ(model->forward(x3).sizes(), (torch::IntArrayRef{2, 5, 80}));
+    EXPECT_TRUE(torch::allclose(model->forward(x3), model->forward_eager(x3), 1e-5, 1e-5));
+  }
+}
+
+// Both modules reproduce PyTorch's own output for the committed fixtures within 1e-4.
+TEST(Models, ReproduceThePythonFixtures) {
+  torch::NoGradGuard no_grad;
+  for (const auto& name : model_names()) {
+    auto model = make_model(name, 64, 48, 0);
+    const auto notices = load_state_dict(*model, kFixtures + name + ".pt");
+    const torch::Tensor x = read_tensor(kFixtures + name + "_input.pt");
+    const torch::Tensor want = read_tensor(kFixtures + name + "_output.pt");
+    ASSERT_EQ(x.sizes(), (torch::IntArrayRef{5, 64}));
+    EXPECT_TRUE(torch::allclose(model->forward(x), want, 1e-4, 1e-4)) << name << " fused";
+    EXPECT_TRUE(torch::allclose(model->forward_eager(x), want, 1e-4, 1e-4)) << name << " eager";
+    if (torch::cuda::is_available()) {
+      model->to(torch::kCUDA);
+      EXPECT_TRUE(torch::allclose(model->forward(x.cuda()).cpu(), want, 1e-4, 1e-4))
+          << name << " fused on CUDA";
+    }
+  }
+}
+
+TEST(Models, LoadErrorsNameTheFileAndTheProblem) {
+  const std::string path = kFixtures + "swish_chain.pt";
+  auto expect_load_error = [&](torch::nn::Module& m, const std::string& expected,
+                               bool strict = true) {
+    try {
+      apply_state_dict(m, read_state_dict(path), path, strict);
+      ADD_FAILURE() << "loaded; expected an error containing: " << expected;
+    } catch (const LoadError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+      EXPECT_NE(message.find(path), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+    }
+  };
+  auto wrong_model = make_model("mish_mish", 64, 48, 0);
+  expect_load_error(*wrong_model,
+                    "missing key(s) linear.weight, linear.bias; the file has add_value, "
+                    "matmul.weight, matmul.bias");
+  auto wrong_shape = make_model("swish_chain", 40, 48, 0);
+  expect_load_error(*wrong_shape, "matmul.weight has shape [48, 64], expected [48, 40]");
+  expect_load_error(*wrong_shape, "expected [48, 40]", /*strict=*/false);
+
+  // Unexpected keys: strict refuses and lists them; non-strict loads the rest and says so.
+  NamedTensors extra = read_state_dict(path);
+  extra.tensors.emplace_back("scale", torch::ones({1}));
+  auto model = make_model("swish_chain", 64, 48, 0);
+  EXPECT_THROW(apply_state_dict(*model, extra, "extra.pt"), LoadError);
+  const auto notices = apply_state_dict(*model, extra, "extra.pt", /*strict=*/false);
+  ASSERT_FALSE(notices.empty());
+  EXPECT_NE(notices.back().find("ignored from extra.pt: scale"), std::string::npos);
+
+  // A failed load leaves the model as it was.
+  auto untouched = make_model("swish_chain", 64, 48, 9);
+  const torch::Tensor before = untouched->linear()->weight.clone();
+  NamedTensors bad = read_state_dict(path);
+  for (auto& [key, tensor] : bad.tensors) {
+    if (key == "add_value") tensor = torch::ones({3});  // the wrong shape
+  }
+  EXPECT_THROW(apply_state_dict(*untouched, bad, "bad.pt"), LoadError);
+  EXPECT_TRUE(torch::equal(untouched->linear()->weight, before));
+}
+
+TEST(Models, OtherDtypesAreConvertedWithOneNotice) {
+  NamedTensors file = read_state_dict(kFixtures + "mish_mish.pt");
+  for (auto& item : file.tensors) item.second = item.second.to(torch::kFloat64);
+  auto model = make_model("mish_mish", 64, 48, 0);
+  const auto notices = apply_state_dict(*model, file, "f64.pt");
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("converted dtype: linear.weight Double->Float, linear.bias "
+                            "Double->Float"),
+            std::string::npos)
+      << notices[0];
+  EXPECT_EQ(model->linear()->weight.scalar_type(), torch::kFloat32);
+}
+
+}  // namespace
+}  // namespace fusedlinear
