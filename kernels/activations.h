@@ -62,38 +62,6 @@ struct GeluErf {
   }
 };
 
-// torch.tanh with one exponential and one division: sign(x) * (1 - 2 / (exp(2|x|) + 1)), and
-// for |x| < 0.125, where that form loses relative accuracy, the odd Taylor series to x^7
-// (truncation below 2e-10 relative). Relative error about 1e-6 at |x| = 0.125, less above.
-struct TanhExp {
-  FL_HOST_DEVICE float operator()(float x) const {
-    const float ax = ::fabsf(x);
-    const float x2 = x * x;
-    const float series = x + x * x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315)));
-    const float far = ::copysignf(1.0f - fast_div(2.0f, fast_exp(2.0f * ax) + 1.0f), x);
-    return ax < 0.125f ? series : far;
-  }
-};
-
-// F.gelu(x) (erf form) with erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7):
-// for z = |x| / sqrt(2), erf(z) = 1 - q(t) exp(-z^2), t = 1 / (1 + p z). Then
-// 1 + erf(x / sqrt 2) is 2 - q e^(-z^2) for x >= 0 and q e^(-z^2) for x < 0 (no
-// cancellation), so the result is within ~5e-7 relative for x >= -1. Below -1 the factor
-// gets small and the absolute error would dominate: libm erff there.
-struct GeluErfPoly {
-  FL_HOST_DEVICE float operator()(float x) const {
-    if (x < -1.0f) return GeluErf{}(x);
-    constexpr float kInvSqrt2 = 0.70710678118654752440f;
-    const float z = ::fabsf(x) * kInvSqrt2;
-    const float t = fast_div(1.0f, 1.0f + 0.3275911f * z);
-    const float q =
-        t * (0.254829592f +
-             t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-    const float tail = q * fast_exp(-z * z);  // 1 - erf(z)
-    return 0.5f * x * (x >= 0.0f ? 2.0f - tail : tail);
-  }
-};
-
 // F.hardtanh(x, -1, 1). Comparisons, not fminf/fmaxf, so NaN stays NaN as in PyTorch's clamp.
 struct Hardtanh {
   FL_HOST_DEVICE float operator()(float x) const {
