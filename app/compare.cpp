@@ -46,10 +46,12 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   r.eager_err_vs_fp64 = max_abs(eager - reference);
   r.fused_err_vs_fp64 = max_abs(fused - reference);
 
-  r.eager = time_calls(settings.device, settings.warmup, settings.iters,
-                       [&](int) { model->forward_eager(x); });
-  r.fused = time_calls(settings.device, settings.warmup, settings.iters,
-                       [&](int) { model->forward(x); });
+  // In turns, so drifts of the device's clocks weigh on both alike.
+  const auto times = time_interleaved(settings.device, settings.warmup, settings.iters,
+                                      {[&](int) { model->forward_eager(x); },
+                                       [&](int) { model->forward(x); }});
+  r.eager = times[0];
+  r.fused = times[1];
   return r;
 }
 
@@ -83,7 +85,8 @@ int run_compare(const Settings& settings) {
                  "set --batch, --in-features, --out-features to change)\n";
   }
   std::cout << "times: whole forward in ms, median (p10-p90) of " << settings.iters
-            << " runs after " << settings.warmup << " warm-up; tolerance atol " << settings.atol
+            << " runs each, eager and fused in turns, after " << settings.warmup
+            << " warm-up; tolerance atol " << settings.atol
             << ", rtol " << settings.rtol << "\n\n";
 
   std::vector<ModelResult> results;

@@ -25,37 +25,9 @@ void synchronize(const torch::Device& device) {
 #endif
 }
 
-TimingStats time_calls(const torch::Device& device, int warmup, int iters,
-                       const std::function<void(int)>& fn) {
-  for (int i = 0; i < warmup; ++i) fn(i);
-  std::vector<double> micros;
-  micros.reserve(size_t(std::max(iters, 0)));
-#ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) {
-    std::vector<at::cuda::CUDAEvent> starts(size_t(std::max(iters, 0)));
-    std::vector<at::cuda::CUDAEvent> ends(starts.size());
-    const auto stream = at::cuda::getCurrentCUDAStream(device.index());
-    for (int i = 0; i < iters; ++i) {
-      starts[size_t(i)] = at::cuda::CUDAEvent(cudaEventDefault);
-      ends[size_t(i)] = at::cuda::CUDAEvent(cudaEventDefault);
-      starts[size_t(i)].record(stream);
-      fn(warmup + i);
-      ends[size_t(i)].record(stream);
-    }
-    stream.synchronize();
-    for (size_t i = 0; i < starts.size(); ++i) {
-      micros.push_back(1000.0 * double(starts[i].elapsed_time(ends[i])));
-    }
-  }
-#endif
-  if (!device.is_cuda()) {
-    for (int i = 0; i < iters; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      fn(warmup + i);
-      const auto end = std::chrono::steady_clock::now();
-      micros.push_back(std::chrono::duration<double, std::micro>(end - start).count());
-    }
-  }
+namespace {
+
+TimingStats summarise(const std::vector<double>& micros) {
   TimingStats stats;
   stats.samples = int(micros.size());
   stats.median_us = quantile(micros, 0.5);
@@ -63,6 +35,55 @@ TimingStats time_calls(const torch::Device& device, int warmup, int iters,
   stats.p90_us = quantile(micros, 0.9);
   stats.min_us = micros.empty() ? 0 : *std::min_element(micros.begin(), micros.end());
   return stats;
+}
+
+}  // namespace
+
+std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmup, int iters,
+                                          const std::vector<std::function<void(int)>>& fns) {
+  for (int i = 0; i < warmup; ++i) {
+    for (const auto& fn : fns) fn(i);
+  }
+  const size_t n = fns.size(), count = size_t(std::max(iters, 0));
+  std::vector<std::vector<double>> micros(n, std::vector<double>(count));
+#ifdef FUSEDLINEAR_WITH_CUDA
+  if (device.is_cuda()) {
+    // One event pair per call, all recorded on the current stream; read after one sync.
+    std::vector<at::cuda::CUDAEvent> starts(n * count), ends(n * count);
+    const auto stream = at::cuda::getCurrentCUDAStream(device.index());
+    for (size_t i = 0; i < count; ++i) {
+      for (size_t f = 0; f < n; ++f) {
+        starts[i * n + f].record(stream);
+        fns[f](warmup + int(i));
+        ends[i * n + f].record(stream);
+      }
+    }
+    stream.synchronize();
+    for (size_t i = 0; i < count; ++i) {
+      for (size_t f = 0; f < n; ++f) {
+        micros[f][i] = 1000.0 * double(starts[i * n + f].elapsed_time(ends[i * n + f]));
+      }
+    }
+  }
+#endif
+  if (!device.is_cuda()) {
+    for (size_t i = 0; i < count; ++i) {
+      for (size_t f = 0; f < n; ++f) {
+        const auto start = std::chrono::steady_clock::now();
+        fns[f](warmup + int(i));
+        const auto end = std::chrono::steady_clock::now();
+        micros[f][i] = std::chrono::duration<double, std::micro>(end - start).count();
+      }
+    }
+  }
+  std::vector<TimingStats> stats;
+  for (const auto& m : micros) stats.push_back(summarise(m));
+  return stats;
+}
+
+TimingStats time_calls(const torch::Device& device, int warmup, int iters,
+                       const std::function<void(int)>& fn) {
+  return time_interleaved(device, warmup, iters, {fn}).front();
 }
 
 }  // namespace fusedlinear

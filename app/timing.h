@@ -19,6 +19,11 @@ struct TimingStats {
 TimingStats time_calls(const torch::Device& device, int warmup, int iters,
                        const std::function<void(int)>& fn);
 
+// The same for several functions timed in turns (f0, f1, ..., f0, f1, ...), so that slow drifts
+// of the device (clocks, temperature) weigh on all of them alike: use it to compare versions.
+std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmup, int iters,
+                                          const std::vector<std::function<void(int)>>& fns);
+
 // The q-quantile (0..1) of `values`, linearly interpolated; 0 for an empty list.
 double quantile(std::vector<double> values, double q);
 
