@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
+
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -48,17 +49,20 @@ std::string scientific(double value, int decimals) {
   return buffer;
 }
 
+// POSIX stat rather than std::filesystem: libtorch 2.11's libtorch.so exports its own copies of
+// some std::filesystem functions, which crash when called from here (tests/test_support.h).
 void check_output_path(const std::string& path, bool overwrite,
                        const std::vector<std::string>& inputs) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return;
+  struct stat out;
+  if (::stat(path.c_str(), &out) != 0) return;  // a new file
   for (const auto& input : inputs) {
-    if (!input.empty() && fs::equivalent(path, input, ec)) {
+    struct stat in;
+    if (!input.empty() && ::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev &&
+        in.st_ino == out.st_ino) {
       throw UsageError(path + ": is also an input of this run; choose another output path");
     }
   }
-  if (fs::is_directory(path, ec)) throw UsageError(path + ": is a directory, expected a file path");
+  if (S_ISDIR(out.st_mode)) throw UsageError(path + ": is a directory, expected a file path");
   if (!overwrite) {
     throw UsageError(path + ": already exists; pass --overwrite to replace it");
   }

@@ -2,21 +2,22 @@
 // the no-argument default, Python round trips, and every bad input giving one line + exit 2.
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <memory>
 
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
 #include "modules/torch_file.h"
+#include "tests/test_support.h"
 
 namespace fusedlinear {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace testing_support;
 const std::string kBinary = FUSEDLINEAR_BINARY;
 const std::string kFixtures = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/";
 
@@ -25,31 +26,18 @@ struct Result {
   std::string out, err;
 };
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class Cli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("fusedlinear_cli_" + std::string(info->name()) + "_" +
-                                        std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { dir_ = std::make_unique<TempDir>(); }
+  void TearDown() override { dir_.reset(); }
 
   // Runs the program (CPU device unless the arguments say otherwise).
   Result run(const std::string& args) {
-    const std::string command = kBinary + " " + args + " >" + (dir_ / "stdout").string() +
-                                " 2>" + (dir_ / "stderr").string() + " </dev/null";
+    const std::string command = kBinary + " " + args + " >" + path("stdout") + " 2>" +
+                                path("stderr") + " </dev/null";
     const int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, slurp(dir_ / "stdout"),
-            slurp(dir_ / "stderr")};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, read_file(path("stdout")),
+            read_file(path("stderr"))};
   }
 
   // Bad input: exit 2 and exactly one line on stderr, "fusedlinear: error: ...".
@@ -62,9 +50,9 @@ class Cli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
   }
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_->file(name); }
 
-  fs::path dir_;
+  std::unique_ptr<TempDir> dir_;
 };
 
 TEST_F(Cli, RunOnFixtureWritesWhatPyTorchComputes) {
@@ -87,7 +75,7 @@ TEST_F(Cli, CompareSmallShapePassesAndWritesJson) {
   EXPECT_NE(r.out.find("swish_chain"), std::string::npos);
   EXPECT_NE(r.out.find("mish_mish"), std::string::npos);
   EXPECT_NE(r.out.find("PASS"), std::string::npos);
-  const std::string json = slurp(path("c.json"));
+  const std::string json = read_file(path("c.json"));
   EXPECT_NE(json.find("\"max_abs_err\""), std::string::npos);
   EXPECT_NE(json.find("\"fused_forward\""), std::string::npos);
   // The JSON is never silently replaced.
@@ -155,7 +143,7 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   expect_usage_error("run --weights " + path("junk.pt") + " --input " + input + " --output " +
                          path("o.pt"),
                      "junk.pt");
-  EXPECT_FALSE(fs::exists(path("o.pt"))) << "no output is written when a run fails";
+  EXPECT_FALSE(file_exists(path("o.pt"))) << "no output is written when a run fails";
   if (!torch::cuda::is_available()) {
     expect_usage_error("--device cuda", "--device cuda:");
   }
@@ -167,7 +155,7 @@ TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {
   const std::string args = "run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
                            kFixtures + "mish_mish_input.pt --output " + out;
   expect_usage_error(args, "already exists; pass --overwrite to replace it");
-  EXPECT_EQ(slurp(out), "precious");
+  EXPECT_EQ(read_file(out), "precious");
   const Result r = run(args + " --overwrite");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(torch::allclose(read_tensor(out), read_tensor(kFixtures + "mish_mish_output.pt"),
