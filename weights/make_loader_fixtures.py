@@ -96,7 +96,8 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 def rezip(src, dst, compression=zipfile.ZIP_STORED, replace=None):
-    """Copies a torch.save archive with Python's zipfile, optionally compressed or edited."""
+    """Copies a torch.save archive with Python's zipfile, optionally compressed, with the records
+    named in `replace` (by their name inside the archive folder) replaced or added."""
     replace = replace or {}
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression) as zout:
         names = zin.namelist()
@@ -105,11 +106,11 @@ def rezip(src, dst, compression=zipfile.ZIP_STORED, replace=None):
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = compression
             zout.writestr(info, data)
+        replaced = {prefix + suffix: data for suffix, data in replace.items()}
         for name in names:
-            write(name, zin.read(name))
-        for suffix, data in replace.items():
-            if prefix + suffix not in names:
-                write(prefix + suffix, data)
+            write(name, replaced.pop(name) if name in replaced else zin.read(name))
+        for name, data in replaced.items():  # records the archive lacked (torch 1.13 has no
+            write(name, data)                # byteorder record)
 
 
 class CudaLocation:
