@@ -21,11 +21,9 @@ const NamedTensors& weights_file(const Settings& settings) {
   static std::map<std::string, NamedTensors> cache;
   auto it = cache.find(settings.weights);
   if (it == cache.end()) {
+    // Its notices reach the user through apply_state_dict, with the model's.
     it = cache.emplace(settings.weights, read_state_dict(settings.weights, settings.weights_key))
              .first;
-    for (const auto& notice : it->second.notices) {
-      std::cerr << "fusedlinear: note: " << notice << "\n";
-    }
   }
   return it->second;
 }

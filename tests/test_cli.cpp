@@ -178,6 +178,21 @@ TEST_F(Cli, PythonRoundTripOddSizes) {
                                  "/weights/export.py --batch 7 --in-features 37 "
                                  "--out-features 29 --seed 5 --out " + exported + " >/dev/null";
   ASSERT_EQ(std::system(export_cmd.c_str()), 0);
+  // The forms people save state dicts in, each through `run`: what Python computed comes out.
+  for (const std::string form : {"dict", "checkpoint", "dataparallel"}) {
+    const std::string dir = path(form);
+    ASSERT_EQ(std::system((python + " " + FUSEDLINEAR_SOURCE_DIR + "/weights/export.py --form " +
+                           form + " --model swish_chain --batch 3 --in-features 20 "
+                           "--out-features 12 --out " + dir + " >/dev/null").c_str()),
+              0);
+    const Result r = run("run --device cpu --weights " + dir + "/swish_chain.pt --input " + dir +
+                         "/swish_chain_input.pt --output " + dir + "/out.pt");
+    ASSERT_EQ(r.exit_code, 0) << form << ": " << r.err;
+    EXPECT_TRUE(torch::allclose(read_tensor(dir + "/out.pt"),
+                                read_tensor(dir + "/swish_chain_output.pt"), 1e-4, 1e-4))
+        << form;
+    if (form != "dict") EXPECT_NE(r.err.find("fusedlinear: note:"), std::string::npos) << form;
+  }
   for (const std::string name : {"swish_chain", "mish_mish"}) {
     const std::string out = path(name + "_cpp.pt");
     const Result r = run("run --device cpu --weights " + exported + "/" + name + ".pt --input " +

@@ -3,8 +3,8 @@
 
 The two models are defined here exactly as shared/reference_models.py defines them. For each
 model chosen this writes, into --out:
-    <model>.pt         the state dict: torch.save(model.state_dict(), path) (an OrderedDict,
-                       what people usually write), or with --plain-dict the dict() of it
+    <model>.pt         the state dict, in the --form people write it (default: ordereddict,
+                       torch.save(model.state_dict(), path), what most people write)
     <model>_input.pt   the input tensor, torch.rand(batch, in_features) (uniform in [0, 1))
     <model>_output.pt  PyTorch's output for that input, model(input)
 
@@ -57,6 +57,19 @@ MODELS = ("swish_chain", "mish_mish")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+# What torch.save is given, for each --form.
+FORMS = {
+    "ordereddict": lambda model: model.state_dict(),
+    "dict": lambda model: dict(model.state_dict()),
+    # A training checkpoint; the loader finds the state dict under its well-known key.
+    "checkpoint": lambda model: {"epoch": 3, "model_state_dict": model.state_dict(),
+                                 "optimizer_state_dict": torch.optim.SGD(
+                                     model.parameters(), lr=0.1).state_dict()},
+    # What nn.DataParallel / DistributedDataParallel save: every key prefixed "module.".
+    "dataparallel": lambda model: nn.DataParallel(model).state_dict(),
+}
+
+
 def build(name, in_features, out_features):
     if name == "swish_chain":
         return SwishChain(in_features, out_features, (out_features,))
@@ -73,9 +86,7 @@ def export(name, args):
     x = x.to(device=device, dtype=dtype)
     with torch.no_grad():
         y = model(x)
-    state = model.state_dict()
-    if args.plain_dict:
-        state = dict(state)
+    state = FORMS[args.form](model)
     paths = [os.path.join(args.out, name + suffix) for suffix in (".pt", "_input.pt", "_output.pt")]
     for path in paths:
         if os.path.exists(path) and not args.overwrite:
@@ -84,7 +95,7 @@ def export(name, args):
     torch.save(x.cpu(), paths[1])
     torch.save(y.cpu(), paths[2])
     print("wrote %s (%s, %s, input [%d, %d] -> output %s)"
-          % (", ".join(paths), "dict" if args.plain_dict else "OrderedDict", args.dtype,
+          % (", ".join(paths), args.form, args.dtype,
              args.batch, args.in_features, list(y.shape)))
 
 
@@ -97,8 +108,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--device", default="cpu", help="where PyTorch computes the output")
-    parser.add_argument("--plain-dict", action="store_true",
-                        help="save dict(model.state_dict()) instead of the OrderedDict")
+    parser.add_argument("--form", choices=sorted(FORMS), default="ordereddict",
+                        help="how the state dict is saved (default: ordereddict)")
     parser.add_argument("--out", required=True, help="output folder (created if missing)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing files")
     args = parser.parse_args()
