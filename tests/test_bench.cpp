@@ -5,25 +5,21 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "app/bench.h"
 #include "app/svg_plot.h"
+#include "tests/test_support.h"
 
-namespace fs = std::filesystem;
 using namespace fusedlinear;
 
 namespace {
 
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing_support::TempDir;
+
+std::string read_all(const std::string& path) { return testing_support::read_file(path); }
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -31,24 +27,11 @@ size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-// A fresh temporary directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fusedlinear-bench-XXXXXX").string();
-    path = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 // Runs the program with `args`; returns its exit code, its stdout and stderr in out/err.
 int run_program(const std::string& args, const TempDir& dir, std::string* out, std::string* err) {
-  const fs::path out_file = dir.path / "stdout.txt", err_file = dir.path / "stderr.txt";
+  const std::string out_file = dir.file("stdout.txt"), err_file = dir.file("stderr.txt");
   const std::string command = std::string("'") + FUSEDLINEAR_BINARY + "' " + args + " >'" +
-                              out_file.string() + "' 2>'" + err_file.string() + "'";
+                              out_file + "' 2>'" + err_file + "'";
   const int status = std::system(command.c_str());
   if (out) *out = read_all(out_file);
   if (err) *err = read_all(err_file);
@@ -132,13 +115,13 @@ TEST(BenchOptions, RotationCoversFourCachesWithinLimits) {
 
 TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
   TempDir dir;
-  const fs::path json = dir.path / "bench.json", csv = dir.path / "bench.csv",
-                 svg = dir.path / "bench.svg";
+  const std::string json = dir.file("bench.json"), csv = dir.file("bench.csv"),
+                    svg = dir.file("bench.svg");
   std::string out, err;
   const std::string args =
       "bench --device cpu --batches 1,4 --in-features 64 --out-features 48 "
       "--iters 3 --warmup 1 --json '" +
-      json.string() + "' --csv '" + csv.string() + "' --plot '" + svg.string() + "'";
+      json + "' --csv '" + csv + "' --plot '" + svg + "'";
   ASSERT_EQ(run_program(args, dir, &out, &err), 0) << out << err;
   for (const char* text : {"swish_chain", "mish_mish", "float32", "chain speedup", "fwd speedup"}) {
     EXPECT_NE(out.find(text), std::string::npos) << text << "\n" << out;
@@ -198,10 +181,10 @@ TEST(BenchEndToEnd, RejectsBadValuesWithOneLine) {
 
 TEST(BenchEndToEnd, RefusesExistingOutputsBeforeRunning) {
   TempDir dir;
-  const fs::path csv = dir.path / "exists.csv";
+  const std::string csv = dir.file("exists.csv");
   std::ofstream(csv) << "keep me\n";
   std::string out, err;
-  EXPECT_EQ(run_program("bench --device cpu --csv '" + csv.string() + "'", dir, &out, &err), 2);
+  EXPECT_EQ(run_program("bench --device cpu --csv '" + csv + "'", dir, &out, &err), 2);
   EXPECT_NE(err.find("--overwrite"), std::string::npos) << err;
   EXPECT_EQ(out, "");  // refused before any timing
   EXPECT_EQ(read_all(csv), "keep me\n");

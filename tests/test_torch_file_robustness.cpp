@@ -7,12 +7,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "modules/torch_file.h"
+#include "tests/test_support.h"
 
 // Under AddressSanitizer, any single allocation over 1 GiB fails the test.
 extern "C" const char* __asan_default_options() { return "max_allocation_size_mb=1024"; }
@@ -20,26 +20,27 @@ extern "C" const char* __asan_default_options() { return "max_allocation_size_mb
 namespace fusedlinear {
 namespace {
 
-namespace fs = std::filesystem;
+using testing_support::file_exists;
+using testing_support::list_dir;
+using testing_support::read_file;
 
 const std::string kFixtures = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/loader/";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The committed fixtures of the first torch version folder (sorted), e.g. torch1.13.
-std::string fixture(const std::string& name) {
+// The committed fixture folders, one per torch version (torch1.13, torch2.11, ...), sorted.
+std::vector<std::string> fixture_dirs() {
   std::vector<std::string> dirs;
-  for (const auto& entry : fs::directory_iterator(kFixtures)) {
-    if (fs::exists(entry.path() / name)) dirs.push_back(entry.path().string());
+  for (const std::string& name : list_dir(kFixtures)) {
+    const std::string dir = kFixtures + name;  // kFixtures ends with '/'
+    if (file_exists(dir + "/manifest.json")) dirs.push_back(dir);
   }
   std::sort(dirs.begin(), dirs.end());
-  if (dirs.empty()) return "";
-  return read_file(dirs.front() + "/" + name);
+  return dirs;
+}
+
+// A fixture file of the first torch version folder.
+std::string fixture(const std::string& name) {
+  const std::vector<std::string> dirs = fixture_dirs();
+  return dirs.empty() ? "" : read_file(dirs.front() + "/" + name);
 }
 
 uint32_t le32(const std::string& s, size_t pos) {
@@ -85,13 +86,8 @@ PickleRegion find_pickle(const std::string& zip) {
 class TorchFileRobustness : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "fusedlinear-fuzz-XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
+    dir_ = temp_.path();
     path_ = dir_ + "/damaged.pt";
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
   }
 
   // Loads `bytes` as a file: it must load, or fail with a one-line LoadError naming the file.
@@ -122,26 +118,30 @@ class TorchFileRobustness : public ::testing::Test {
     }
   }
 
+  testing_support::TempDir temp_;  // removed with everything in it when the test ends
   std::string dir_, path_;
 };
 
 TEST_F(TorchFileRobustness, TruncatedAtEveryByteOffset) {
   const auto start = std::chrono::steady_clock::now();
-  for (const auto& [name, tensor] : {std::pair<std::string, bool>{"state_dict.pt", false},
-                                     {"tensor.pt", true},
-                                     {"state_dict.safetensors", false}}) {
-    const std::string good = fixture(name);
-    ASSERT_FALSE(good.empty()) << name;
-    const std::string file_name =
-        name.find(".safetensors") != std::string::npos ? "damaged.safetensors" : "damaged.pt";
-    ASSERT_TRUE(load_or_refuse(good, tensor, file_name)) << name;
-    int loaded = 0;
-    for (size_t cut = 0; cut < good.size(); ++cut) {
-      SCOPED_TRACE(name + " cut at " + std::to_string(cut));
-      loaded += load_or_refuse(good.substr(0, cut), tensor, file_name);
+  ASSERT_FALSE(fixture_dirs().empty());
+  for (const std::string& dir : fixture_dirs()) {
+    for (const auto& [name, tensor] : {std::pair<std::string, bool>{"state_dict.pt", false},
+                                       {"tensor.pt", true},
+                                       {"state_dict.safetensors", false}}) {
+      const std::string good = read_file(dir + "/" + name);
+      ASSERT_FALSE(good.empty()) << dir << "/" << name;
+      const std::string file_name =
+          name.find(".safetensors") != std::string::npos ? "damaged.safetensors" : "damaged.pt";
+      ASSERT_TRUE(load_or_refuse(good, tensor, file_name)) << dir << "/" << name;
+      int loaded = 0;
+      for (size_t cut = 0; cut < good.size(); ++cut) {
+        SCOPED_TRACE(dir + "/" + name + " cut at " + std::to_string(cut));
+        loaded += load_or_refuse(good.substr(0, cut), tensor, file_name);
+      }
+      // A zip without its end records cannot load; a cut safetensors file cannot either.
+      EXPECT_EQ(loaded, 0) << dir << "/" << name;
     }
-    // A zip without its end records cannot load; a cut safetensors file cannot either.
-    EXPECT_EQ(loaded, 0) << name;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -165,32 +165,38 @@ TEST_F(TorchFileRobustness, SeededRandomByteFlipsAnywhere) {
 }
 
 TEST_F(TorchFileRobustness, SeededRandomByteFlipsInThePickleReachTheReader) {
-  for (const auto& [name, tensor] : {std::pair<std::string, bool>{"state_dict.pt", false},
-                                     {"checkpoint_model.pt", false},
-                                     {"shared_storage.pt", false},
-                                     {"tensor.pt", true}}) {
-    const std::string good = fixture(name);
-    ASSERT_FALSE(good.empty()) << name;
-    const PickleRegion pickle = find_pickle(good);
-    ASSERT_GT(pickle.size, 0u) << name;
-    std::mt19937 rng(7);
-    int loaded = 0;
-    const int trials = 2500;
-    for (int trial = 0; trial < trials; ++trial) {
-      std::string bad = good;
-      const int flips = 1 + static_cast<int>(rng() % 3);
-      for (int i = 0; i < flips; ++i) {
-        // Mostly single-bit changes (near misses of valid opcodes and lengths), some bytes.
-        const size_t at = pickle.begin + rng() % pickle.size;
-        bad[at] ^= static_cast<char>(rng() % 2 ? 1u << (rng() % 8) : 1 + rng() % 255);
+  const std::vector<std::string> dirs = fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  for (size_t d = 0; d < dirs.size(); ++d) {
+    const std::string& dir = dirs[d];
+    for (const auto& [name, tensor] : {std::pair<std::string, bool>{"state_dict.pt", false},
+                                       {"checkpoint_model.pt", false},
+                                       {"shared_storage.pt", false},
+                                       {"tensor.pt", true}}) {
+      const std::string good = read_file(dir + "/" + name);
+      ASSERT_FALSE(good.empty()) << dir << "/" << name;
+      const PickleRegion pickle = find_pickle(good);
+      ASSERT_GT(pickle.size, 0u) << dir << "/" << name;
+      std::mt19937 rng(7 + d);  // versions often share data.pkl bytes: vary the flips
+      int loaded = 0;
+      const int trials = 1500;
+      for (int trial = 0; trial < trials; ++trial) {
+        std::string bad = good;
+        const int flips = 1 + static_cast<int>(rng() % 3);
+        for (int i = 0; i < flips; ++i) {
+          // Mostly single-bit changes (near misses of valid opcodes and lengths), some bytes.
+          const size_t at = pickle.begin + rng() % pickle.size;
+          bad[at] ^= static_cast<char>(rng() % 2 ? 1u << (rng() % 8) : 1 + rng() % 255);
+        }
+        const uint32_t fixed = crc(bad.data() + pickle.begin, pickle.size);
+        for (int i = 0; i < 4; ++i) bad[pickle.crc_field + i] = static_cast<char>(fixed >> (8 * i));
+        SCOPED_TRACE(dir + "/" + name + " trial " + std::to_string(trial));
+        loaded += load_or_refuse(bad, tensor);
       }
-      const uint32_t fixed = crc(bad.data() + pickle.begin, pickle.size);
-      for (int i = 0; i < 4; ++i) bad[pickle.crc_field + i] = static_cast<char>(fixed >> (8 * i));
-      SCOPED_TRACE(name + " trial " + std::to_string(trial));
-      loaded += load_or_refuse(bad, tensor);
+      std::printf("%s/%s: pickle flips: %d of %d loaded\n", dir.c_str(), name.c_str(), loaded,
+                  trials);
+      EXPECT_LT(loaded, trials) << "the flips never reached the pickle reader";
     }
-    std::printf("%s: pickle flips: %d of %d loaded\n", name.c_str(), loaded, trials);
-    EXPECT_LT(loaded, trials) << "the flips never reached the pickle reader";
   }
 }
 
