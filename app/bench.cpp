@@ -197,8 +197,8 @@ void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const S
     captured_out = model.forward(x);
     graph.capture_end();
   }
-  const auto times = time_interleaved(s.device, s.warmup, s.iters,
-                                      {[&](int) { graph.replay(); }, [&](int) { model.forward(x); }});
+  const auto times = time_interleaved(
+      s.device, s.warmup, s.iters, {[&](int) { graph.replay(); }, [&](int) { model.forward(x); }});
   r.timings["graph_replay"] = times[0];
   r.timings["forward_fused_static"] = times[1];
   graph.replay();
@@ -262,20 +262,12 @@ Result bench_one(LinearEpilogueModel& model, const std::string& name, int64_t ba
   measure({"copy", "chain_eager", "chain_fused"},
           {[&](int i) { y(i).clone(); }, [&](int i) { model.epilogue_eager(y(i)); },
            [&](int i) { model.epilogue_fused(y(i)); }});
-  measure({"forward_eager", "forward_fused"}, {[&](int i) { model.forward_eager(x(i)); },
-                                               [&](int i) { model.forward(x(i)); }});
+  measure({"forward_eager", "forward_fused"},
+          {[&](int i) { model.forward_eager(x(i)); }, [&](int i) { model.forward(x(i)); }});
 #ifdef FUSEDLINEAR_WITH_CUDA
   if (cuda_graph) time_cuda_graph(model, x(0), s, r);
 #endif
   return r;
-}
-
-nlohmann::ordered_json stats_json(const TimingStats& t) {
-  return {{"median_us", t.median_us},
-          {"p10_us", t.p10_us},
-          {"p90_us", t.p90_us},
-          {"min_us", t.min_us},
-          {"samples", t.samples}};
 }
 
 // NaN (not measured) as JSON null.
@@ -465,7 +457,7 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
       nlohmann::ordered_json timings = nlohmann::ordered_json::object(),
                              derived = nlohmann::ordered_json::object();
       for (const char* key : kTimings) {
-        if (r.timings.count(key)) timings[key] = stats_json(r.timings.at(key));
+        if (r.timings.count(key)) timings[key] = timing_json(r.timings.at(key));
       }
       for (const auto& [key, value] : r.derived()) derived[key] = number_or_null(value);
       rows.push_back({{"model", r.model},

@@ -1,13 +1,13 @@
 // What the command line asked for, shared by the commands (compare, run, bench).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
+#include <cxxopts.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <cxxopts.hpp>
-#include <torch/torch.h>
 
 #include "modules/models.h"
 
@@ -49,8 +49,7 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
 // The model `name` for this run: seeded-random parameters, or those of settings.weights (read
 // once, strictness per settings), on the run's device and in its dtype. Prints the loader's
 // notices to stderr, once.
-std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
-                                                 const Settings& settings);
+std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings);
 // The run's input: settings.input when given (checked against in_features), otherwise
 // torch.rand(batch, in_features) from the seeded CPU generator. On the run's device and dtype.
 torch::Tensor build_input(const Settings& settings, int64_t in_features);

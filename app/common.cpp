@@ -72,7 +72,8 @@ std::string detect_model(const Settings& settings) {
     auto probe = make_model(name, 1, 1, 0);
     if (!find_tensor(file, linear_weight_key(*probe))) continue;
     size_t matches = 0;
-    for (const auto& item : probe->named_parameters()) matches += find_tensor(file, item.key()) != nullptr;
+    for (const auto& item : probe->named_parameters())
+      matches += find_tensor(file, item.key()) != nullptr;
     if (matches > best_matches) best = name, best_matches = matches;
   }
   if (best.empty()) {
@@ -122,8 +123,8 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features) {
     x = read_tensor(settings.input);
     if (x.dim() < 1 || x.size(-1) != in_features || !x.is_floating_point()) {
       std::ostringstream s;
-      s << settings.input << ": input has shape " << x.sizes() << " and dtype "
-        << x.scalar_type() << ", expected a floating-point tensor [..., " << in_features
+      s << settings.input << ": input has shape " << x.sizes() << " and dtype " << x.scalar_type()
+        << ", expected a floating-point tensor [..., " << in_features
         << "] (in_features of the model)";
       throw UsageError(s.str());
     }
@@ -147,7 +148,8 @@ std::string platform_description(const torch::Device& device) {
     return s.str();
   }
 #endif
-  s << ", CPU (" << at::get_num_threads() << " threads)";
+  const int threads = at::get_num_threads();
+  s << ", CPU (" << threads << (threads == 1 ? " thread)" : " threads)");
   return s.str();
 }
 

@@ -1,7 +1,6 @@
 // `fusedlinear compare`: for each model, eager and fused forward on the same input; their
 // difference, each one's error against a float64 evaluation, and their timings.
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "app/cli.h"
@@ -41,15 +40,14 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   // float64 evaluation of the same parameters (as the model holds them) and input.
   const auto& linear = model->linear();
   const torch::Tensor reference = model->epilogue_eager(torch::nn::functional::linear(
-      x.to(torch::kFloat64), linear->weight.to(torch::kFloat64),
-      linear->bias.to(torch::kFloat64)));
+      x.to(torch::kFloat64), linear->weight.to(torch::kFloat64), linear->bias.to(torch::kFloat64)));
   r.eager_err_vs_fp64 = max_abs(eager - reference);
   r.fused_err_vs_fp64 = max_abs(fused - reference);
 
   // In turns, so drifts of the device's clocks weigh on both alike.
-  const auto times = time_interleaved(settings.device, settings.warmup, settings.iters,
-                                      {[&](int) { model->forward_eager(x); },
-                                       [&](int) { model->forward(x); }});
+  const auto times =
+      time_interleaved(settings.device, settings.warmup, settings.iters,
+                       {[&](int) { model->forward_eager(x); }, [&](int) { model->forward(x); }});
   r.eager = times[0];
   r.fused = times[1];
   return r;
@@ -58,11 +56,6 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
 std::string time_cell(const TimingStats& t) {
   return fixed(t.median_us / 1000, 3) + " (" + fixed(t.p10_us / 1000, 3) + "-" +
          fixed(t.p90_us / 1000, 3) + ")";
-}
-
-nlohmann::json timing_json(const TimingStats& t) {
-  return {{"median_us", t.median_us}, {"p10_us", t.p10_us}, {"p90_us", t.p90_us},
-          {"min_us", t.min_us}, {"samples", t.samples}};
 }
 
 }  // namespace
@@ -86,8 +79,7 @@ int run_compare(const Settings& settings) {
   }
   std::cout << "times: whole forward in ms, median (p10-p90) of " << settings.iters
             << " runs each, eager and fused in turns, after " << settings.warmup
-            << " warm-up; tolerance atol " << settings.atol
-            << ", rtol " << settings.rtol << "\n\n";
+            << " warm-up; tolerance atol " << settings.atol << ", rtol " << settings.rtol << "\n\n";
 
   std::vector<ModelResult> results;
   for (const auto& name : settings.models) results.push_back(compare_model(name, settings));
@@ -109,7 +101,7 @@ int run_compare(const Settings& settings) {
             << "\n";
 
   if (!settings.json.empty()) {
-    nlohmann::json models = nlohmann::json::array();
+    nlohmann::ordered_json models = nlohmann::ordered_json::array();
     for (const auto& r : results) {
       models.push_back({{"model", r.name},
                         {"max_abs_err", r.max_abs_err},
@@ -121,21 +113,20 @@ int run_compare(const Settings& settings) {
                         {"fused_forward", timing_json(r.fused)},
                         {"speedup", r.eager.median_us / r.fused.median_us}});
     }
-    const nlohmann::json doc = {
-        {"command", "compare"},
-        {"platform", platform_description(settings.device)},
-        {"device", settings.device.str()},
-        {"dtype", dtype_name(settings.dtype)},
-        {"batch", settings.batch},
-        {"weights", settings.weights},
-        {"input", settings.input},
-        {"seed", settings.seed},
-        {"iters", settings.iters},
-        {"warmup", settings.warmup},
-        {"atol", settings.atol},
-        {"rtol", settings.rtol},
-        {"pass", all_pass},
-        {"models", models}};
+    const nlohmann::ordered_json doc = {{"command", "compare"},
+                                {"platform", platform_description(settings.device)},
+                                {"device", settings.device.str()},
+                                {"dtype", dtype_name(settings.dtype)},
+                                {"batch", settings.batch},
+                                {"weights", settings.weights},
+                                {"input", settings.input},
+                                {"seed", settings.seed},
+                                {"iters", settings.iters},
+                                {"warmup", settings.warmup},
+                                {"atol", settings.atol},
+                                {"rtol", settings.rtol},
+                                {"pass", all_pass},
+                                {"models", models}};
     write_text_file(settings.json, doc.dump(2) + "\n");
   }
   return all_pass ? 0 : 1;

@@ -40,7 +40,8 @@ torch::Device parse_device(const std::string& name) {
 #ifdef FUSEDLINEAR_WITH_CUDA
       throw UsageError("--device cuda: no CUDA device is visible");
 #else
-      throw UsageError("--device cuda: this build has no CUDA (libtorch was CPU-only at build time)");
+      throw UsageError(
+          "--device cuda: this build has no CUDA (libtorch was CPU-only at build time)");
 #endif
     }
     return torch::kCUDA;
@@ -62,8 +63,8 @@ int64_t integer(const cxxopts::ParseResult& parsed, const std::string& name, int
   }
   if (used == 0 || used != text.size() || value < min_value) {
     throw UsageError("--" + name + ": expected " +
-                     (min_value > 0 ? "a positive integer" : "an integer >= 0") + ", got '" +
-                     text + "'");
+                     (min_value > 0 ? "a positive integer" : "an integer >= 0") + ", got '" + text +
+                     "'");
   }
   return value;
 }
@@ -186,9 +187,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
 }
 
 // c10::Error messages carry a backtrace and "Exception raised from ..." lines: keep the first.
-std::string first_line(const std::string& message) {
-  return message.substr(0, message.find('\n'));
-}
+std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
 
 int fail(const std::string& message) {
   std::cerr << "fusedlinear: error: " << first_line(message) << "\n";

@@ -1,10 +1,10 @@
 #include "report.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-
-#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -35,6 +35,14 @@ void Table::print(std::ostream& out) const {
   for (size_t width : widths) rule.push_back(std::string(width, '-'));
   print_row(rule);
   for (const auto& row : rows_) print_row(row);
+}
+
+nlohmann::ordered_json timing_json(const TimingStats& t) {
+  return {{"median_us", t.median_us},
+          {"p10_us", t.p10_us},
+          {"p90_us", t.p90_us},
+          {"min_us", t.min_us},
+          {"samples", t.samples}};
 }
 
 std::string fixed(double value, int decimals) {

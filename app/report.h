@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "app/timing.h"
+
 namespace fusedlinear {
 
 class Table {
@@ -18,6 +22,9 @@ class Table {
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// A timing as JSON: median_us, p10_us, p90_us, min_us, samples.
+nlohmann::ordered_json timing_json(const TimingStats& t);
 
 // printf-style "%.*g" / "%.*f" / "%.*e" helpers returning std::string.
 std::string fixed(double value, int decimals);

@@ -49,7 +49,14 @@ std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmu
 #ifdef FUSEDLINEAR_WITH_CUDA
   if (device.is_cuda()) {
     // One event pair per call, all recorded on the current stream; read after one sync.
-    std::vector<at::cuda::CUDAEvent> starts(n * count), ends(n * count);
+    // CUDAEvent's default flags disable timing: ask for timing events.
+    std::vector<at::cuda::CUDAEvent> starts, ends;
+    starts.reserve(n * count);
+    ends.reserve(n * count);
+    for (size_t i = 0; i < n * count; ++i) {
+      starts.emplace_back(cudaEventDefault);
+      ends.emplace_back(cudaEventDefault);
+    }
     const auto stream = at::cuda::getCurrentCUDAStream(device.index());
     for (size_t i = 0; i < count; ++i) {
       for (size_t f = 0; f < n; ++f) {

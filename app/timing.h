@@ -1,10 +1,10 @@
 // Timing a piece of device work: CUDA events on a GPU, a steady clock on the CPU.
 #pragma once
 
+#include <torch/types.h>
+
 #include <functional>
 #include <vector>
-
-#include <torch/types.h>
 
 namespace fusedlinear {
 

@@ -17,13 +17,13 @@
 
 using namespace fusedlinear;
 
-#define CHECK_CUDA(call)                                                                \
-  do {                                                                                  \
-    const cudaError_t err_ = (call);                                                    \
-    if (err_ != cudaSuccess) {                                                          \
+#define CHECK_CUDA(call)                                                                 \
+  do {                                                                                   \
+    const cudaError_t err_ = (call);                                                     \
+    if (err_ != cudaSuccess) {                                                           \
       std::fprintf(stderr, "epilogue_bench: %s: %s\n", #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
+      std::exit(1);                                                                      \
+    }                                                                                    \
   } while (0)
 
 namespace {
@@ -82,9 +82,13 @@ float host_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T>
 T host_from_float(float v);
 template <>
-float host_from_float<float>(float v) { return v; }
+float host_from_float<float>(float v) {
+  return v;
+}
 template <>
-__nv_bfloat16 host_from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__nv_bfloat16 host_from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // Max |out - ref| over a strided sample of the first buffer's output (inputs as T holds them).
 template <typename T, class Ref>
@@ -185,11 +189,10 @@ void run_all(Buffers<T>& b, int iters) {
   run_variant<Production, literal::SwishChainActivations>("swish_chain literal", b, true, iters,
                                                           swish_chain_ref);
   run_variant<Production, SwishChainActivations>("swish_chain kernel", b, true, iters,
-                                                  swish_chain_ref);
+                                                 swish_chain_ref);
   run_variant<Production, literal::MishMishActivations>("mish_mish literal", b, false, iters,
                                                         mish_mish_ref);
-  run_variant<Production, MishMishActivations>("mish_mish kernel", b, false, iters,
-                                               mish_mish_ref);
+  run_variant<Production, MishMishActivations>("mish_mish kernel", b, false, iters, mish_mish_ref);
   // Launch shapes, on the production chains.
   const auto shapes = [&](auto activations, const char* name, bool with_shift, auto ref) {
     using A = decltype(activations);
@@ -228,10 +231,11 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %d SMs, L2 %d MiB; [%lld, %lld]; median of %d; [r rows/thread, t threads, "
-              "w max waves (0: none), cs streaming hints]\n",
-              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)rows,
-              (long long)cols, iters);
+  std::printf(
+      "%s, %d SMs, L2 %d MiB; [%lld, %lld]; median of %d; [r rows/thread, t threads, "
+      "w max waves (0: none), cs streaming hints]\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)rows, (long long)cols,
+      iters);
   std::printf("%-44s %9s %9s %9s %12s\n", "variant", "us", "GB/s", "x copy", "err vs f64");
   {
     auto b = make_buffers<float>(rows, cols, size_t(prop.l2CacheSize), iters);

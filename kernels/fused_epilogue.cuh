@@ -10,13 +10,13 @@
 // 16 bytes / sizeof(T) when every row start is 16-byte aligned, otherwise 1.
 #pragma once
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "epilogues.h"
 
@@ -30,9 +30,13 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -85,7 +89,7 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
 
   const Activations activations;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y * kRows;
-  const auto load_rows = [&](int64_t row0, Pack (&in)[kRows]) {
+  const auto load_rows = [&](int64_t row0, Pack(&in)[kRows]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (row0 + r < rows) {

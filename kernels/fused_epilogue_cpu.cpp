@@ -44,8 +44,7 @@ torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
     const T* b = bias_c.defined() ? bias_c.data_ptr<T>() : nullptr;
     const T* s = shift_c.defined() ? shift_c.data_ptr<T>() : nullptr;
     dispatch_epilogue(kind, [&](auto activations) {
-      run_rows<T, decltype(activations)>(input.data_ptr<T>(), b, s, out.data_ptr<T>(), rows,
-                                         cols);
+      run_rows<T, decltype(activations)>(input.data_ptr<T>(), b, s, out.data_ptr<T>(), rows, cols);
     });
   };
   switch (input.scalar_type()) {

@@ -2,9 +2,9 @@
 // kernels/*.cu compile with any nvcc, with or without a CUDA-enabled libtorch.
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 #include "epilogues.h"
 

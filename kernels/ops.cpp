@@ -33,8 +33,8 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
   TORCH_CHECK(y.device().type() == device, op, ": expected y on ", c10::DeviceTypeName(device),
               ", got ", describe(y));
   const auto dtype = y.scalar_type();
-  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kFloat16 || dtype == torch::kBFloat16,
-              op, ": expected y of dtype float32, float16 or bfloat16, got ", describe(y));
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kFloat16 || dtype == torch::kBFloat16, op,
+              ": expected y of dtype float32, float16 or bfloat16, got ", describe(y));
   TORCH_CHECK(y.dim() >= 1, op, ": expected y with at least one dimension [..., features], got ",
               describe(y));
   if (bias && bias->defined()) check_column_vector(op, "bias", *bias, y);
@@ -72,11 +72,11 @@ TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {
 
 torch::Tensor fused_swish_chain(const torch::Tensor& y, const torch::Tensor& add_value,
                                 const c10::optional<torch::Tensor>& bias) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("fusedlinear::swish_chain", "")
-                       .typed<torch::Tensor(const torch::Tensor&,
-                                            const c10::optional<torch::Tensor>&,
-                                            const torch::Tensor&)>();
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("fusedlinear::swish_chain", "")
+          .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&,
+                               const torch::Tensor&)>();
   return op.call(y, bias, add_value);
 }
 

@@ -8,11 +8,11 @@
 // To deploy your own Linear + elementwise model, copy one of these and its epilogue.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace fusedlinear {
 

@@ -56,7 +56,8 @@ std::vector<std::string> apply_state_dict(torch::nn::Module& model, const NamedT
     throw LoadError(source + ": unexpected key(s) " + join(unexpected) + "; the model expects " +
                     join(expected_keys) + " (--no-strict ignores them)");
   }
-  if (!missing.empty()) notices.push_back("not in " + source + ", kept as initialised: " + join(missing));
+  if (!missing.empty())
+    notices.push_back("not in " + source + ", kept as initialised: " + join(missing));
   if (!unexpected.empty()) notices.push_back("ignored from " + source + ": " + join(unexpected));
 
   // Check every shape before changing anything, so a failed load leaves the model untouched.

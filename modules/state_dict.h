@@ -2,10 +2,10 @@
 // checks, dtype conversion, and the messages a user needs when something does not fit.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "torch_file.h"
 

@@ -6,12 +6,12 @@
 // one line naming the file and what is wrong.
 #pragma once
 
+#include <torch/types.h>
+
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/types.h>
 
 namespace fusedlinear {
 

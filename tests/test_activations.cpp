@@ -1,11 +1,11 @@
 // The activation functors (kernels/activations.h) against float64 evaluations of PyTorch's
 // definitions, on a dense grid and at the extremes, including NaN and +-Inf.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/epilogues.h"
 
@@ -24,8 +24,8 @@ double mish_mish_ref(double x) { return mish_ref(mish_ref(x)); }
 std::vector<float> inputs() {
   std::vector<float> xs;
   for (int i = -30000; i <= 30000; ++i) xs.push_back(float(i) * 1e-3f);
-  const float extremes[] = {0.0f,  -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 20.0f, -20.0f,
-                            88.0f, -88.0f, 89.0f, -89.0f, 1e4f, -1e4f, 3.4e38f, -3.4e38f};
+  const float extremes[] = {0.0f,  -0.0f,  1e-30f, -1e-30f, 1e-7f, -1e-7f, 20.0f,   -20.0f,
+                            88.0f, -88.0f, 89.0f,  -89.0f,  1e4f,  -1e4f,  3.4e38f, -3.4e38f};
   xs.insert(xs.end(), std::begin(extremes), std::end(extremes));
   return xs;
 }
@@ -52,7 +52,8 @@ void expect_close(F f, double (*ref)(double), const char* name) {
 
 TEST(Activations, MatchFloat64OnGridAndExtremes) {
   expect_close(act::Swish{}, swish_ref, "swish");
-  expect_close(act::Tanh{}, [](double x) { return std::tanh(x); }, "tanh");
+  expect_close(
+      act::Tanh{}, [](double x) { return std::tanh(x); }, "tanh");
   expect_close(act::GeluErf{}, gelu_ref, "gelu");
   expect_close(act::Hardtanh{}, hardtanh_ref, "hardtanh");
   expect_close(act::Mish{}, mish_ref, "mish");
@@ -92,9 +93,8 @@ TEST(Activations, NanAndInfinityBehaveAsPyTorch) {
   EXPECT_EQ(act::Tanh{}(-inf), -1.0f);
   EXPECT_TRUE(std::isnan(act::GeluErf{}(-inf)));  // 0.5 * -inf * (1 + erf(-inf))
   EXPECT_EQ(act::GeluErf{}(inf), inf);
-  for (float v : {act::Swish{}(nan), act::Tanh{}(nan), act::GeluErf{}(nan),
-                  act::Hardtanh{}(nan), act::Mish{}(nan), SwishChainActivations{}(nan),
-                  MishMishActivations{}(nan)}) {
+  for (float v : {act::Swish{}(nan), act::Tanh{}(nan), act::GeluErf{}(nan), act::Hardtanh{}(nan),
+                  act::Mish{}(nan), SwishChainActivations{}(nan), MishMishActivations{}(nan)}) {
     EXPECT_TRUE(std::isnan(v));
   }
   // The chains end where the composition says: swish_chain(+inf) = hardtanh(gelu(tanh(inf))).

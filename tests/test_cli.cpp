@@ -1,15 +1,13 @@
 // The fusedlinear program end to end: run on a fixture and read the output back, compare,
 // the no-argument default, Python round trips, and every bad input giving one line + exit 2.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-
-#include <gtest/gtest.h>
-
-#include <torch/torch.h>
 
 #include "modules/torch_file.h"
 #include "tests/test_support.h"
@@ -33,8 +31,8 @@ class Cli : public ::testing::Test {
 
   // Runs the program (CPU device unless the arguments say otherwise).
   Result run(const std::string& args) {
-    const std::string command = kBinary + " " + args + " >" + path("stdout") + " 2>" +
-                                path("stderr") + " </dev/null";
+    const std::string command =
+        kBinary + " " + args + " >" + path("stdout") + " 2>" + path("stderr") + " </dev/null";
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, read_file(path("stdout")),
             read_file(path("stderr"))};
@@ -69,8 +67,10 @@ TEST_F(Cli, RunOnFixtureWritesWhatPyTorchComputes) {
 }
 
 TEST_F(Cli, CompareSmallShapePassesAndWritesJson) {
-  const Result r = run("compare --device cpu --batch 9 --in-features 40 --out-features 24 "
-                       "--iters 3 --warmup 1 --json " + path("c.json"));
+  const Result r =
+      run("compare --device cpu --batch 9 --in-features 40 --out-features 24 "
+          "--iters 3 --warmup 1 --json " +
+          path("c.json"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("swish_chain"), std::string::npos);
   EXPECT_NE(r.out.find("mish_mish"), std::string::npos);
@@ -79,15 +79,18 @@ TEST_F(Cli, CompareSmallShapePassesAndWritesJson) {
   EXPECT_NE(json.find("\"max_abs_err\""), std::string::npos);
   EXPECT_NE(json.find("\"fused_forward\""), std::string::npos);
   // The JSON is never silently replaced.
-  expect_usage_error("compare --device cpu --batch 2 --in-features 4 --out-features 4 --iters 1 "
-                     "--json " + path("c.json"),
-                     "already exists; pass --overwrite to replace it");
+  expect_usage_error(
+      "compare --device cpu --batch 2 --in-features 4 --out-features 4 --iters 1 "
+      "--json " +
+          path("c.json"),
+      "already exists; pass --overwrite to replace it");
 }
 
 TEST_F(Cli, CompareFailsWhenToleranceIsImpossible) {
   // atol = rtol = 0 on the half type: eager rounds after every op, fused once, so they differ.
-  const Result r = run("compare --device cpu --model swish_chain --dtype bfloat16 --batch 16 "
-                       "--in-features 64 --out-features 64 --iters 1 --warmup 0 --atol 0 --rtol 0");
+  const Result r =
+      run("compare --device cpu --model swish_chain --dtype bfloat16 --batch 16 "
+          "--in-features 64 --out-features 64 --iters 1 --warmup 0 --atol 0 --rtol 0");
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
 }
@@ -122,12 +125,12 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   expect_usage_error("--iters 2 --weights " + path("missing.pt"), "missing.pt");
   expect_usage_error("run --weights " + weights + " --input " + input, "run needs --output");
   expect_usage_error("run --input " + input + " --output " + path("o.pt"), "run needs --weights");
-  expect_usage_error("run --model all --weights " + weights + " --input " + input + " --output " +
-                         path("o.pt"),
-                     "run takes one model");
-  expect_usage_error("run --weights " + weights + " --input " + input + " --output " + input +
-                         " --overwrite",
-                     "is also an input of this run");
+  expect_usage_error(
+      "run --model all --weights " + weights + " --input " + input + " --output " + path("o.pt"),
+      "run takes one model");
+  expect_usage_error(
+      "run --weights " + weights + " --input " + input + " --output " + input + " --overwrite",
+      "is also an input of this run");
   expect_usage_error("run --model mish_mish --weights " + weights + " --input " + input +
                          " --output " + path("o.pt"),
                      "missing key linear.weight");
@@ -140,9 +143,9 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
                      "expected a floating-point tensor [..., 64]");
   // Not a torch file at all.
   std::ofstream(path("junk.pt")) << "this is not a state dict\n";
-  expect_usage_error("run --weights " + path("junk.pt") + " --input " + input + " --output " +
-                         path("o.pt"),
-                     "junk.pt");
+  expect_usage_error(
+      "run --weights " + path("junk.pt") + " --input " + input + " --output " + path("o.pt"),
+      "junk.pt");
   EXPECT_FALSE(file_exists(path("o.pt"))) << "no output is written when a run fails";
   if (!torch::cuda::is_available()) {
     expect_usage_error("--device cuda", "--device cuda:");
@@ -176,15 +179,19 @@ TEST_F(Cli, PythonRoundTripOddSizes) {
   const std::string exported = path("py");
   const std::string export_cmd = python + " " + FUSEDLINEAR_SOURCE_DIR +
                                  "/weights/export.py --batch 7 --in-features 37 "
-                                 "--out-features 29 --seed 5 --out " + exported + " >/dev/null";
+                                 "--out-features 29 --seed 5 --out " +
+                                 exported + " >/dev/null";
   ASSERT_EQ(std::system(export_cmd.c_str()), 0);
   // The forms people save state dicts in, each through `run`: what Python computed comes out.
   for (const std::string form : {"dict", "checkpoint", "dataparallel"}) {
     const std::string dir = path(form);
-    ASSERT_EQ(std::system((python + " " + FUSEDLINEAR_SOURCE_DIR + "/weights/export.py --form " +
-                           form + " --model swish_chain --batch 3 --in-features 20 "
-                           "--out-features 12 --out " + dir + " >/dev/null").c_str()),
-              0);
+    ASSERT_EQ(
+        std::system((python + " " + FUSEDLINEAR_SOURCE_DIR + "/weights/export.py --form " + form +
+                     " --model swish_chain --batch 3 --in-features 20 "
+                     "--out-features 12 --out " +
+                     dir + " >/dev/null")
+                        .c_str()),
+        0);
     const Result r = run("run --device cpu --weights " + dir + "/swish_chain.pt --input " + dir +
                          "/swish_chain_input.pt --output " + dir + "/out.pt");
     ASSERT_EQ(r.exit_code, 0) << form << ": " << r.err;
@@ -198,10 +205,10 @@ TEST_F(Cli, PythonRoundTripOddSizes) {
     const Result r = run("run --device cpu --weights " + exported + "/" + name + ".pt --input " +
                          exported + "/" + name + "_input.pt --output " + out);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string check =
-        python + " -c \"import torch,sys; a=torch.load('" + out + "'); b=torch.load('" +
-        exported + "/" + name + "_output.pt'); sys.exit(0 if a.shape==b.shape and "
-        "torch.allclose(a,b,atol=1e-4,rtol=1e-4) else 1)\"";
+    const std::string check = python + " -c \"import torch,sys; a=torch.load('" + out +
+                              "'); b=torch.load('" + exported + "/" + name +
+                              "_output.pt'); sys.exit(0 if a.shape==b.shape and "
+                              "torch.allclose(a,b,atol=1e-4,rtol=1e-4) else 1)\"";
     EXPECT_EQ(std::system(check.c_str()), 0) << name << ": torch.load of fusedlinear's output";
   }
 }

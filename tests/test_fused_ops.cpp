@@ -1,10 +1,10 @@
 // The fused ops against the eager libtorch ops they replace, on CPU and (where there is one)
 // CUDA: many shapes, all three dtypes, non-contiguous and misaligned inputs, NaN/Inf, and bad
 // arguments.
+#include <gtest/gtest.h>
+
 #include <limits>
 #include <tuple>
-
-#include <gtest/gtest.h>
 
 #include "kernels/ops.h"
 #include "modules/models.h"
@@ -61,7 +61,7 @@ void expect_fused_matches_eager(const std::string& name, const torch::Tensor& y)
 }
 
 using Shape = std::vector<int64_t>;
-const std::vector<Shape> kShapes = {{1, 1},  {1, 7},    {3, 5},  {2, 8},  {7, 4099},
+const std::vector<Shape> kShapes = {{1, 1},   {1, 7},    {3, 5},    {2, 8},     {7, 4099},
                                     {64, 48}, {33, 256}, {1, 4097}, {5, 3, 16}, {0, 8}};
 const torch::ScalarType kDtypes[] = {torch::kFloat32, torch::kFloat16, torch::kBFloat16};
 
@@ -106,9 +106,9 @@ void run_layouts(torch::Device device) {
 void run_special_values(torch::Device device) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const torch::Tensor specials = torch::tensor(
-      {0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f, -1e4f, inf, -inf, nan,
-       3e38f, -3e38f, 0.5f});
+  const torch::Tensor specials =
+      torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f, -1e4f, inf,
+                     -inf, nan, 3e38f, -3e38f, 0.5f});
   for (const auto& name : model_names()) {
     expect_fused_matches_eager(name, specials.view({2, 8}).to(device));
     expect_fused_matches_eager(name, specials.view({4, 4}).to(device, torch::kFloat16));
@@ -147,14 +147,20 @@ TEST(FusedOpsCpu, RejectsBadInputsWithClearMessages) {
   const torch::Tensor y = torch::randn({4, 8});
   expect_error([&] { fused_mish_mish(y.to(torch::kFloat64)); },
                "expected y of dtype float32, float16 or bfloat16, got Double");
-  expect_error([&] { fused_mish_mish(torch::ones({4, 8}, torch::kInt32)); },
-               "expected y of dtype float32, float16 or bfloat16, got Int");
+  expect_error(
+      [&] {
+        fused_mish_mish(torch::ones({4, 8}, torch::kInt32));
+      },
+      "expected y of dtype float32, float16 or bfloat16, got Int");
   expect_error([&] { fused_mish_mish(torch::tensor(1.0f)); },
                "expected y with at least one dimension");
   expect_error([&] { fused_swish_chain(y, torch::randn({7})); },
                "expected add_value of shape [8] (the last dimension of y, [4, 8]), got [7]");
-  expect_error([&] { fused_swish_chain(y, torch::randn({2, 4})); },
-               "expected add_value of shape [8]");
+  expect_error(
+      [&] {
+        fused_swish_chain(y, torch::randn({2, 4}));
+      },
+      "expected add_value of shape [8]");
   expect_error([&] { fused_swish_chain(y, torch::randn({8}, torch::kFloat16)); },
                "expected add_value of dtype Float (the dtype of y), got Half");
   expect_error([&] { fused_mish_mish(y, torch::randn({9})); },
@@ -196,8 +202,8 @@ TEST_F(FusedOpsCuda, EveryElementWrittenForOddSizes) {
   for (int64_t cols : {1, 3, 4, 5, 8, 255, 256, 257, 1023, 1024, 1025, 8192}) {
     for (int64_t rows : {1, 2, 3, 17}) {
       for (const auto dtype : kDtypes) {
-        expect_fused_matches_eager("mish_mish", random_gemm_output({rows, cols}, dtype,
-                                                                   torch::kCUDA));
+        expect_fused_matches_eager("mish_mish",
+                                   random_gemm_output({rows, cols}, dtype, torch::kCUDA));
       }
     }
   }
@@ -240,7 +246,8 @@ TEST_F(FusedOpsCuda, MoreThan2To31Elements) {
   torch::manual_seed(6);
   auto model = make_model("mish_mish", 3, cols, 2);
   model->to(torch::kCUDA, torch::kFloat16);
-  torch::Tensor y = torch::empty({rows, cols}, torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat16));
+  torch::Tensor y =
+      torch::empty({rows, cols}, torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat16));
   y.uniform_(-4, 4);
   const torch::Tensor fused = model->epilogue_fused(y);
   const Tolerance tol = tolerance_for(torch::kFloat16);

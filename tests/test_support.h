@@ -53,9 +53,8 @@ inline std::vector<std::string> list_dir(const std::string& path) {
 
 inline void remove_tree(const std::string& path) {
   ::nftw(
-      path.c_str(),
-      [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-      FTW_DEPTH | FTW_PHYS);
+      path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); },
+      16, FTW_DEPTH | FTW_PHYS);
 }
 
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it at the end.

@@ -25,12 +25,12 @@ namespace fusedlinear {
 namespace {
 
 using namespace std::string_literals;
+using nlohmann::json;
 using testing_support::file_exists;
 using testing_support::file_size;
 using testing_support::list_dir;
 using testing_support::read_file;
 using testing_support::TempDir;
-using nlohmann::json;
 
 const std::string kFixtureRoot = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/loader";
 const std::string kScript =
