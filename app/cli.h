@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cxxopts.hpp>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,6 +54,11 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
 // The run's input: settings.input when given (checked against in_features), otherwise
 // torch.rand(batch, in_features) from the seeded CPU generator. On the run's device and dtype.
 torch::Tensor build_input(const Settings& settings, int64_t in_features);
+// Runs fn; a c10::Error from libtorch (typically an op with no kernel for this dtype on this
+// device, e.g. float16 matmul on the CPU in libtorch 1.13) becomes a UsageError saying which
+// model, dtype and device could not run and why.
+void run_in_context(const std::string& model, const Settings& settings,
+                    const std::function<void()>& fn);
 // The model whose keys settings.weights holds (swish_chain has add_value, mish_mish linear.*).
 std::string detect_model(const Settings& settings);
 // "float32", "float16", "bfloat16".

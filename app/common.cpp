@@ -64,6 +64,18 @@ std::string dtype_name(torch::ScalarType dtype) {
   }
 }
 
+void run_in_context(const std::string& model, const Settings& settings,
+                    const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw UsageError(model + " in " + dtype_name(settings.dtype) + " on " + settings.device.str() +
+                     ": libtorch " + TORCH_VERSION +
+                     " cannot run it: " + what.substr(0, what.find('\n')));
+  }
+}
+
 std::string detect_model(const Settings& settings) {
   const NamedTensors& file = weights_file(settings);
   std::string best;

@@ -27,8 +27,11 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
 
   ModelResult r;
   r.name = name;
-  const torch::Tensor eager = model->forward_eager(x).to(torch::kFloat64);
-  const torch::Tensor fused = model->forward(x).to(torch::kFloat64);
+  torch::Tensor eager, fused;
+  run_in_context(name, settings, [&] {
+    eager = model->forward_eager(x).to(torch::kFloat64);
+    fused = model->forward(x).to(torch::kFloat64);
+  });
   const torch::Tensor diff = (fused - eager).abs();
   r.max_abs_err = max_abs(diff);
   // Relative error with |eager| floored at atol, so outputs near zero are judged by the
@@ -114,19 +117,19 @@ int run_compare(const Settings& settings) {
                         {"speedup", r.eager.median_us / r.fused.median_us}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
-                                {"platform", platform_description(settings.device)},
-                                {"device", settings.device.str()},
-                                {"dtype", dtype_name(settings.dtype)},
-                                {"batch", settings.batch},
-                                {"weights", settings.weights},
-                                {"input", settings.input},
-                                {"seed", settings.seed},
-                                {"iters", settings.iters},
-                                {"warmup", settings.warmup},
-                                {"atol", settings.atol},
-                                {"rtol", settings.rtol},
-                                {"pass", all_pass},
-                                {"models", models}};
+                                        {"platform", platform_description(settings.device)},
+                                        {"device", settings.device.str()},
+                                        {"dtype", dtype_name(settings.dtype)},
+                                        {"batch", settings.batch},
+                                        {"weights", settings.weights},
+                                        {"input", settings.input},
+                                        {"seed", settings.seed},
+                                        {"iters", settings.iters},
+                                        {"warmup", settings.warmup},
+                                        {"atol", settings.atol},
+                                        {"rtol", settings.rtol},
+                                        {"pass", all_pass},
+                                        {"models", models}};
     write_text_file(settings.json, doc.dump(2) + "\n");
   }
   return all_pass ? 0 : 1;

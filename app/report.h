@@ -2,11 +2,10 @@
 // formatting helpers shared by the commands.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "app/timing.h"
 
