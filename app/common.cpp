@@ -1,9 +1,7 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
 #include <iostream>
 #include <map>
-#include <set>
 #include <sstream>
-#include <thread>
 
 #include "app/cli.h"
 #include "modules/state_dict.h"

@@ -88,9 +88,4 @@ std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmu
   return stats;
 }
 
-TimingStats time_calls(const torch::Device& device, int warmup, int iters,
-                       const std::function<void(int)>& fn) {
-  return time_interleaved(device, warmup, iters, {fn}).front();
-}
-
 }  // namespace fusedlinear

@@ -13,14 +13,11 @@ struct TimingStats {
   int samples = 0;
 };
 
-// Calls fn(i) `warmup` times, then `iters` times timed one by one, and summarises the timed
-// calls. On CUDA each call is bracketed by events on the current stream (no host sync between
-// calls); on CPU by std::chrono::steady_clock. `i` counts the calls, so fn can rotate buffers.
-TimingStats time_calls(const torch::Device& device, int warmup, int iters,
-                       const std::function<void(int)>& fn);
-
-// The same for several functions timed in turns (f0, f1, ..., f0, f1, ...), so that slow drifts
-// of the device (clocks, temperature) weigh on all of them alike: use it to compare versions.
+// Calls each fn(i) `warmup` times, then `iters` times in turns (f0, f1, ..., f0, f1, ...),
+// timing every call, and summarises each function's timed calls. In turns, so slow drifts of
+// the device (clocks, temperature) weigh on all of them alike. On CUDA each call is bracketed by
+// events on the current stream (no host sync between calls); on CPU by
+// std::chrono::steady_clock. `i` counts the calls, so fn can rotate buffers.
 std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmup, int iters,
                                           const std::vector<std::function<void(int)>>& fns);
 
