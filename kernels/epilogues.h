@@ -13,32 +13,48 @@ namespace fusedlinear {
 
 enum class EpilogueKind { kSwishChain, kMishMish };
 
+// How many bits the chain's result keeps: float32 needs the accurate functors; bfloat16 and
+// float16 (8 and 11 significant bits) can take the hardware tanh, whose relative error (below
+// 2^-10.99) is under their rounding step.
+enum class ResultPrecision { kFloat32, kHalf };
+
 // Swish -> Tanh -> GELU(erf) -> Hardtanh(-1, 1), after `+ add_value`.
 using SwishChainActivations = act::Chain<act::Swish, act::Tanh, act::GeluErf, act::Hardtanh>;
-// Mish -> Mish.
+using SwishChainActivationsHalf =
+    act::Chain<act::Swish, act::TanhHalfPrecision, act::GeluErf, act::Hardtanh>;
+// Mish -> Mish (the same functors at every precision).
 using MishMishActivations = act::Chain<act::Mish, act::Mish>;
 
 // PyTorch's formulas op for op (act::literal): the baseline the rewrites are measured against
 // (kernels/epilogue_bench.cu, tests/test_activations.cpp).
 namespace literal {
 using SwishChainActivations =
-    act::Chain<act::literal::Swish, act::Tanh, act::GeluErf, act::Hardtanh>;
+    act::Chain<act::literal::Swish, act::Tanh, act::literal::GeluErf, act::Hardtanh>;
 using MishMishActivations = act::Chain<act::literal::Mish, act::literal::Mish>;
 }  // namespace literal
 
-// Calls fn(Activations{}) with the chain that `kind` names; the one place that maps the enum
-// to a type, for the CUDA launcher and the CPU loop alike.
-template <class Fn>
+// Calls fn(Activations{}) with the chain that `kind` names at `Precision`; the one place that
+// maps the enums to a type, for the CUDA launcher and the CPU loop alike.
+template <ResultPrecision Precision, class Fn>
 inline void dispatch_epilogue(EpilogueKind kind, Fn&& fn) {
   switch (kind) {
     case EpilogueKind::kSwishChain:
-      fn(SwishChainActivations{});
+      if constexpr (Precision == ResultPrecision::kHalf) {
+        fn(SwishChainActivationsHalf{});
+      } else {
+        fn(SwishChainActivations{});
+      }
       return;
     case EpilogueKind::kMishMish:
       fn(MishMishActivations{});
       return;
   }
 }
+
+// The precision of a result held in T: kHalf for the 2-byte float types.
+template <typename T>
+inline constexpr ResultPrecision kResultPrecisionOf =
+    sizeof(T) == 2 ? ResultPrecision::kHalf : ResultPrecision::kFloat32;
 
 inline const char* epilogue_name(EpilogueKind kind) {
   return kind == EpilogueKind::kSwishChain ? "swish_chain" : "mish_mish";

@@ -16,7 +16,7 @@ cudaError_t launch_fused_epilogue(EpilogueKind kind, ElementType type, const voi
   cudaError_t err = cudaErrorInvalidValue;
   const auto launch = [&](auto element) {
     using T = decltype(element);
-    dispatch_epilogue(kind, [&](auto activations) {
+    dispatch_epilogue<kResultPrecisionOf<T>>(kind, [&](auto activations) {
       err = cuda::launch_fused_epilogue_typed<T, Shape, decltype(activations)>(
           static_cast<const T*>(y), static_cast<const T*>(bias), static_cast<const T*>(shift),
           static_cast<T*>(out), rows, cols, stream);

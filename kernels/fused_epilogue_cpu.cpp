@@ -43,7 +43,8 @@ torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
     using T = decltype(element);
     const T* b = bias_c.defined() ? bias_c.data_ptr<T>() : nullptr;
     const T* s = shift_c.defined() ? shift_c.data_ptr<T>() : nullptr;
-    dispatch_epilogue(kind, [&](auto activations) {
+    // The same chains as the GPU's for each dtype (on the host both tanh functors are libm's).
+    dispatch_epilogue<kResultPrecisionOf<T>>(kind, [&](auto activations) {
       run_rows<T, decltype(activations)>(input.data_ptr<T>(), b, s, out.data_ptr<T>(), rows, cols);
     });
   };
