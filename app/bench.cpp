@@ -49,6 +49,10 @@ struct Result {
   double max_abs_diff = 0, atol = 0, rtol = 0;
   bool check_ok = true;
   bool graph_ok = true;  // with --cuda-graph: the replay's output matches an eager launch's
+  bool fused_weight_input_major = false;  // the layout choose_weight_layout kept for this batch
+  const char* fused_weight_layout() const {
+    return fused_weight_input_major ? "input-major" : "output-major";
+  }
 
   double median(const std::string& name) const {
     const auto it = timings.find(name);
@@ -212,10 +216,12 @@ void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const S
 }
 #endif
 
-// Times one configuration. x_all: [N, batch, in] rotating inputs; y_all: [M, batch, out], the
-// GEMM outputs the chains read.
-Result bench_one(LinearEpilogueModel& model, const std::string& name, int64_t batch,
-                 const Settings& s, bool cuda_graph, double atol, double rtol) {
+// Times one configuration. `model` runs the eager side, `fused_model` (the same parameters, laid
+// out for the fused path: build_model) the fused side. x_all: [N, batch, in] rotating inputs;
+// y_all: [M, batch, out], the GEMM outputs the chains read.
+Result bench_one(LinearEpilogueModel& model, LinearEpilogueModel& fused_model,
+                 const std::string& name, int64_t batch, const Settings& s, bool cuda_graph,
+                 double atol, double rtol) {
   Result r;
   r.model = name;
   r.dtype = s.dtype;
@@ -238,11 +244,15 @@ Result bench_one(LinearEpilogueModel& model, const std::string& name, int64_t ba
   const auto x = [&](int i) -> const torch::Tensor& { return xs[size_t(i) % xs.size()]; };
   const auto y = [&](int i) -> const torch::Tensor& { return ys[size_t(i) % ys.size()]; };
 
+  // The fused model's weight layout for this batch (choose_weight_layout).
+  choose_weight_layout(fused_model, x(0));
+  r.fused_weight_input_major = fused_model.weight_is_input_major();
+
   // The check: the fused chain against the eager chain on the same GEMM output.
   {
     const torch::Tensor eager =
         model.epilogue_eager(y(0) + model.linear()->bias).to(torch::kFloat32);
-    const torch::Tensor fused = model.epilogue_fused(y(0)).to(torch::kFloat32);
+    const torch::Tensor fused = fused_model.epilogue_fused(y(0)).to(torch::kFloat32);
     const torch::Tensor diff = (fused - eager).abs();
     r.atol = atol;
     r.rtol = rtol;
@@ -258,14 +268,14 @@ Result bench_one(LinearEpilogueModel& model, const std::string& name, int64_t ba
     for (size_t k = 0; k < keys.size(); ++k) r.timings[keys[k]] = stats[k];
   };
   measure({"gemm_addmm", "gemm_matmul"}, {[&](int i) { model.linear()->forward(x(i)); },
-                                          [&](int i) { model.matmul_without_bias(x(i)); }});
+                                          [&](int i) { fused_model.matmul_without_bias(x(i)); }});
   measure({"copy", "chain_eager", "chain_fused"},
           {[&](int i) { y(i).clone(); }, [&](int i) { model.epilogue_eager(y(i)); },
-           [&](int i) { model.epilogue_fused(y(i)); }});
+           [&](int i) { fused_model.epilogue_fused(y(i)); }});
   measure({"forward_eager", "forward_fused"},
-          {[&](int i) { model.forward_eager(x(i)); }, [&](int i) { model.forward(x(i)); }});
+          {[&](int i) { model.forward_eager(x(i)); }, [&](int i) { fused_model.forward(x(i)); }});
 #ifdef FUSEDLINEAR_WITH_CUDA
-  if (cuda_graph) time_cuda_graph(model, x(0), s, r);
+  if (cuda_graph) time_cuda_graph(fused_model, x(0), s, r);
 #endif
   return r;
 }
@@ -288,7 +298,7 @@ std::string render_csv(const std::vector<Result>& results) {
   for (const char* t : kTimings)
     out << "," << t << "_median_us," << t << "_p10_us," << t << "_p90_us";
   for (const auto& d : Result().derived()) out << "," << d.first;
-  out << ",max_abs_diff,check_ok\n";
+  out << ",fused_weight_layout,max_abs_diff,check_ok\n";
   for (const auto& r : results) {
     out << r.model << "," << dtype_name(r.dtype) << "," << r.batch << "," << r.in_features << ","
         << r.out_features << "," << r.x_buffers << "," << r.y_buffers << ","
@@ -301,7 +311,8 @@ std::string render_csv(const std::vector<Result>& results) {
           << (has ? csv_number(it->second.p90_us) : "");
     }
     for (const auto& d : r.derived()) out << "," << csv_number(d.second);
-    out << "," << csv_number(r.max_abs_diff) << "," << (r.check_ok ? "true" : "false") << "\n";
+    out << "," << r.fused_weight_layout() << "," << csv_number(r.max_abs_diff) << ","
+        << (r.check_ok ? "true" : "false") << "\n";
   }
   return out.str();
 }
@@ -370,12 +381,13 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
       Settings s = settings;
       s.dtype = dtype;
       const auto model = build_model(name, s);
+      const auto fused_model = build_model(name, s);
       for (const int64_t batch : batches) {
         progress.show(int(results.size()),
                       name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
         const double atol = user_tolerance ? settings.atol : bench::chain_tolerance(dtype);
         const double rtol = user_tolerance ? settings.rtol : bench::chain_tolerance(dtype);
-        results.push_back(bench_one(*model, name, batch, s, cuda_graph, atol, rtol));
+        results.push_back(bench_one(*model, *fused_model, name, batch, s, cuda_graph, atol, rtol));
       }
     }
   }
@@ -383,9 +395,9 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
 
   // The table: medians in microseconds; "x copy" is the fused chain's time over the copy's.
   std::vector<std::string> header = {
-      "model",          "dtype",          "batch",        "gemm us",    "copy us",
-      "eager chain us", "fused chain us", "fused x copy", "fused GB/s", "chain speedup",
-      "eager fwd us",   "fused fwd us",   "fwd speedup"};
+      "model",      "dtype",         "batch",          "gemm us",        "fused gemm us",
+      "fused W",    "copy us",       "eager chain us", "fused chain us", "fused x copy",
+      "fused GB/s", "chain speedup", "eager fwd us",   "fused fwd us",   "fwd speedup"};
   if (cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
   Table table(header);
   int failures = 0;
@@ -394,6 +406,8 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
                                     dtype_name(r.dtype),
                                     std::to_string(r.batch),
                                     fixed(r.median("gemm_addmm"), 1),
+                                    fixed(r.median("gemm_matmul"), 1),
+                                    r.fused_weight_input_major ? "in-major" : "out-major",
                                     fixed(r.median("copy"), 1),
                                     fixed(r.median("chain_eager"), 1),
                                     fixed(r.median("chain_fused"), 1),
@@ -422,7 +436,9 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
             << settings.warmup << " warm-up, medians in microseconds; rotating inputs, fresh "
             << "outputs\n\n";
   table.print(std::cout);
-  std::cout << "\ngemm: addmm with bias (eager's GEMM); x copy: fused chain time / copy time; "
+  std::cout << "\ngemm: addmm with bias (eager's GEMM); fused gemm: x @ W^T without bias; fused "
+               "W: its weight layout, the faster of the two at this batch (input- or output-"
+               "major); x copy: fused chain time / copy time; "
                "GB/s: bytes read + written; speedups: eager time / fused time"
             << (cuda_graph ? "; graph speedup: eager launches / graph replay of the fused forward"
                            : "")
@@ -468,6 +484,7 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
                       {"x_buffers", r.x_buffers},
                       {"y_buffers", r.y_buffers},
                       {"chain_bytes", r.chain_bytes()},
+                      {"fused_weight_layout", r.fused_weight_layout()},
                       {"timings", timings},
                       {"derived", derived},
                       {"check",

@@ -48,9 +48,14 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
 
 // Helpers the commands share (common.cpp).
 // The model `name` for this run: seeded-random parameters, or those of settings.weights (read
-// once, strictness per settings), on the run's device and in its dtype. Prints the loader's
-// notices to stderr, once.
+// once, strictness per settings), on the run's device and in its dtype, the weight laid out as
+// nn.Linear lays it out. Prints the loader's notices to stderr, once.
 std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings);
+// For the fused path on a GPU: times the bias-free GEMM x @ W^T with the weight as it is and
+// re-laid (output-major <-> input-major, LinearEpilogueModel::store_weight_input_major), in
+// turns, 10 calls each after 3 warm-up, and keeps the faster layout. Returns a line saying
+// which and the two median times. On the CPU it changes nothing and says so.
+std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x);
 // The run's input: settings.input when given (checked against in_features), otherwise
 // torch.rand(batch, in_features) from the seeded CPU generator. On the run's device and dtype.
 torch::Tensor build_input(const Settings& settings, int64_t in_features);

@@ -15,6 +15,7 @@ struct ModelResult {
   double max_abs_err = 0, max_rel_err = 0;
   bool within_tolerance = false;
   double eager_err_vs_fp64 = 0, fused_err_vs_fp64 = 0;
+  std::string weight_layout;  // the fused model's (choose_weight_layout)
   TimingStats eager, fused;
 };
 
@@ -22,15 +23,19 @@ double max_abs(const torch::Tensor& t) { return t.numel() ? t.abs().max().item<d
 
 ModelResult compare_model(const std::string& name, const Settings& settings) {
   torch::NoGradGuard no_grad;
-  auto model = build_model(name, settings);
+  // Two copies of the model, the same parameters: eager's with the weight as nn.Linear lays it
+  // out, the fused one's laid out for its GEMM (choose_weight_layout).
+  const auto model = build_model(name, settings);
+  const auto fused_model = build_model(name, settings);
   const torch::Tensor x = build_input(settings, model->in_features());
 
   ModelResult r;
   r.name = name;
+  r.weight_layout = choose_weight_layout(*fused_model, x);
   torch::Tensor eager, fused;
   run_in_context(name, settings, [&] {
     eager = model->forward_eager(x).to(torch::kFloat64);
-    fused = model->forward(x).to(torch::kFloat64);
+    fused = fused_model->forward(x).to(torch::kFloat64);
   });
   const torch::Tensor diff = (fused - eager).abs();
   r.max_abs_err = max_abs(diff);
@@ -48,9 +53,9 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   r.fused_err_vs_fp64 = max_abs(fused - reference);
 
   // In turns, so drifts of the device's clocks weigh on both alike.
-  const auto times =
-      time_interleaved(settings.device, settings.warmup, settings.iters,
-                       {[&](int) { model->forward_eager(x); }, [&](int) { model->forward(x); }});
+  const auto times = time_interleaved(
+      settings.device, settings.warmup, settings.iters,
+      {[&](int) { model->forward_eager(x); }, [&](int) { fused_model->forward(x); }});
   r.eager = times[0];
   r.fused = times[1];
   return r;
@@ -98,8 +103,9 @@ int run_compare(const Settings& settings) {
                    fixed(r.eager.median_us / r.fused.median_us, 3) + "x"});
   }
   table.print(std::cout);
-  std::cout << "\n"
-            << (all_pass ? "PASS: every model's fused output is within tolerance of eager"
+  std::cout << "\n";
+  for (const auto& r : results) std::cout << r.name << " fused path: " << r.weight_layout << "\n";
+  std::cout << (all_pass ? "PASS: every model's fused output is within tolerance of eager"
                          : "FAIL: a fused output differs from eager beyond tolerance")
             << "\n";
 
@@ -114,6 +120,7 @@ int run_compare(const Settings& settings) {
                         {"fused_err_vs_fp64", r.fused_err_vs_fp64},
                         {"eager_forward", timing_json(r.eager)},
                         {"fused_forward", timing_json(r.fused)},
+                        {"fused_weight_layout", r.weight_layout},
                         {"speedup", r.eager.median_us / r.fused.median_us}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},

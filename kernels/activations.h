@@ -33,12 +33,29 @@ FL_HOST_DEVICE float fast_exp(float x) {
 #endif
 }
 
-// a / b for |b| < 2^126 (callers guarantee it or accept 0 beyond, see each use).
+// a / b as a * (1/b) with the hardware reciprocal (rcp.approx.ftz: 1 ulp; one MUFU op and one
+// multiply, without __fdividef's range checks). For |b| > 2^126 the reciprocal flushes to 0, so
+// the result is 0 (and NaN for a = +-inf): callers say why that is right where they use it.
 FL_HOST_DEVICE float fast_div(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __fdividef(a, b);
+  float reciprocal;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(reciprocal) : "f"(b));
+  return a * reciprocal;
 #else
   return a / b;
+#endif
+}
+
+// min(max(x, lo), hi) with NaN passed through, as PyTorch's clamp does (fminf/fmaxf would
+// return the bound). On the GPU two min/max instructions with the .NaN flag (sm_80+).
+FL_HOST_DEVICE float clamp_keep_nan(float x, float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(lo));
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(y), "f"(hi));
+  return y;
+#else
+  return x < lo ? lo : (x > hi ? hi : x);
 #endif
 }
 
@@ -69,7 +86,7 @@ struct GeluErf {
 
 // torch.sigmoid(x) * x = x / (1 + exp(-x)). For x < -87 the denominator passes 2^126 and the
 // GPU's division gives 0 where the true value is below 1e-35 in magnitude; x = -inf gives
-// -inf / inf = NaN, as PyTorch's 0 * -inf does.
+// -inf * 0 = NaN, as PyTorch's 0 * -inf does.
 struct Swish {
   FL_HOST_DEVICE float operator()(float x) const { return fast_div(x, 1.0f + fast_exp(-x)); }
 };
@@ -94,37 +111,30 @@ struct TanhHalfPrecision {
   }
 };
 
-// F.gelu(x) with approximate='none' (PyTorch's default): 0.5 * x * (1 + erf(x / sqrt(2))).
-// For |x| <= 1, where it follows Tanh in swish_chain, a polynomial instead of erff (7 FMAs
-// against erff's ~20 instructions and one MUFU op): erf is odd, so
+// F.gelu(x) with approximate='none', for x in [-1, 1] only: where it follows Tanh, as in
+// swish_chain. A polynomial instead of erff (8 instructions against erff's ~20 and one MUFU op,
+// and no branch): erf is odd, so
 //   gelu(x) = x * (1/2 + x * Q(x^2)),  Q(w) = erf(sqrt(w/2)) / (2 sqrt(w)),
 // and Q, smooth on [0, 1], is fitted by a degree-5 polynomial (relative error 7e-10 in float64;
-// in float32 gelu stays within 1.4 ulp of 0.84 on [-1, 1], and keeps the sign of -0).
-// Elsewhere, NaN included, PyTorch's formula: the branch is uniform across a warp when every
-// input is in [-1, 1].
-struct GeluErf {
+// in float32 the result is within 1.4 ulp of 0.84 on [-1, 1] and keeps the sign of -0). NaN
+// gives NaN. Outside [-1, 1] the polynomial is wrong: compose literal::GeluErf there instead.
+struct GeluErfOnUnitInterval {
   FL_HOST_DEVICE float operator()(float x) const {
-    if (::fabsf(x) <= 1.0f) {
-      // Horner's rule; nvcc contracts each multiply-add into one FMA.
-      const float w = x * x;
-      float q = -7.654205547e-06f;
-      q = q * w + 1.134863633e-04f;
-      q = q * w - 1.186329988e-03f;
-      q = q * w + 9.973322973e-03f;
-      q = q * w - 6.649035960e-02f;
-      q = q * w + 3.989422917e-01f;
-      return x * (x * q + 0.5f);
-    }
-    return literal::GeluErf{}(x);
+    // Horner's rule; nvcc contracts each multiply-add into one FMA.
+    const float w = x * x;
+    float q = -7.654205547e-06f;
+    q = q * w + 1.134863633e-04f;
+    q = q * w - 1.186329988e-03f;
+    q = q * w + 9.973322973e-03f;
+    q = q * w - 6.649035960e-02f;
+    q = q * w + 3.989422917e-01f;
+    return x * (x * q + 0.5f);
   }
 };
 
-// F.hardtanh(x, -1, 1). Comparisons, not fminf/fmaxf, so NaN stays NaN as in PyTorch's clamp.
+// F.hardtanh(x, -1, 1), NaN kept as in PyTorch.
 struct Hardtanh {
-  FL_HOST_DEVICE float operator()(float x) const {
-    constexpr float kMin = -1.0f, kMax = 1.0f;
-    return x < kMin ? kMin : (x > kMax ? kMax : x);
-  }
+  FL_HOST_DEVICE float operator()(float x) const { return clamp_keep_nan(x, -1.0f, 1.0f); }
 };
 
 // F.mish(x) = x * tanh(log1p(exp(x))), with one exponential and one division instead of
@@ -140,7 +150,6 @@ struct Mish {
     return x * fast_div(n, n + 2.0f);
   }
 };
-
 
 // Chain<F, G, H>{}(x) == H(G(F(x))): the functors applied left to right.
 template <class... Fs>

@@ -128,9 +128,10 @@ Error max_error(const Buffers<T>& b, bool with_shift, Ref ref) {
   Error worst;
   for (int64_t i = 0; i < n; i += 7) {
     const int64_t c = i % b.cols;
-    const double x = double(b.host_input[size_t(i)]) + b.host_bias[size_t(c)] +
-                     (with_shift ? double(b.host_shift[size_t(c)]) : 0.0);
-    const double want = ref(x);
+    // The chain's input as the kernel (and PyTorch's eager adds) round it: in float.
+    float x = b.host_input[size_t(i)] + b.host_bias[size_t(c)];
+    if (with_shift) x += b.host_shift[size_t(c)];
+    const double want = ref(double(x));
     const double err = std::fabs(double(host_float(out[size_t(i)])) - want);
     // NaN (an unwritten element) wins.
     if (!(err <= worst.abs)) worst.abs = err;
@@ -235,7 +236,7 @@ void run_all(Buffers<T>& b, int iters) {
   using cuda::LaunchShape;
   // Formulations at the production shape: PyTorch's (act::literal), the previous kernel, and
   // the kernels' chains for float32 and for 16-bit results.
-  using Production = LaunchShape<1, 256, 2, false>;
+  using Production = cuda::ProductionShape<T>;
   run_variant<Production, literal::SwishChainActivations>("swish_chain literal", b, true, iters,
                                                           swish_chain_ref);
   run_variant<Production, candidate::SwishChainErff>("swish_chain erff (before)", b, true, iters,
@@ -260,6 +261,9 @@ void run_all(Buffers<T>& b, int iters) {
     run_variant<LaunchShape<4, 256, 2, false>, A>(name, b, with_shift, iters, ref);
     run_variant<LaunchShape<2, 128, 4, false>, A>(name, b, with_shift, iters, ref);
     run_variant<LaunchShape<2, 256, 2, true>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 128, 8, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 64, 8, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<4, 128, 4, false>, A>(name, b, with_shift, iters, ref);
   };
   dispatch_epilogue<kResultPrecisionOf<T>>(EpilogueKind::kSwishChain, [&](auto activations) {
     shapes(activations, "swish_chain", true, swish_chain_ref);

@@ -19,9 +19,11 @@ enum class EpilogueKind { kSwishChain, kMishMish };
 enum class ResultPrecision { kFloat32, kHalf };
 
 // Swish -> Tanh -> GELU(erf) -> Hardtanh(-1, 1), after `+ add_value`.
-using SwishChainActivations = act::Chain<act::Swish, act::Tanh, act::GeluErf, act::Hardtanh>;
+// GELU follows tanh, so its input is in [-1, 1]: GeluErfOnUnitInterval applies.
+using SwishChainActivations =
+    act::Chain<act::Swish, act::Tanh, act::GeluErfOnUnitInterval, act::Hardtanh>;
 using SwishChainActivationsHalf =
-    act::Chain<act::Swish, act::TanhHalfPrecision, act::GeluErf, act::Hardtanh>;
+    act::Chain<act::Swish, act::TanhHalfPrecision, act::GeluErfOnUnitInterval, act::Hardtanh>;
 // Mish -> Mish (the same functors at every precision).
 using MishMishActivations = act::Chain<act::Mish, act::Mish>;
 
@@ -53,8 +55,8 @@ inline void dispatch_epilogue(EpilogueKind kind, Fn&& fn) {
 
 // The precision of a result held in T: kHalf for the 2-byte float types.
 template <typename T>
-inline constexpr ResultPrecision kResultPrecisionOf =
-    sizeof(T) == 2 ? ResultPrecision::kHalf : ResultPrecision::kFloat32;
+inline constexpr ResultPrecision kResultPrecisionOf = sizeof(T) == 2 ? ResultPrecision::kHalf
+                                                                     : ResultPrecision::kFloat32;
 
 inline const char* epilogue_name(EpilogueKind kind) {
   return kind == EpilogueKind::kSwishChain ? "swish_chain" : "mish_mish";

@@ -5,11 +5,6 @@
 
 namespace fusedlinear {
 
-// One row per thread per step, 256 threads, at most two waves of blocks (each thread loops,
-// prefetching its next row), no cache hints: the fastest shape measured on an H200 across
-// both chains and float32/bfloat16 (epilogue_bench; docs/PERFORMANCE.md).
-using Shape = cuda::LaunchShape<1, 256, 2, false>;
-
 cudaError_t launch_fused_epilogue(EpilogueKind kind, ElementType type, const void* y,
                                   const void* bias, const void* shift, void* out, int64_t rows,
                                   int64_t cols, cudaStream_t stream) {
@@ -17,7 +12,7 @@ cudaError_t launch_fused_epilogue(EpilogueKind kind, ElementType type, const voi
   const auto launch = [&](auto element) {
     using T = decltype(element);
     dispatch_epilogue<kResultPrecisionOf<T>>(kind, [&](auto activations) {
-      err = cuda::launch_fused_epilogue_typed<T, Shape, decltype(activations)>(
+      err = cuda::launch_fused_epilogue_typed<T, cuda::ProductionShape<T>, decltype(activations)>(
           static_cast<const T*>(y), static_cast<const T*>(bias), static_cast<const T*>(shift),
           static_cast<T*>(out), rows, cols, stream);
     });

@@ -189,6 +189,14 @@ struct LaunchShape {
   static constexpr bool kStreaming = kStreamingHints;
 };
 
+// The shape fused_epilogue.cu launches with: one row per thread per step and 256 threads in
+// float32; two rows per step and 128 threads for the 2-byte types, whose 16-byte accesses hold
+// twice the elements, so each thread needs more loads in flight per unit of arithmetic. The
+// fastest measured on an H200 (epilogue_bench; docs/PERFORMANCE.md).
+template <typename T>
+using ProductionShape = std::conditional_t<sizeof(T) == 4, LaunchShape<1, 256, 2, false>,
+                                           LaunchShape<2, 128, 4, false>>;
+
 // Picks the vector width: 16-byte accesses when every row start is 16-byte aligned (the base
 // pointers are, and a row is whole vectors; bias and shift are read per element), else 1.
 template <typename T, class Shape, class Activations>

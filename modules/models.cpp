@@ -18,6 +18,24 @@ torch::Tensor LinearEpilogueModel::forward_eager(const torch::Tensor& x) {
   return epilogue_eager(linear()->forward(x));
 }
 
+void LinearEpilogueModel::store_weight_input_major() {
+  if (weight_is_input_major()) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor& weight = linear()->weight;
+  weight.set_data(weight.t().contiguous().t());
+}
+
+void LinearEpilogueModel::store_weight_output_major() {
+  torch::NoGradGuard no_grad;
+  torch::Tensor& weight = linear()->weight;
+  if (!weight.is_contiguous()) weight.set_data(weight.contiguous());
+}
+
+bool LinearEpilogueModel::weight_is_input_major() {
+  const torch::Tensor& weight = linear()->weight;
+  return weight.dim() == 2 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0);
+}
+
 int64_t LinearEpilogueModel::in_features() { return linear()->weight.size(1); }
 int64_t LinearEpilogueModel::out_features() { return linear()->weight.size(0); }
 

@@ -31,6 +31,18 @@ class LinearEpilogueModel : public torch::nn::Module {
   // x @ W^T, the GEMM of `forward` (no bias).
   torch::Tensor matmul_without_bias(const torch::Tensor& x);
 
+  // Re-stores the Linear's weight input-major: the same [out, in] tensor (values, shape,
+  // state-dict entry) laid out as the transpose of a contiguous [in, out] tensor, so that
+  // x @ W^T runs cuBLAS's NN GEMM instead of its TN one. On an H200 in float32 that measured
+  // 1.4% faster at 1024 x 8192 -> 8192 and 10-27% at batch 1-64, but 10% slower at batch 256
+  // (docs/RESULTS.md), so the app times both and keeps the faster (choose_weight_layout).
+  // Both forwards use the weight as it is laid out; moving the model keeps the layout, loading
+  // a state dict into it too. Needs one extra copy of W while it converts.
+  void store_weight_input_major();
+  // Back to the layout nn.Linear has: W contiguous, [out, in] row-major.
+  void store_weight_output_major();
+  bool weight_is_input_major();
+
   int64_t in_features();
   int64_t out_features();
 };

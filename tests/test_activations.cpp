@@ -54,10 +54,11 @@ TEST(Activations, MatchFloat64OnGridAndExtremes) {
   expect_close(act::Swish{}, swish_ref, "swish");
   expect_close(
       act::Tanh{}, [](double x) { return std::tanh(x); }, "tanh");
-  expect_close(act::GeluErf{}, gelu_ref, "gelu");
+  expect_close(act::literal::GeluErf{}, gelu_ref, "gelu");
   expect_close(act::Hardtanh{}, hardtanh_ref, "hardtanh");
   expect_close(act::Mish{}, mish_ref, "mish");
   expect_close(SwishChainActivations{}, swish_chain_ref, "swish_chain");
+  expect_close(SwishChainActivationsHalf{}, swish_chain_ref, "swish_chain, 16-bit results");
   expect_close(MishMishActivations{}, mish_mish_ref, "mish_mish");
   // PyTorch's own formulas, the baseline of the kernel benchmark.
   expect_close(act::literal::Swish{}, swish_ref, "literal swish");
@@ -91,15 +92,41 @@ TEST(Activations, NanAndInfinityBehaveAsPyTorch) {
   EXPECT_EQ(act::Hardtanh{}(inf), 1.0f);
   EXPECT_EQ(act::Hardtanh{}(-inf), -1.0f);
   EXPECT_EQ(act::Tanh{}(-inf), -1.0f);
-  EXPECT_TRUE(std::isnan(act::GeluErf{}(-inf)));  // 0.5 * -inf * (1 + erf(-inf))
-  EXPECT_EQ(act::GeluErf{}(inf), inf);
-  for (float v : {act::Swish{}(nan), act::Tanh{}(nan), act::GeluErf{}(nan), act::Hardtanh{}(nan),
-                  act::Mish{}(nan), SwishChainActivations{}(nan), MishMishActivations{}(nan)}) {
+  EXPECT_TRUE(std::isnan(act::literal::GeluErf{}(-inf)));  // 0.5 * -inf * (1 + erf(-inf))
+  EXPECT_EQ(act::literal::GeluErf{}(inf), inf);
+  for (float v : {act::Swish{}(nan), act::Tanh{}(nan), act::literal::GeluErf{}(nan),
+                  act::GeluErfOnUnitInterval{}(nan), act::Hardtanh{}(nan), act::Mish{}(nan),
+                  SwishChainActivations{}(nan), SwishChainActivationsHalf{}(nan),
+                  MishMishActivations{}(nan)}) {
     EXPECT_TRUE(std::isnan(v));
   }
   // The chains end where the composition says: swish_chain(+inf) = hardtanh(gelu(tanh(inf))).
   EXPECT_FLOAT_EQ(SwishChainActivations{}(inf), float(gelu_ref(1.0)));
+  EXPECT_TRUE(std::signbit(SwishChainActivations{}(-0.0f)));  // -0 all the way, as eager
   EXPECT_EQ(MishMishActivations{}(inf), inf);
+}
+
+// The GELU polynomial on its domain [-1, 1]: every float32 of a dense grid within 2^-23 (two
+// ulp at the top of the range; a wrong coefficient is off by far more) and within 1e-6
+// relative; outside the domain it is not used (the chains compose it after tanh only).
+TEST(Activations, GeluPolynomialOnTheUnitInterval) {
+  int failures = 0;
+  for (int i = -1000000; i <= 1000000; ++i) {
+    const float x = float(i) * 1e-6f;
+    const double want = gelu_ref(double(x));
+    const double err = std::fabs(double(act::GeluErfOnUnitInterval{}(x)) - want);
+    if (!(err <= std::ldexp(1.0, -23) && err <= 1e-6 * std::fabs(want) + 1e-38) &&
+        ++failures <= 10) {
+      ADD_FAILURE() << "gelu polynomial(" << x << ") is off by " << err << " (float64 gives "
+                    << want << ")";
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  for (float x : {1.0f, -1.0f, 1e-30f, -1e-30f, 0.5f}) {
+    EXPECT_NEAR(act::GeluErfOnUnitInterval{}(x), gelu_ref(x), 1e-7 * std::max(1.0f, x)) << x;
+  }
+  EXPECT_TRUE(std::signbit(act::GeluErfOnUnitInterval{}(-0.0f)));
+  EXPECT_EQ(act::GeluErfOnUnitInterval{}(0.0f), 0.0f);
 }
 
 TEST(Activations, SignedZeroAndTinyInputs) {

@@ -3,6 +3,7 @@
 // arguments.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <limits>
 #include <tuple>
 
@@ -192,6 +193,58 @@ TEST_F(FusedOpsCuda, MatchesTheCpuImplementation) {
     // Same formulas; the GPU's exp and division are the hardware approximations (a few ulp,
     // up to ~25 ulp for exp(+-20)), the CPU's are exact.
     EXPECT_TRUE(torch::allclose(cuda, cpu, 1e-5, 1e-5)) << name;
+  }
+}
+
+// The GPU's formulas (hardware exp, reciprocal and, for 16-bit results, tanh) against float64
+// on a dense grid: float32 within 1e-6 relative to max(1, |value|), as the host functors are
+// held to; bfloat16 and float16 within one unit in their last place of the float64 value, so
+// every result is one of the two values of the type around it. One allowance: the kernels
+// flush intermediates below 2^-126 to zero (-ftz=true), so results below ~1e-36 in magnitude
+// (mish(-88) = -5e-37, which bfloat16 holds) may come out as 0.
+TEST_F(FusedOpsCuda, AccurateAgainstFloat64OnDenseGrid) {
+  namespace F = torch::nn::functional;
+  const torch::Tensor grid = torch::cat(
+      {torch::linspace(-30, 30, 600001),
+       torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f, -1e4f})});
+  for (const auto dtype : kDtypes) {
+    const torch::Tensor y = grid.to(dtype).view({1, -1});
+    const torch::Tensor y64 = y.to(torch::kFloat64);
+    const torch::Tensor zeros = torch::zeros({y.size(1)}, torch::TensorOptions(dtype));
+    const torch::Tensor mish64 = F::mish(F::mish(y64));
+    const torch::Tensor swish64 = F::hardtanh(torch::gelu(torch::tanh(torch::sigmoid(y64) * y64)),
+                                              F::HardtanhFuncOptions().min_val(-1).max_val(1));
+    const struct {
+      const char* name;
+      torch::Tensor got, want;
+    } cases[] = {
+        {"mish_mish", fused_mish_mish(y.cuda()).cpu(), mish64},
+        {"swish_chain", fused_swish_chain(y.cuda(), zeros.cuda()).cpu(), swish64},
+    };
+    for (const auto& c : cases) {
+      const torch::Tensor err = (c.got.to(torch::kFloat64) - c.want).abs();
+      torch::Tensor bound;
+      if (dtype == torch::kFloat32) {
+        bound = 1e-6 * c.want.abs().clamp_min(1.0);
+      } else {
+        // ulp(v) = 2^(max(floor(log2 |v|), smallest normal exponent) - significand bits)
+        const bool half = dtype == torch::kFloat16;
+        bound = torch::exp2(c.want.abs().log2().floor().clamp_min(half ? -14 : -126) -
+                            (half ? 10 : 7)) +
+                1e-36;
+      }
+      const torch::Tensor bad = (err > bound).view(-1);
+      const int64_t n_bad = bad.sum().item<int64_t>();
+      if (n_bad > 0) {
+        const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+        ADD_FAILURE() << c.name << " " << dtype << ": " << n_bad
+                      << " values off, first at y = " << y64.view(-1)[i].item<double>() << ": "
+                      << c.got.view(-1)[i].item<double>() << ", float64 gives "
+                      << c.want.view(-1)[i].item<double>();
+      }
+      std::cout << "  " << c.name << " " << dtype << ": max error " << err.max().item<double>()
+                << ", " << (err / bound).max().item<double>() << " of the bound\n";
+    }
   }
 }
 

@@ -65,6 +65,39 @@ TEST(Models, FusedForwardMatchesEagerForward) {
   }
 }
 
+// The input-major weight layout changes how W is stored, not what it is: same state dict
+// (keys, shapes, values), same outputs, kept by .to() and by loading a state dict into it.
+TEST(Models, InputMajorWeightIsTheSameWeight) {
+  torch::NoGradGuard no_grad;
+  for (const auto& name : model_names()) {
+    auto model = make_model(name, 24, 40, 5);
+    auto reference = make_model(name, 24, 40, 5);
+    const torch::Tensor x = torch::rand({9, 24});
+    const torch::Tensor before = model->forward(x);
+    EXPECT_FALSE(model->weight_is_input_major());
+    model->store_weight_input_major();
+    EXPECT_TRUE(model->weight_is_input_major());
+    EXPECT_EQ(model->linear()->weight.sizes(), (torch::IntArrayRef{40, 24}));
+    EXPECT_TRUE(model->linear()->weight.t().is_contiguous());
+    const auto params = model->named_parameters(), want = reference->named_parameters();
+    ASSERT_EQ(params.keys(), want.keys());
+    for (const auto& p : params) EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
+    EXPECT_TRUE(torch::allclose(model->forward(x), before, 1e-6, 1e-6)) << name;
+    EXPECT_TRUE(torch::allclose(model->forward_eager(x), before, 1e-5, 1e-5)) << name;
+    model->to(torch::kFloat64);
+    EXPECT_TRUE(model->weight_is_input_major()) << "after .to()";
+    model->to(torch::kFloat32);
+    NamedTensors file;
+    for (const auto& p : make_model(name, 24, 40, 6)->named_parameters()) {
+      file.tensors.emplace_back(p.key(), p.value().clone());
+    }
+    apply_state_dict(*model, file, "seed-6 parameters", /*strict=*/true);
+    EXPECT_TRUE(model->weight_is_input_major()) << "after loading a state dict";
+    const auto& weight_key = file.tensors.front().first;  // matmul.weight / linear.weight
+    EXPECT_TRUE(torch::equal(model->named_parameters()[weight_key], file.tensors.front().second));
+  }
+}
+
 // Both modules reproduce PyTorch's own output for the committed fixtures within 1e-4.
 TEST(Models, ReproduceThePythonFixtures) {
   torch::NoGradGuard no_grad;
