@@ -261,9 +261,13 @@ void run_all(Buffers<T>& b, int iters) {
     run_variant<LaunchShape<4, 256, 2, false>, A>(name, b, with_shift, iters, ref);
     run_variant<LaunchShape<2, 128, 4, false>, A>(name, b, with_shift, iters, ref);
     run_variant<LaunchShape<2, 256, 2, true>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 128, 8, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 64, 8, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<4, 128, 4, false>, A>(name, b, with_shift, iters, ref);
+    // One wave or less: each thread loops over several steps, amortising its set-up.
+    run_variant<LaunchShape<1, 128, 1, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 128, 1, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 256, 1, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 256, 1, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 128, 2, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 128, 2, false>, A>(name, b, with_shift, iters, ref);
   };
   dispatch_epilogue<kResultPrecisionOf<T>>(EpilogueKind::kSwishChain, [&](auto activations) {
     shapes(activations, "swish_chain", true, swish_chain_ref);

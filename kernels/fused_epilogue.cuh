@@ -96,6 +96,32 @@ __device__ __forceinline__ void store_pack(Pack* p, const Pack& v) {
   }
 }
 
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// A per-column term for this thread's kVec columns, as floats (0 where p is null): one 16-byte
+// load when p allows it, since a thread that handles only a few rows would otherwise spend a
+// noticeable part of its instructions on these loads.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_column_terms(const T* p, int64_t col0, float (&v)[kVec]) {
+  if (p == nullptr) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = 0.0f;
+    return;
+  }
+  if constexpr (sizeof(T) * kVec == 16) {
+    if (aligned16(p)) {
+      const Packed<T, kVec> pack = *reinterpret_cast<const Packed<T, kVec>*>(p + col0);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = to_float(pack.v[k]);
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) v[k] = to_float(p[col0 + k]);
+}
+
 template <typename T, int kVec, int kRows, bool kStreaming, class Activations>
 __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restrict__ bias,
                                       const T* __restrict__ shift, T* __restrict__ out,
@@ -105,11 +131,8 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
   if (col0 >= cols) return;
 
   float col_bias[kVec], col_shift[kVec];
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) {
-    col_bias[k] = bias ? to_float(bias[col0 + k]) : 0.0f;
-    col_shift[k] = shift ? to_float(shift[col0 + k]) : 0.0f;
-  }
+  load_column_terms(bias, col0, col_bias);
+  load_column_terms(shift, col0, col_shift);
 
   const Activations activations;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y * kRows;
@@ -176,8 +199,6 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shi
       <<<grid, block, 0, stream>>>(y, bias, shift, out, rows, cols);
   return cudaGetLastError();
 }
-
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // How the kernel is launched: rows per thread per step, threads per block, the grid capped at
 // that many waves of resident blocks (0: one step per thread, no cap), cache hints.
