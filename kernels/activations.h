@@ -7,11 +7,13 @@
 //
 // Two families:
 //   act::*          what the kernels run: algebraically identical rewrites that need fewer and
-//                   cheaper special functions (docs/PERFORMANCE.md has the measurements);
+//                   cheaper special functions (docs/PERFORMANCE.md has the measurements); one
+//                   (GeluErfOnUnitInterval) is valid on a stated domain only;
 //   act::literal::* PyTorch's own formulas, op for op: the baseline that tests and the kernel
 //                   benchmark compare the rewrites against.
 // On the GPU, exp and division use the hardware approximations (__expf: a few ulp for the
-// arguments that occur here; __fdividef: 2 ulp); on the host, libm expf and exact division.
+// arguments that occur here; a * rcp.approx(b): ~2 ulp), and results kept in 16 bits the
+// hardware tanh; on the host, libm and exact division.
 #pragma once
 
 #if defined(__CUDACC__)
