@@ -57,7 +57,11 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
 // which and the two median times. On the CPU it changes nothing and says so.
 std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x);
 // The run's input: settings.input when given (checked against in_features), otherwise
-// torch.rand(batch, in_features) from the seeded CPU generator. On the run's device and dtype.
+// torch.rand(batch, in_features) drawn from the CPU generator where build_model left it, as
+// `torch.manual_seed(seed); model = Model(...); x = torch.rand(batch, in_features)` does in
+// Python. Call it right after build_model. (Reseeding here would draw x from the same numbers
+// as the weight's first rows, which makes x @ W^T's diagonal ~15 instead of ~0.3.) On the run's
+// device and dtype.
 torch::Tensor build_input(const Settings& settings, int64_t in_features);
 // Runs fn; a c10::Error from libtorch (typically an op with no kernel for this dtype on this
 // device, e.g. float16 matmul on the CPU in libtorch 1.13) becomes a UsageError saying which

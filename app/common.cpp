@@ -161,8 +161,8 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features) {
       throw UsageError(s.str());
     }
   } else {
-    // torch.rand(batch, in_features): uniform in [0, 1), as the reference workload.
-    torch::manual_seed(settings.seed);
+    // torch.rand(batch, in_features): uniform in [0, 1), as the reference workload, continuing
+    // the stream build_model seeded (see cli.h).
     x = torch::rand({settings.batch, in_features});
   }
   return x.to(settings.device, settings.dtype).contiguous();

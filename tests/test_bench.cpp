@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "app/bench.h"
+#include "app/cli.h"
 #include "app/svg_plot.h"
 #include "tests/test_support.h"
 
@@ -188,4 +189,25 @@ TEST(BenchEndToEnd, RefusesExistingOutputsBeforeRunning) {
   EXPECT_NE(err.find("--overwrite"), std::string::npos) << err;
   EXPECT_EQ(out, "");  // refused before any timing
   EXPECT_EQ(read_all(csv), "keep me\n");
+}
+
+// The seeded default input continues the stream that drew the parameters, as Python's
+// `torch.manual_seed(seed); model = Model(...); x = torch.rand(...)` does, so x is independent
+// of W (a fresh seed would repeat the weight's first draws, and x @ W^T's diagonal would stand
+// out by ~in_features / 6 standard deviations).
+TEST(CommandHelpers, SeededInputFollowsTheParameters) {
+  Settings s;
+  s.command = "compare";
+  s.models = {"mish_mish"};
+  s.batch = 5;
+  s.in_features = 16;
+  s.out_features = 8;
+  s.seed = 3;
+  const auto model = build_model("mish_mish", s);
+  const torch::Tensor x = build_input(s, 16);
+  ASSERT_EQ(x.sizes(), (torch::IntArrayRef{5, 16}));
+  make_model("mish_mish", 16, 8, 3);  // seeds, then draws the parameters
+  EXPECT_TRUE(torch::equal(x, torch::rand({5, 16})));
+  torch::manual_seed(3);
+  EXPECT_FALSE(torch::equal(x, torch::rand({5, 16})));
 }
