@@ -216,9 +216,9 @@ void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const S
 }
 #endif
 
-// Times one configuration. `model` runs the eager side, `fused_model` (the same parameters, laid
-// out for the fused path: build_model) the fused side. x_all: [N, batch, in] rotating inputs;
-// y_all: [M, batch, out], the GEMM outputs the chains read.
+// Times one configuration. `model` runs the eager side, `fused_model` (the same parameters, its
+// weight laid out for this batch by choose_weight_layout) the fused side. x_all: [N, batch, in]
+// rotating inputs; y_all: [M, batch, out], the GEMM outputs the chains read.
 Result bench_one(LinearEpilogueModel& model, LinearEpilogueModel& fused_model,
                  const std::string& name, int64_t batch, const Settings& s, bool cuda_graph,
                  double atol, double rtol) {

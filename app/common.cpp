@@ -1,6 +1,7 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "app/cli.h"
@@ -120,8 +121,11 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
   }
   auto model = make_model(name, in_features, out_features, settings.seed);
   if (file) {
+    // compare and bench build each model twice (eager's and the fused path's): say things once.
+    static std::set<std::string> shown;
     for (const auto& notice : apply_state_dict(*model, *file, settings.weights, settings.strict)) {
-      std::cerr << "fusedlinear: note: " << name << ": " << notice << "\n";
+      const std::string line = "fusedlinear: note: " + name + ": " + notice;
+      if (shown.insert(line).second) std::cerr << line << "\n";
     }
   }
   model->to(settings.device, settings.dtype);

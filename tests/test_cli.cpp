@@ -86,6 +86,20 @@ TEST_F(Cli, CompareSmallShapePassesAndWritesJson) {
       "already exists; pass --overwrite to replace it");
 }
 
+TEST_F(Cli, CompareSaysEachLoaderNoteOnce) {
+  // compare builds the model twice (eager's copy and the fused path's); the notes come once.
+  const Result r = run("compare --device cpu --no-strict --iters 1 --warmup 0 --weights " +
+                       kFixtures + "loader/torch1.13/data_parallel.pt");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const std::string note : {"stripped the prefix 'module.'", "ignored from"}) {
+    size_t count = 0;
+    for (size_t at = r.err.find(note); at != std::string::npos; at = r.err.find(note, at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 1u) << note << "\nstderr: " << r.err;
+  }
+}
+
 TEST_F(Cli, CompareFailsWhenToleranceIsImpossible) {
   // atol = rtol = 0 on the half type: eager rounds after every op, fused once, so they differ.
   const Result r =
