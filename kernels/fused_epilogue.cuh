@@ -219,7 +219,8 @@ using ProductionShape = std::conditional_t<sizeof(T) == 4, LaunchShape<1, 256, 2
                                            LaunchShape<2, 128, 4, false>>;
 
 // Picks the vector width: 16-byte accesses when every row start is 16-byte aligned (the base
-// pointers are, and a row is whole vectors; bias and shift are read per element), else 1.
+// pointers are, and a row is whole vectors; bias and shift are read 16 bytes at a time where
+// their own pointers allow, else per element), else 1.
 template <typename T, class Shape, class Activations>
 cudaError_t launch_fused_epilogue_typed(const T* y, const T* bias, const T* shift, T* out,
                                         int64_t rows, int64_t cols, cudaStream_t stream) {
