@@ -148,6 +148,16 @@ TEST_F(TorchFileRobustness, TruncatedAtEveryByteOffset) {
   std::printf("truncations: %.2f s\n", seconds);
 }
 
+// `good` with 1 to max_flips random bytes among its first `range` changed (each XORed with a
+// non-zero value), drawn from rng.
+std::string with_random_flips(const std::string& good, std::mt19937& rng, int max_flips,
+                              size_t range) {
+  std::string bad = good;
+  const int flips = 1 + static_cast<int>(rng() % unsigned(max_flips));
+  for (int i = 0; i < flips; ++i) bad[rng() % range] ^= static_cast<char>(1 + rng() % 255);
+  return bad;
+}
+
 TEST_F(TorchFileRobustness, SeededRandomByteFlipsAnywhere) {
   const std::string good = fixture("state_dict.pt");
   ASSERT_FALSE(good.empty());
@@ -155,9 +165,7 @@ TEST_F(TorchFileRobustness, SeededRandomByteFlipsAnywhere) {
   int loaded = 0;
   const int trials = 4000;
   for (int trial = 0; trial < trials; ++trial) {
-    std::string bad = good;
-    const int flips = 1 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < flips; ++i) bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255);
+    const std::string bad = with_random_flips(good, rng, 4, good.size());
     SCOPED_TRACE("trial " + std::to_string(trial));
     loaded += load_or_refuse(bad);
   }
@@ -208,9 +216,7 @@ TEST_F(TorchFileRobustness, SeededRandomByteFlipsInSafetensorsHeaders) {
   int loaded = 0;
   const int trials = 2000;
   for (int trial = 0; trial < trials; ++trial) {
-    std::string bad = good;
-    const int flips = 1 + static_cast<int>(rng() % 3);
-    for (int i = 0; i < flips; ++i) bad[rng() % header_end] ^= static_cast<char>(1 + rng() % 255);
+    const std::string bad = with_random_flips(good, rng, 3, header_end);
     SCOPED_TRACE("trial " + std::to_string(trial));
     loaded += load_or_refuse(bad, false, "damaged.safetensors");
   }
