@@ -229,6 +229,22 @@ struct MishClamped {
   }
 };
 using MishMishClamped = act::Chain<MishClamped, MishClamped>;
+// GELU on [-1, 1] with a degree-3 polynomial (relative error 4.4e-6: enough for 16-bit results).
+struct GeluErfOnUnitIntervalDeg3 {
+  __device__ float operator()(float x) const {
+    const float w = x * x;
+    float q = -9.795246879e-04f;
+    q = q * w + 9.847345762e-03f;
+    q = q * w - 6.646524370e-02f;
+    q = q * w + 3.989414871e-01f;
+    return x * (x * q + 0.5f);
+  }
+};
+// Hardtanh dropped: GELU maps [-1, 1] into [-0.17, 0.85], where Hardtanh(-1, 1) is the identity.
+using SwishChainHalfNoHardtanh =
+    act::Chain<act::Swish, act::TanhHalfPrecision, act::GeluErfOnUnitInterval>;
+using SwishChainHalfDeg3 =
+    act::Chain<act::Swish, act::TanhHalfPrecision, GeluErfOnUnitIntervalDeg3>;
 }  // namespace candidate
 
 template <typename T>
@@ -237,6 +253,9 @@ void run_all(Buffers<T>& b, int iters) {
   // Formulations at the production shape: PyTorch's (act::literal), the previous kernel, and
   // the kernels' chains for float32 and for 16-bit results.
   using Production = cuda::ProductionShape<T>;
+  // No activations: the kernel's loads, adds and stores alone, its floor against the copy.
+  run_variant<Production, act::Chain<>>("identity (adds only)", b, true, iters,
+                                        [](double x) { return x; });
   run_variant<Production, literal::SwishChainActivations>("swish_chain literal", b, true, iters,
                                                           swish_chain_ref);
   run_variant<Production, candidate::SwishChainErff>("swish_chain erff (before)", b, true, iters,
@@ -245,6 +264,10 @@ void run_all(Buffers<T>& b, int iters) {
                                                  swish_chain_ref);
   run_variant<Production, SwishChainActivationsHalf>("swish_chain half chain", b, true, iters,
                                                      swish_chain_ref);
+  run_variant<Production, candidate::SwishChainHalfNoHardtanh>("swish_chain half no hardtanh", b,
+                                                                true, iters, swish_chain_ref);
+  run_variant<Production, candidate::SwishChainHalfDeg3>("swish_chain half deg3", b, true, iters,
+                                                         swish_chain_ref);
   run_variant<Production, literal::MishMishActivations>("mish_mish literal", b, false, iters,
                                                         mish_mish_ref);
   run_variant<Production, MishMishActivations>("mish_mish kernel", b, false, iters, mish_mish_ref);
