@@ -12,9 +12,11 @@ cudaError_t launch_fused_epilogue(EpilogueKind kind, ElementType type, const voi
   const auto launch = [&](auto element) {
     using T = decltype(element);
     dispatch_epilogue<kResultPrecisionOf<T>>(kind, [&](auto activations) {
-      err = cuda::launch_fused_epilogue_typed<T, cuda::ProductionShape<T>, decltype(activations)>(
-          static_cast<const T*>(y), static_cast<const T*>(bias), static_cast<const T*>(shift),
-          static_cast<T*>(out), rows, cols, stream);
+      using Activations = decltype(activations);
+      err =
+          cuda::launch_fused_epilogue_typed<T, cuda::ProductionShape<T, Activations>, Activations>(
+              static_cast<const T*>(y), static_cast<const T*>(bias), static_cast<const T*>(shift),
+              static_cast<T*>(out), rows, cols, stream);
     });
   };
   switch (type) {

@@ -7,7 +7,7 @@
 // loads its bias and shift once; y covers the rows, kRows rows per thread per step, all loads of
 // a step issued before the first use so enough bytes are in flight to cover memory latency; a
 // grid-stride loop covers the rows past the grid. All indexing is 64-bit. kVec is
-// 16 bytes / sizeof(T) when every row start is 16-byte aligned, otherwise 1.
+// 16 bytes / sizeof(T) when every access is 16-byte aligned, otherwise 1.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,28 +43,64 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// kVec elements of T moved as one access (16 bytes when kVec * sizeof(T) == 16).
-template <typename T, int kVec>
+// kVec elements of T, moved as one access (16 bytes when kVec * sizeof(T) == 16). The 2-byte
+// types with an even kVec are held two to a 32-bit word, as they arrive from memory: a pair
+// then converts to two floats with one shift or mask each, where 16-bit array elements would
+// each need a byte permute to move into and out of a register of their own.
+template <typename T, int kVec, bool kAsPairs = sizeof(T) == 2 && kVec % 2 == 0>
 struct alignas(sizeof(T) * kVec) Packed {
   T v[kVec];
 };
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Packed<T, kVec, true> {
+  uint32_t pair[kVec / 2];  // element 2k in the low half (little-endian), 2k + 1 in the high
+};
 
-// Rounds kVec floats to T. The 2-byte types convert two at a time: one F2FP instruction per
-// pair, already packed for the store, instead of a conversion and a byte permute per element.
+__device__ __forceinline__ float2 unpack_pair(uint32_t word, __nv_bfloat16) {
+  // A bfloat16 is the high 16 bits of the float with the same value.
+  return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+__device__ __forceinline__ float2 unpack_pair(uint32_t word, __half) {
+  __half2 pair;
+  memcpy(&pair, &word, sizeof pair);
+  return __half22float2(pair);
+}
+
+// Rounds two floats to T, packed as they are stored: one F2FP instruction per pair.
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  uint32_t word;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    memcpy(&word, &pair, sizeof word);
+  } else {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    memcpy(&word, &pair, sizeof word);
+  }
+  return word;
+}
+
+template <typename T, int kVec, bool kAsPairs>
+__device__ __forceinline__ void to_floats(const Packed<T, kVec, kAsPairs>& in, float (&v)[kVec]) {
+  if constexpr (kAsPairs) {
+#pragma unroll
+    for (int k = 0; k < kVec / 2; ++k) {
+      const float2 pair = unpack_pair(in.pair[k], T{});
+      v[2 * k] = pair.x;
+      v[2 * k + 1] = pair.y;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = to_float(in.v[k]);
+  }
+}
+
 template <typename T, int kVec>
 __device__ __forceinline__ Packed<T, kVec> round_to(const float (&v)[kVec]) {
   Packed<T, kVec> out;
   if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
 #pragma unroll
-    for (int k = 0; k < kVec; k += 2) {
-      if constexpr (std::is_same_v<T, __half>) {
-        const __half2 pair = __floats2half2_rn(v[k], v[k + 1]);
-        memcpy(&out.v[k], &pair, sizeof pair);
-      } else {
-        const __nv_bfloat162 pair = __floats2bfloat162_rn(v[k], v[k + 1]);
-        memcpy(&out.v[k], &pair, sizeof pair);
-      }
-    }
+    for (int k = 0; k < kVec / 2; ++k) out.pair[k] = pack_pair<T>(v[2 * k], v[2 * k + 1]);
   } else {
 #pragma unroll
     for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(v[k]);
@@ -100,29 +136,18 @@ __host__ __device__ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// A per-column term for this thread's kVec columns, as floats (0 where p is null): one 16-byte
-// load when p allows it, since a thread that handles only a few rows would otherwise spend a
-// noticeable part of its instructions on these loads.
+// A per-column term for this thread's kVec columns, as floats: one access, aligned because the
+// launcher takes the kVec > 1 path only when p is 16-byte aligned.
 template <typename T, int kVec>
 __device__ __forceinline__ void load_column_terms(const T* p, int64_t col0, float (&v)[kVec]) {
-  if (p == nullptr) {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = 0.0f;
-    return;
-  }
-  if constexpr (sizeof(T) * kVec == 16) {
-    if (aligned16(p)) {
-      const Packed<T, kVec> pack = *reinterpret_cast<const Packed<T, kVec>*>(p + col0);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) v[k] = to_float(pack.v[k]);
-      return;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) v[k] = to_float(p[col0 + k]);
+  const Packed<T, kVec> terms = *reinterpret_cast<const Packed<T, kVec>*>(p + col0);
+  to_floats(terms, v);
 }
 
-template <typename T, int kVec, int kRows, bool kStreaming, class Activations>
+// kHasBias, kHasShift: whether bias and shift are given (else null and unread). Compile-time, so
+// a chain without a shift (mish_mish) neither keeps registers for it nor issues its adds.
+template <typename T, int kVec, int kRows, bool kStreaming, bool kHasBias, bool kHasShift,
+          class Activations>
 __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restrict__ bias,
                                       const T* __restrict__ shift, T* __restrict__ out,
                                       int64_t rows, int64_t cols) {
@@ -131,8 +156,8 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
   if (col0 >= cols) return;
 
   float col_bias[kVec], col_shift[kVec];
-  load_column_terms(bias, col0, col_bias);
-  load_column_terms(shift, col0, col_shift);
+  if constexpr (kHasBias) load_column_terms(bias, col0, col_bias);
+  if constexpr (kHasShift) load_column_terms(shift, col0, col_shift);
 
   const Activations activations;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y * kRows;
@@ -158,11 +183,12 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
     for (int r = 0; r < kRows; ++r) {
       if (row0 + r >= rows) break;
       float result[kVec];
+      to_floats(in[r], result);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        float v = to_float(in[r].v[k]);
-        if (bias) v += col_bias[k];
-        if (shift) v += col_shift[k];
+        float v = result[k];
+        if constexpr (kHasBias) v += col_bias[k];
+        if constexpr (kHasShift) v += col_shift[k];
         result[k] = activations(v);
       }
       store_pack<kStreaming>(reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0),
@@ -195,8 +221,17 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shi
   }
   const dim3 block(threads_x, threads_y);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  fused_epilogue_kernel<T, kVec, kRows, kStreaming, Activations>
-      <<<grid, block, 0, stream>>>(y, bias, shift, out, rows, cols);
+  const auto launch = [&](auto has_bias, auto has_shift) {
+    fused_epilogue_kernel<T, kVec, kRows, kStreaming, decltype(has_bias)::value,
+                          decltype(has_shift)::value, Activations>
+        <<<grid, block, 0, stream>>>(y, bias, shift, out, rows, cols);
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (bias && shift) launch(Yes{}, Yes{});
+  if (bias && !shift) launch(Yes{}, No{});
+  if (!bias && shift) launch(No{}, Yes{});
+  if (!bias && !shift) launch(No{}, No{});
   return cudaGetLastError();
 }
 
@@ -210,23 +245,28 @@ struct LaunchShape {
   static constexpr bool kStreaming = kStreamingHints;
 };
 
-// The shape fused_epilogue.cu launches with: one row per thread per step and 256 threads in
-// float32; two rows per step and 128 threads for the 2-byte types, whose 16-byte accesses hold
-// twice the elements, so each thread needs more loads in flight per unit of arithmetic. The
-// fastest measured on an H200 (epilogue_bench; docs/PERFORMANCE.md).
-template <typename T>
-using ProductionShape = std::conditional_t<sizeof(T) == 4, LaunchShape<1, 256, 2, false>,
-                                           LaunchShape<2, 128, 4, false>>;
+// The shape fused_epilogue.cu launches with: the fastest of epilogue_bench's sweep on an H200
+// (docs/PERFORMANCE.md). float32: one row per thread per step, 256 threads, two waves. The
+// 2-byte types, whose 16-byte accesses hold twice the elements and whose chains are therefore
+// bound by arithmetic rather than memory, 128 threads and: for swish_chain two rows per step and
+// one wave (each thread loops over several steps, its set-up amortised); for mish_mish, with
+// one more MUFU op an element, one row per step and two waves (more threads in flight).
+template <typename T, class Activations>
+using ProductionShape = std::conditional_t<
+    sizeof(T) == 4, LaunchShape<1, 256, 2, false>,
+    std::conditional_t<std::is_same_v<Activations, MishMishActivations>,
+                       LaunchShape<1, 128, 2, false>, LaunchShape<2, 128, 1, false>>>;
 
-// Picks the vector width: 16-byte accesses when every row start is 16-byte aligned (the base
-// pointers are, and a row is whole vectors; bias and shift are read 16 bytes at a time where
-// their own pointers allow, else per element), else 1.
+// Picks the vector width: 16-byte accesses when every access would be 16-byte aligned (y and
+// out are, and a row is whole vectors; bias and shift, where given, are), else 1. Decided here
+// once rather than per thread, whose set-up would otherwise issue both paths.
 template <typename T, class Shape, class Activations>
 cudaError_t launch_fused_epilogue_typed(const T* y, const T* bias, const T* shift, T* out,
                                         int64_t rows, int64_t cols, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   if (rows == 0 || cols == 0) return cudaSuccess;
-  if (cols % kVec == 0 && aligned16(y) && aligned16(out)) {
+  const bool terms_aligned = (!bias || aligned16(bias)) && (!shift || aligned16(shift));
+  if (cols % kVec == 0 && aligned16(y) && aligned16(out) && terms_aligned) {
     return launch_fused_epilogue_kernel<T, kVec, Shape::kRows, Shape::kThreads, Shape::kWaves,
                                         Shape::kStreaming, Activations>(y, bias, shift, out, rows,
                                                                         cols, stream);

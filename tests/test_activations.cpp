@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -68,17 +70,23 @@ TEST(Activations, MatchFloat64OnGridAndExtremes) {
 }
 
 // The rewrites give the same float as PyTorch's formulas to within a few ulp everywhere
-// (on the host, where both use libm): a dense sweep of every 97th float from -100 to 100.
+// (on the host, where both use libm): every 97th float of [-100, 100], both signs.
 TEST(Activations, RewritesAgreeWithPyTorchFormulas) {
+  const float top = 100.0f;
+  uint32_t top_bits;
+  std::memcpy(&top_bits, &top, sizeof top);
   int checked = 0;
-  for (float x = -100.0f; x <= 100.0f; x = std::nextafter(x, 1e9f)) {
-    for (int skip = 0; skip < 96 && x < 100.0f; ++skip) x = std::nextafter(x, 1e9f);
-    const float tol = 4e-7f * std::max(1.0f, std::fabs(x));
-    ASSERT_NEAR(act::Mish{}(x), act::literal::Mish{}(x), tol) << "mish(" << x << ")";
-    ASSERT_NEAR(act::Swish{}(x), act::literal::Swish{}(x), tol) << "swish(" << x << ")";
+  for (uint32_t bits = 0; bits <= top_bits; bits += 97) {
+    float magnitude;
+    std::memcpy(&magnitude, &bits, sizeof magnitude);
+    for (float x : {magnitude, -magnitude}) {
+      const float tol = 4e-7f * std::max(1.0f, std::fabs(x));
+      ASSERT_NEAR(act::Mish{}(x), act::literal::Mish{}(x), tol) << "mish(" << x << ")";
+      ASSERT_NEAR(act::Swish{}(x), act::literal::Swish{}(x), tol) << "swish(" << x << ")";
+    }
     ++checked;
   }
-  EXPECT_GT(checked, 100000);
+  EXPECT_GT(checked, 10000000);
 }
 
 TEST(Activations, NanAndInfinityBehaveAsPyTorch) {
@@ -95,12 +103,12 @@ TEST(Activations, NanAndInfinityBehaveAsPyTorch) {
   EXPECT_TRUE(std::isnan(act::literal::GeluErf{}(-inf)));  // 0.5 * -inf * (1 + erf(-inf))
   EXPECT_EQ(act::literal::GeluErf{}(inf), inf);
   for (float v : {act::Swish{}(nan), act::Tanh{}(nan), act::literal::GeluErf{}(nan),
-                  act::GeluErfOnUnitInterval{}(nan), act::Hardtanh{}(nan), act::Mish{}(nan),
-                  SwishChainActivations{}(nan), SwishChainActivationsHalf{}(nan),
-                  MishMishActivations{}(nan)}) {
+                  act::GeluErfOnUnitInterval{}(nan), act::GeluErfOnUnitIntervalHalfPrecision{}(nan),
+                  act::Hardtanh{}(nan), act::Mish{}(nan), SwishChainActivations{}(nan),
+                  SwishChainActivationsHalf{}(nan), MishMishActivations{}(nan)}) {
     EXPECT_TRUE(std::isnan(v));
   }
-  // The chains end where the composition says: swish_chain(+inf) = hardtanh(gelu(tanh(inf))).
+  // The chains end where the composition says: swish_chain(+inf) = gelu(tanh(inf)).
   EXPECT_FLOAT_EQ(SwishChainActivations{}(inf), float(gelu_ref(1.0)));
   EXPECT_TRUE(std::signbit(SwishChainActivations{}(-0.0f)));  // -0 all the way, as eager
   EXPECT_EQ(MishMishActivations{}(inf), inf);
@@ -127,6 +135,52 @@ TEST(Activations, GeluPolynomialOnTheUnitInterval) {
   }
   EXPECT_TRUE(std::signbit(act::GeluErfOnUnitInterval{}(-0.0f)));
   EXPECT_EQ(act::GeluErfOnUnitInterval{}(0.0f), 0.0f);
+}
+
+// The 16-bit GELU polynomial (degree 3) on [-1, 1]: within 5e-6 relative of float64 (its fit is
+// 4.4e-6; float16's last place is 2^-10 relative, so this is under 0.02 of it), sign of -0 kept.
+TEST(Activations, HalfPrecisionGeluPolynomialOnTheUnitInterval) {
+  int failures = 0;
+  for (int i = -1000000; i <= 1000000; ++i) {
+    const float x = float(i) * 1e-6f;
+    const double want = gelu_ref(double(x));
+    const double err = std::fabs(double(act::GeluErfOnUnitIntervalHalfPrecision{}(x)) - want);
+    if (!(err <= 5e-6 * std::fabs(want) + 1e-38) && ++failures <= 10) {
+      ADD_FAILURE() << "16-bit gelu polynomial(" << x << ") is off by " << err << " (float64 gives "
+                    << want << ")";
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  EXPECT_TRUE(std::signbit(act::GeluErfOnUnitIntervalHalfPrecision{}(-0.0f)));
+}
+
+// swish_chain's functor chains leave the model's last Hardtanh(-1, 1) out because GELU maps
+// tanh's range into [-0.17, 0.85]. Checked twice: both GELU polynomials stay inside [-0.17,
+// 0.85] on a grid of [-1, 1] with step 1e-6; and with Hardtanh appended, the chains give the
+// same bits (NaN included) for every 997th float of the whole range.
+TEST(Activations, HardtanhAfterTheChainsChangesNothing) {
+  for (int i = -1000000; i <= 1000000; ++i) {
+    const float x = float(i) * 1e-6f;
+    for (float g :
+         {act::GeluErfOnUnitInterval{}(x), act::GeluErfOnUnitIntervalHalfPrecision{}(x)}) {
+      ASSERT_TRUE(g >= -0.17f && g <= 0.85f) << "gelu polynomial(" << x << ") = " << g;
+    }
+  }
+  using WithHardtanh = act::Chain<SwishChainActivations, act::Hardtanh>;
+  using HalfWithHardtanh = act::Chain<SwishChainActivationsHalf, act::Hardtanh>;
+  const auto same_bits = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  int64_t checked = 0;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 997) {
+    const uint32_t b32 = uint32_t(bits);
+    float x;
+    std::memcpy(&x, &b32, sizeof x);
+    ASSERT_TRUE(same_bits(SwishChainActivations{}(x), WithHardtanh{}(x))) << x;
+    ASSERT_TRUE(same_bits(SwishChainActivationsHalf{}(x), HalfWithHardtanh{}(x))) << x;
+    ++checked;
+  }
+  EXPECT_GT(checked, 4000000);
 }
 
 TEST(Activations, SignedZeroAndTinyInputs) {

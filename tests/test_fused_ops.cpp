@@ -101,6 +101,18 @@ void run_layouts(torch::Device device) {
       expect_fused_matches_eager(name, random_gemm_output({9, 13}, dtype, device));
     }
   }
+  // bias and add_value as views one element past an aligned address: the CUDA kernel cannot
+  // read them 16 bytes at a time and takes its 1-element path, which must give the same bits.
+  for (const auto dtype : kDtypes) {
+    const torch::Tensor y = random_gemm_output({6, 32}, dtype, device);
+    const torch::Tensor terms = random_gemm_output({1 + 2 * 32}, dtype, device);
+    const torch::Tensor bias = terms.narrow(0, 1, 32), add_value = terms.narrow(0, 33, 32);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16, 0u);
+    EXPECT_TRUE(torch::equal(fused_swish_chain(y, add_value, bias),
+                             fused_swish_chain(y, add_value.clone(), bias.clone())))
+        << dtype;
+    EXPECT_TRUE(torch::equal(fused_mish_mish(y, bias), fused_mish_mish(y, bias.clone()))) << dtype;
+  }
 }
 
 // NaN, +-Inf, huge and tiny values spread through an input: same results as eager.
