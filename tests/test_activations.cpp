@@ -114,44 +114,41 @@ TEST(Activations, NanAndInfinityBehaveAsPyTorch) {
   EXPECT_EQ(MishMishActivations{}(inf), inf);
 }
 
-// The GELU polynomial on its domain [-1, 1]: every float32 of a dense grid within 2^-23 (two
-// ulp at the top of the range; a wrong coefficient is off by far more) and within 1e-6
-// relative; outside the domain it is not used (the chains compose it after tanh only).
-TEST(Activations, GeluPolynomialOnTheUnitInterval) {
+// gelu(x) on a grid of [-1, 1] with step 1e-6 (the GELU polynomials' domain): the error against
+// float64 within max_abs and within max_rel relative.
+template <class Gelu>
+void expect_gelu_on_unit_interval(Gelu gelu, const char* name, double max_abs, double max_rel) {
   int failures = 0;
   for (int i = -1000000; i <= 1000000; ++i) {
     const float x = float(i) * 1e-6f;
     const double want = gelu_ref(double(x));
-    const double err = std::fabs(double(act::GeluErfOnUnitInterval{}(x)) - want);
-    if (!(err <= std::ldexp(1.0, -23) && err <= 1e-6 * std::fabs(want) + 1e-38) &&
-        ++failures <= 10) {
-      ADD_FAILURE() << "gelu polynomial(" << x << ") is off by " << err << " (float64 gives "
-                    << want << ")";
+    const double err = std::fabs(double(gelu(x)) - want);
+    if (!(err <= max_abs && err <= max_rel * std::fabs(want) + 1e-38) && ++failures <= 10) {
+      ADD_FAILURE() << name << "(" << x << ") is off by " << err << " (float64 gives " << want
+                    << ")";
     }
   }
-  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(failures, 0) << name;
+  EXPECT_TRUE(std::signbit(gelu(-0.0f))) << name;
+  EXPECT_EQ(gelu(0.0f), 0.0f) << name;
+}
+
+// The GELU polynomial on its domain: within 2^-23 (two ulp at the top of the range; a wrong
+// coefficient is off by far more) and 1e-6 relative; outside the domain it is not used (the
+// chains compose it after tanh only).
+TEST(Activations, GeluPolynomialOnTheUnitInterval) {
+  expect_gelu_on_unit_interval(act::GeluErfOnUnitInterval{}, "gelu polynomial",
+                               std::ldexp(1.0, -23), 1e-6);
   for (float x : {1.0f, -1.0f, 1e-30f, -1e-30f, 0.5f}) {
     EXPECT_NEAR(act::GeluErfOnUnitInterval{}(x), gelu_ref(x), 1e-7 * std::max(1.0f, x)) << x;
   }
-  EXPECT_TRUE(std::signbit(act::GeluErfOnUnitInterval{}(-0.0f)));
-  EXPECT_EQ(act::GeluErfOnUnitInterval{}(0.0f), 0.0f);
 }
 
-// The 16-bit GELU polynomial (degree 3) on [-1, 1]: within 5e-6 relative of float64 (its fit is
-// 4.4e-6; float16's last place is 2^-10 relative, so this is under 0.02 of it), sign of -0 kept.
+// The 16-bit GELU polynomial (degree 3): within 5e-6 relative of float64 (its fit is 4.4e-6;
+// float16's last place is 2^-10 relative, so this is under 0.02 of it).
 TEST(Activations, HalfPrecisionGeluPolynomialOnTheUnitInterval) {
-  int failures = 0;
-  for (int i = -1000000; i <= 1000000; ++i) {
-    const float x = float(i) * 1e-6f;
-    const double want = gelu_ref(double(x));
-    const double err = std::fabs(double(act::GeluErfOnUnitIntervalHalfPrecision{}(x)) - want);
-    if (!(err <= 5e-6 * std::fabs(want) + 1e-38) && ++failures <= 10) {
-      ADD_FAILURE() << "16-bit gelu polynomial(" << x << ") is off by " << err << " (float64 gives "
-                    << want << ")";
-    }
-  }
-  EXPECT_EQ(failures, 0);
-  EXPECT_TRUE(std::signbit(act::GeluErfOnUnitIntervalHalfPrecision{}(-0.0f)));
+  expect_gelu_on_unit_interval(act::GeluErfOnUnitIntervalHalfPrecision{}, "16-bit gelu polynomial",
+                               1.0, 5e-6);
 }
 
 // swish_chain's functor chains leave the model's last Hardtanh(-1, 1) out because GELU maps
