@@ -246,7 +246,7 @@ Result bench_one(LinearEpilogueModel& model, LinearEpilogueModel& fused_model,
 
   // The fused model's weight layout for this batch (choose_weight_layout).
   choose_weight_layout(fused_model, x(0));
-  r.fused_weight_input_major = fused_model.weight_is_input_major();
+  r.fused_weight_input_major = fused_model.weight_layout() == WeightLayout::kInputMajor;
 
   // The check: the fused chain against the eager chain on the same GEMM output.
   {

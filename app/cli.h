@@ -52,7 +52,7 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
 // nn.Linear lays it out. Prints the loader's notices to stderr, once.
 std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings);
 // For the fused path on a GPU: times the bias-free GEMM x @ W^T with the weight as it is and
-// re-laid (output-major <-> input-major, LinearEpilogueModel::store_weight_input_major), in
+// re-laid (output-major <-> input-major, LinearEpilogueModel::weight_in), in
 // turns, 10 calls each after 3 warm-up, and keeps the faster layout. Returns a line saying
 // which and the two median times. On the CPU it changes nothing and says so.
 std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x);

@@ -136,19 +136,22 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
 std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x) {
   if (!x.is_cuda()) return "weight as loaded (output-major; layouts are chosen on GPUs only)";
   torch::NoGradGuard no_grad;
-  const torch::Tensor& weight = model.linear()->weight;
-  const bool input_major = model.weight_is_input_major();
-  // The other layout, as a temporary copy: [out, in] either way.
-  const torch::Tensor other = input_major ? weight.contiguous() : weight.t().contiguous().t();
+  const WeightLayout current = model.weight_layout();
+  const WeightLayout other_layout = current == WeightLayout::kInputMajor
+                                        ? WeightLayout::kOutputMajor
+                                        : WeightLayout::kInputMajor;
+  const torch::Tensor weight = model.linear()->weight;
+  const torch::Tensor other = model.weight_in(other_layout);  // a copy, [out, in] either way
   const auto times = time_interleaved(
       x.device(), 3, 10,
       {[&](int) { torch::matmul(x, weight.t()); }, [&](int) { torch::matmul(x, other.t()); }});
-  const bool switch_layout = times[1].median_us < times[0].median_us;
-  const double input_major_us = input_major ? times[0].median_us : times[1].median_us;
-  const double output_major_us = input_major ? times[1].median_us : times[0].median_us;
-  if (switch_layout && input_major) model.store_weight_output_major();
-  if (switch_layout && !input_major) model.store_weight_input_major();
-  return std::string("weight ") + (model.weight_is_input_major() ? "input-major" : "output-major") +
+  const bool input_major_now = current == WeightLayout::kInputMajor;
+  const double input_major_us = input_major_now ? times[0].median_us : times[1].median_us;
+  const double output_major_us = input_major_now ? times[1].median_us : times[0].median_us;
+  // Keeps the copy just timed rather than converting again.
+  if (times[1].median_us < times[0].median_us) model.store_weight(other);
+  const bool input_major = model.weight_layout() == WeightLayout::kInputMajor;
+  return std::string("weight ") + (input_major ? "input-major" : "output-major") +
          " (bias-free GEMM " + fixed(input_major_us, 1) + " us input-major, " +
          fixed(output_major_us, 1) + " us output-major)";
 }

@@ -79,24 +79,6 @@ double time_us(int iters, int n_buffers, Launch launch) {
   return median(us);
 }
 
-float host_float(float v) { return v; }
-float host_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-float host_float(__half v) { return __half2float(v); }
-template <typename T>
-T host_from_float(float v);
-template <>
-float host_from_float<float>(float v) {
-  return v;
-}
-template <>
-__nv_bfloat16 host_from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__half host_from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-
 template <typename T>
 const char* type_name() {
   if constexpr (std::is_same_v<T, float>) return "float32";
@@ -132,7 +114,7 @@ Error max_error(const Buffers<T>& b, bool with_shift, Ref ref) {
     float x = b.host_input[size_t(i)] + b.host_bias[size_t(c)];
     if (with_shift) x += b.host_shift[size_t(c)];
     const double want = ref(double(x));
-    const double err = std::fabs(double(host_float(out[size_t(i)])) - want);
+    const double err = std::fabs(double(cuda::to_float(out[size_t(i)])) - want);
     // NaN (an unwritten element) wins.
     if (!(err <= worst.abs)) worst.abs = err;
     if (!(err / ulp_of<T>(want) <= worst.ulp)) worst.ulp = err / ulp_of<T>(want);
@@ -156,8 +138,8 @@ Buffers<T> make_buffers(int64_t rows, int64_t cols, size_t l2_bytes, int iters) 
   const auto fill = [](std::vector<T>& typed, std::vector<float>& as_float, auto draw) {
     as_float.resize(typed.size());
     for (size_t i = 0; i < typed.size(); ++i) {
-      typed[i] = host_from_float<T>(draw());
-      as_float[i] = host_float(typed[i]);
+      typed[i] = cuda::from_float<T>(draw());
+      as_float[i] = cuda::to_float(typed[i]);
     }
   };
   fill(input, b.host_input, [&] { return 6.0f * (uniform() + uniform() + uniform()) / 3.0f; });
@@ -178,7 +160,7 @@ Buffers<T> make_buffers(int64_t rows, int64_t cols, size_t l2_bytes, int iters) 
   b.copy_us = time_us(iters, n_buffers, [&](int i) {
     CHECK_CUDA(cudaMemcpyAsync(b.outputs[i], b.inputs[i], bytes, cudaMemcpyDeviceToDevice));
   });
-  std::printf("%-48s %9.1f %9.0f %8.2fx\n",
+  std::printf("%-56s %9.1f %9.0f %8.2fx\n",
               (std::string("copy (D2D memcpy), ") + type_name<T>() + ", " +
                std::to_string(n_buffers) + " buffers")
                   .c_str(),
@@ -208,10 +190,11 @@ void run_variant(const std::string& name, const Buffers<T>& b, bool with_shift, 
   });
   const double bytes = 2.0 * double(b.rows * b.cols) * sizeof(T);
   char label[96];
-  std::snprintf(label, sizeof label, "%s [r%d t%d w%d%s]", name.c_str(), Shape::kRows,
-                Shape::kThreads, Shape::kWaves, Shape::kStreaming ? " cs" : "");
+  std::snprintf(label, sizeof label, "%s [r%d t%d w%d%s%s]", name.c_str(), Shape::kRows,
+                Shape::kThreads, Shape::kWaves, Shape::kStreaming ? " cs" : "",
+                Shape::kStages > 0 ? (" s" + std::to_string(Shape::kStages)).c_str() : "");
   const Error err = max_error(b, with_shift, ref);
-  std::printf("%-48s %9.1f %9.0f %8.2fx %12.2e %8.2f\n", label, us, bytes / us / 1e3,
+  std::printf("%-56s %9.1f %9.0f %8.2fx %12.2e %8.2f\n", label, us, bytes / us / 1e3,
               us / b.copy_us, err.abs, err.ulp);
 }
 
@@ -231,12 +214,9 @@ __device__ float exp_on_fma_pipe(float x) {
   constexpr float kLog2e = 1.442695041f, kRound = 12582912.0f;
   const float r = fmaf(x, kLog2e, kRound);
   const float f = fmaf(x, kLog2e, -(r - kRound));
-  float p = 9.570079856e-03f;
-  p = p * f + 5.591783673e-02f;
-  p = p * f + 2.402474433e-01f;
-  p = p * f + 6.931217909e-01f;
-  p = p * f + 9.999992847e-01f;
-  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+  const float p = act::polynomial(f, 9.999992847e-01f, 6.931217909e-01f, 2.402474433e-01f,
+                                  5.591783673e-02f, 9.570079856e-03f);
+  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(r) << 23));
 }
 struct MishOfMish {
   __device__ float operator()(float x) const {
@@ -247,6 +227,13 @@ struct MishOfMish {
   }
 };
 using MishMishSecondExpOnFma = act::Chain<act::Mish, MishOfMish>;
+// The 16-bit mish_mish before session 4: the float32 chain, two MUFU ops a mish.
+using MishMishHalfBefore = MishMishActivations;
+// 16-bit mish with exp's argument clamped and no reciprocal shared (row 18's clamped mish), and
+// with one reciprocal for four values (2.5 MUFU ops an element).
+using MishMishHalfClamped = act::Chain<act::MishHalfPrecision<1>, act::MishHalfPrecision<1>>;
+using MishMishHalfPairs = act::Chain<act::MishHalfPrecision<2>, act::MishHalfPrecision<2>>;
+using MishMishHalfGroupsOf4 = act::Chain<act::MishHalfPrecision<4>, act::MishHalfPrecision<4>>;
 }  // namespace candidate
 
 template <typename T>
@@ -271,9 +258,44 @@ void run_all(Buffers<T>& b, int iters) {
                                                      swish_chain_ref);
   run_variant<MishShape, literal::MishMishActivations>("mish_mish literal", b, false, iters,
                                                        mish_mish_ref);
-  run_variant<MishShape, MishMishActivations>("mish_mish kernel", b, false, iters, mish_mish_ref);
+  dispatch_epilogue<kResultPrecisionOf<T>>(EpilogueKind::kMishMish, [&](auto activations) {
+    run_variant<MishShape, decltype(activations)>("mish_mish kernel", b, false, iters,
+                                                  mish_mish_ref);
+  });
   run_variant<MishShape, candidate::MishMishSecondExpOnFma>("mish_mish 2nd exp on FMA pipe", b,
                                                             false, iters, mish_mish_ref);
+  if constexpr (sizeof(T) == 2) {
+    // The 16-bit mish candidates at the shapes that were closest for mish_mish before.
+    const auto mish_shapes = [&](auto activations, const char* name) {
+      using A = decltype(activations);
+      run_variant<LaunchShape<1, 128, 2, false>, A>(name, b, false, iters, mish_mish_ref);
+      run_variant<LaunchShape<1, 128, 3, false>, A>(name, b, false, iters, mish_mish_ref);
+      run_variant<LaunchShape<1, 256, 2, false>, A>(name, b, false, iters, mish_mish_ref);
+      run_variant<LaunchShape<2, 128, 2, false>, A>(name, b, false, iters, mish_mish_ref);
+      run_variant<LaunchShape<2, 128, 4, false>, A>(name, b, false, iters, mish_mish_ref);
+    };
+    mish_shapes(candidate::MishMishHalfBefore{}, "mish_mish half: float32 chain (before)");
+    mish_shapes(candidate::MishMishHalfClamped{}, "mish_mish half: clamped, 4 MUFU");
+    mish_shapes(candidate::MishMishHalfPairs{}, "mish_mish half: rcp per 2");
+    mish_shapes(candidate::MishMishHalfGroupsOf4{}, "mish_mish half: rcp per 4");
+    // Loads running 2-4 steps ahead through shared memory (cp.async, "s" stages).
+    const auto staged_shapes = [&](auto activations, const char* name, bool with_shift, auto ref) {
+      using A = decltype(activations);
+      run_variant<LaunchShape<1, 128, 1, false, 3>, A>(name, b, with_shift, iters, ref);
+      run_variant<LaunchShape<1, 128, 1, false, 4>, A>(name, b, with_shift, iters, ref);
+      run_variant<LaunchShape<1, 128, 2, false, 3>, A>(name, b, with_shift, iters, ref);
+      run_variant<LaunchShape<1, 256, 1, false, 4>, A>(name, b, with_shift, iters, ref);
+      run_variant<LaunchShape<1, 64, 1, false, 4>, A>(name, b, with_shift, iters, ref);
+      run_variant<LaunchShape<2, 128, 1, false, 3>, A>(name, b, with_shift, iters, ref);
+    };
+    staged_shapes(candidate::MishMishHalfPairs{}, "mish_mish half: rcp per 2", false,
+                  mish_mish_ref);
+    staged_shapes(candidate::MishMishHalfBefore{}, "mish_mish half: float32 chain", false,
+                  mish_mish_ref);
+    staged_shapes(candidate::MishMishHalfClamped{}, "mish_mish half: clamped", false,
+                  mish_mish_ref);
+    staged_shapes(SwishChainActivationsHalf{}, "swish_chain half chain", true, swish_chain_ref);
+  }
   // Launch shapes, on the chain each dtype runs.
   const auto shapes = [&](auto activations, const char* name, bool with_shift, auto ref) {
     using A = decltype(activations);
@@ -323,10 +345,10 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "%s, %d SMs, L2 %d MiB; [%lld, %lld]; median of %d; [r rows/thread, t threads, "
-      "w max waves (0: none), cs streaming hints]\n",
+      "w max waves (0: none), cs streaming hints, s load stages in shared memory]\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)rows, (long long)cols,
       iters);
-  std::printf("%-48s %9s %9s %9s %12s %8s\n", "variant", "us", "GB/s", "x copy", "err vs f64",
+  std::printf("%-56s %9s %9s %9s %12s %8s\n", "variant", "us", "GB/s", "x copy", "err vs f64",
               "ulp");
   {
     auto b = make_buffers<float>(rows, cols, size_t(prop.l2CacheSize), iters);

@@ -18,22 +18,29 @@ torch::Tensor LinearEpilogueModel::forward_eager(const torch::Tensor& x) {
   return epilogue_eager(linear()->forward(x));
 }
 
-void LinearEpilogueModel::store_weight_input_major() {
-  if (weight_is_input_major()) return;
-  torch::NoGradGuard no_grad;
-  torch::Tensor& weight = linear()->weight;
-  weight.set_data(weight.t().contiguous().t());
-}
-
-void LinearEpilogueModel::store_weight_output_major() {
-  torch::NoGradGuard no_grad;
-  torch::Tensor& weight = linear()->weight;
-  if (!weight.is_contiguous()) weight.set_data(weight.contiguous());
-}
-
-bool LinearEpilogueModel::weight_is_input_major() {
+torch::Tensor LinearEpilogueModel::weight_in(WeightLayout layout) {
   const torch::Tensor& weight = linear()->weight;
-  return weight.dim() == 2 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0);
+  if (weight_layout() == layout) return weight;
+  torch::NoGradGuard no_grad;
+  return layout == WeightLayout::kInputMajor ? weight.t().contiguous().t() : weight.contiguous();
+}
+
+void LinearEpilogueModel::store_weight(const torch::Tensor& weight) {
+  torch::Tensor& current = linear()->weight;
+  TORCH_CHECK(weight.sizes() == current.sizes() && weight.dtype() == current.dtype() &&
+                  weight.device() == current.device(),
+              "store_weight: expected a ", current.sizes(), " ", current.dtype(), " tensor on ",
+              current.device(), " (the weight's), got ", weight.sizes(), " ", weight.dtype(),
+              " on ", weight.device());
+  torch::NoGradGuard no_grad;
+  current.set_data(weight);
+}
+
+WeightLayout LinearEpilogueModel::weight_layout() {
+  const torch::Tensor& weight = linear()->weight;
+  const bool input_major =
+      weight.dim() == 2 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0);
+  return input_major ? WeightLayout::kInputMajor : WeightLayout::kOutputMajor;
 }
 
 int64_t LinearEpilogueModel::in_features() { return linear()->weight.size(1); }

@@ -17,6 +17,10 @@
 namespace fusedlinear {
 
 // What the CLI, the benchmark and the tests need from any model here.
+// How the Linear's weight W [out, in] lies in memory: nn.Linear's row-major [out, in]
+// (output-major), or the transpose of a contiguous [in, out] (input-major).
+enum class WeightLayout { kOutputMajor, kInputMajor };
+
 class LinearEpilogueModel : public torch::nn::Module {
  public:
   // The Python ops after nn.Linear, unfused (input: the Linear's output, bias included).
@@ -31,17 +35,20 @@ class LinearEpilogueModel : public torch::nn::Module {
   // x @ W^T, the GEMM of `forward` (no bias).
   torch::Tensor matmul_without_bias(const torch::Tensor& x);
 
-  // Re-stores the Linear's weight input-major: the same [out, in] tensor (values, shape,
-  // state-dict entry) laid out as the transpose of a contiguous [in, out] tensor, so that
-  // x @ W^T runs cuBLAS's NN GEMM instead of its TN one. On an H200 in float32 that measured
-  // 1.4% faster at 1024 x 8192 -> 8192 and 10-27% at batch 1-64, but 10% slower at batch 256
-  // (docs/RESULTS.md), so the app times both and keeps the faster (choose_weight_layout).
-  // Both forwards use the weight as it is laid out; moving the model keeps the layout, loading
-  // a state dict into it too. Needs one extra copy of W while it converts.
-  void store_weight_input_major();
-  // Back to the layout nn.Linear has: W contiguous, [out, in] row-major.
-  void store_weight_output_major();
-  bool weight_is_input_major();
+  // The Linear's weight W [out, in] in `layout`: W itself when it is laid out so, else a copy.
+  // Input-major is the same [out, in] tensor laid out as the transpose of a contiguous [in, out]
+  // one, so that x @ W^T runs cuBLAS's NN GEMM instead of its TN one. On an H200 in float32
+  // that measured 1.4% faster at 1024 x 8192 -> 8192 and 10-27% at batch 1-64, but 10% slower
+  // at batch 256 (docs/RESULTS.md), so the app times both and keeps the faster
+  // (choose_weight_layout).
+  torch::Tensor weight_in(WeightLayout layout);
+  // Stores `weight`, W's values in some layout (from weight_in), as the Linear's weight: the
+  // values, shape and state-dict entry stay; both forwards use the weight as it is laid out;
+  // moving the model keeps the layout, loading a state dict into it too.
+  void store_weight(const torch::Tensor& weight);
+  // store_weight(weight_in(layout)); needs one extra copy of W while it converts.
+  void store_weight_in(WeightLayout layout) { store_weight(weight_in(layout)); }
+  WeightLayout weight_layout();
 
   int64_t in_features();
   int64_t out_features();

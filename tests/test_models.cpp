@@ -74,9 +74,9 @@ TEST(Models, InputMajorWeightIsTheSameWeight) {
     auto reference = make_model(name, 24, 40, 5);
     const torch::Tensor x = torch::rand({9, 24});
     const torch::Tensor before = model->forward(x);
-    EXPECT_FALSE(model->weight_is_input_major());
-    model->store_weight_input_major();
-    EXPECT_TRUE(model->weight_is_input_major());
+    EXPECT_EQ(model->weight_layout(), WeightLayout::kOutputMajor);
+    model->store_weight_in(WeightLayout::kInputMajor);
+    EXPECT_EQ(model->weight_layout(), WeightLayout::kInputMajor);
     EXPECT_EQ(model->linear()->weight.sizes(), (torch::IntArrayRef{40, 24}));
     EXPECT_TRUE(model->linear()->weight.t().is_contiguous());
     const auto params = model->named_parameters(), want = reference->named_parameters();
@@ -85,17 +85,43 @@ TEST(Models, InputMajorWeightIsTheSameWeight) {
     EXPECT_TRUE(torch::allclose(model->forward(x), before, 1e-6, 1e-6)) << name;
     EXPECT_TRUE(torch::allclose(model->forward_eager(x), before, 1e-5, 1e-5)) << name;
     model->to(torch::kFloat64);
-    EXPECT_TRUE(model->weight_is_input_major()) << "after .to()";
+    EXPECT_EQ(model->weight_layout(), WeightLayout::kInputMajor) << "after .to()";
     model->to(torch::kFloat32);
     NamedTensors file;
     for (const auto& p : make_model(name, 24, 40, 6)->named_parameters()) {
       file.tensors.emplace_back(p.key(), p.value().clone());
     }
     apply_state_dict(*model, file, "seed-6 parameters", /*strict=*/true);
-    EXPECT_TRUE(model->weight_is_input_major()) << "after loading a state dict";
-    const auto& weight_key = file.tensors.front().first;  // matmul.weight / linear.weight
-    EXPECT_TRUE(torch::equal(model->named_parameters()[weight_key], file.tensors.front().second));
+    EXPECT_EQ(model->weight_layout(), WeightLayout::kInputMajor) << "after loading a state dict";
+    // Every loaded value is in place, the weight's included.
+    for (const auto& [key, value] : file.tensors) {
+      EXPECT_TRUE(torch::equal(model->named_parameters()[key], value)) << name << " " << key;
+    }
+    const torch::Tensor loaded_weight = model->linear()->weight.clone();
+    // weight_in gives W itself in its own layout, a copy in the other; back to nn.Linear's.
+    const torch::Tensor weight = model->linear()->weight;
+    EXPECT_EQ(model->weight_in(WeightLayout::kInputMajor).data_ptr(), weight.data_ptr());
+    const torch::Tensor output_major = model->weight_in(WeightLayout::kOutputMajor);
+    EXPECT_NE(output_major.data_ptr(), weight.data_ptr());
+    model->store_weight(output_major);
+    EXPECT_EQ(model->weight_layout(), WeightLayout::kOutputMajor);
+    EXPECT_TRUE(model->linear()->weight.is_contiguous());
+    EXPECT_TRUE(torch::equal(model->linear()->weight, loaded_weight)) << name;
   }
+}
+
+TEST(Models, StoreWeightRejectsAnotherShape) {
+  auto model = make_model("mish_mish", 24, 40, 5);
+  try {
+    model->store_weight(torch::zeros({24, 40}));
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("store_weight: expected a [40, 24] float tensor on cpu "
+                                         "(the weight's), got [24, 40] float on cpu"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
+  EXPECT_EQ(model->linear()->weight.sizes(), (torch::IntArrayRef{40, 24}));
 }
 
 // Both modules reproduce PyTorch's own output for the committed fixtures within 1e-4.
