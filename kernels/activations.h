@@ -24,16 +24,6 @@
 
 #include <math.h>
 
-#include <type_traits>
-
-// Fully unrolled loops in GPU code (the trip counts are template constants); nothing in host
-// code, whose compilers do not know the pragma.
-#if defined(__CUDA_ARCH__)
-#define FL_UNROLL _Pragma("unroll")
-#else
-#define FL_UNROLL
-#endif
-
 namespace fusedlinear {
 namespace act {
 
@@ -45,50 +35,16 @@ FL_HOST_DEVICE float fast_exp(float x) {
 #endif
 }
 
-// 1/d: on the GPU the hardware reciprocal (rcp.approx.ftz, 1 ulp, one MUFU op; 0 for
-// |d| > 2^126), on the host exact.
-FL_HOST_DEVICE float reciprocal(float d) {
-#if defined(__CUDA_ARCH__)
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  return r;
-#else
-  return 1.0f / d;
-#endif
-}
-
-// a / b as a * (1/b) with the hardware reciprocal (one MUFU op and one multiply, without
-// __fdividef's range checks). For |b| > 2^126 the reciprocal flushes to 0, so the result is 0
-// (and NaN for a = +-inf): callers say why that is right where they use it. On the host, a / b.
+// a / b as a * (1/b) with the hardware reciprocal (rcp.approx.ftz: 1 ulp; one MUFU op and one
+// multiply, without __fdividef's range checks). For |b| > 2^126 the reciprocal flushes to 0, so
+// the result is 0 (and NaN for a = +-inf): callers say why that is right where they use it.
 FL_HOST_DEVICE float fast_div(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return a * reciprocal(b);
+  float reciprocal;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(reciprocal) : "f"(b));
+  return a * reciprocal;
 #else
   return a / b;
-#endif
-}
-
-// 1/d[k] for N values with one reciprocal between them (Montgomery's trick): the running
-// products p_k = d_0 ... d_k, one reciprocal of p_(N-1), then from the last value back
-// 1/d_k = p_(k-1) / p_k and 1/p_(k-1) = d_k / p_k. 3(N - 1) multiplies and one MUFU op instead
-// of N MUFU ops; each result within ~N ulp. The product of all N must be a normal float (callers
-// bound d). On the host, N exact divisions.
-template <int N>
-FL_HOST_DEVICE void reciprocals(const float (&d)[N], float (&r)[N]) {
-#if defined(__CUDA_ARCH__)
-  float prefix[N];
-  prefix[0] = d[0];
-  FL_UNROLL
-  for (int k = 1; k < N; ++k) prefix[k] = prefix[k - 1] * d[k];
-  float inverse = reciprocal(prefix[N - 1]);  // 1 / p_k, k from N - 1 down
-  FL_UNROLL
-  for (int k = N - 1; k > 0; --k) {
-    r[k] = inverse * prefix[k - 1];
-    inverse *= d[k];
-  }
-  r[0] = inverse;
-#else
-  for (int k = 0; k < N; ++k) r[k] = 1.0f / d[k];
 #endif
 }
 
@@ -213,78 +169,33 @@ struct Mish {
   }
 };
 
-// F.mish for results kept in bfloat16 or float16, kGroup values at a time sharing one
-// reciprocal (`reciprocals`): mish_mish's 4 MUFU ops an element become 2 + 2 / kGroup, for
-// 3 (kGroup - 1) / kGroup multiplies more. The same n / (n + 2) as Mish, with exp's argument
-// clamped at 9.5 instead of the x >= 20 branch: from 9.5 on n >= e^19, so n / (n + 2) is within
-// 1.2e-8 of 1 and rounds to 1 in float, as at 20; the clamp also bounds n + 2 below 2^28, so
-// four of them multiply to a normal float. fminf(NaN, 9.5) is 9.5: a NaN keeps its group's
-// product finite and gives NaN only where it stands (x * ...); -inf gives -inf * 0 = NaN and
-// +inf gives +inf, as in PyTorch. The shared reciprocal is a few float ulp off 1/d, invisible
-// after rounding to 16 bits: not for float32 results.
-template <int kGroup>
+// F.mish for results kept in bfloat16 or float16: Mish's n / (n + 2) with exp's argument
+// clamped at 9.5 instead of the x >= 20 branch, measured faster at the 16-bit kernels' launch
+// shape (docs/PERFORMANCE.md, row 18). From 9.5 on n >= e^19, so n / (n + 2) is within 1.2e-8
+// of 1 and rounds to 1 in float, as from 20; on the GPU the hardware reciprocal leaves x * ...
+// up to a few float ulp off x there, invisible after rounding to 16 bits: not for float32
+// results. fminf(NaN, 9.5) is 9.5, so NaN gives x * ... = NaN; -inf gives -inf * 0 = NaN and
+// +inf gives +inf, as in PyTorch.
 struct MishHalfPrecision {
-  static_assert(kGroup >= 1 && kGroup <= 4, "more than four n + 2 could overflow their product");
-  FL_HOST_DEVICE static float n_of(float x) {
-    const float e = fast_exp(fminf(x, 9.5f));
-    return e * (e + 2.0f);
-  }
   FL_HOST_DEVICE float operator()(float x) const {
-    const float n = n_of(x);
-    return x * (n * reciprocal(n + 2.0f));
-  }
-  template <int N>
-  FL_HOST_DEVICE void operator()(float (&v)[N]) const {
-    constexpr int kGrouped = N / kGroup * kGroup;
-    FL_UNROLL
-    for (int g = 0; g < kGrouped; g += kGroup) {
-      float n[kGroup], d[kGroup], r[kGroup];
-      FL_UNROLL
-      for (int k = 0; k < kGroup; ++k) {
-        n[k] = n_of(v[g + k]);
-        d[k] = n[k] + 2.0f;
-      }
-      reciprocals(d, r);
-      FL_UNROLL
-      for (int k = 0; k < kGroup; ++k) v[g + k] *= n[k] * r[k];
-    }
-    FL_UNROLL
-    for (int k = kGrouped; k < N; ++k) v[k] = (*this)(v[k]);
+    const float e = fast_exp(fminf(x, 9.5f));
+    const float n = e * (e + 2.0f);
+    return x * fast_div(n, n + 2.0f);
   }
 };
 
-// apply(f, v): f on each of v's N values, in place. A functor that does better with several
-// values at once (MishHalfPrecision) takes the whole array; the others, one value at a time.
-template <class F, int N>
-FL_HOST_DEVICE void apply(const F& f, float (&v)[N]) {
-  if constexpr (std::is_invocable_v<const F&, float(&)[N]>) {
-    f(v);
-  } else {
-    FL_UNROLL
-    for (int k = 0; k < N; ++k) v[k] = f(v[k]);
-  }
-}
-
-// Chain<F, G, H>{}(x) == H(G(F(x))): the functors applied left to right, to one value or, each
-// in turn, to an array of them (`apply`).
+// Chain<F, G, H>{}(x) == H(G(F(x))): the functors applied left to right.
 template <class... Fs>
 struct Chain;
 
 template <>
 struct Chain<> {
   FL_HOST_DEVICE float operator()(float x) const { return x; }
-  template <int N>
-  FL_HOST_DEVICE void operator()(float (&)[N]) const {}
 };
 
 template <class First, class... Rest>
 struct Chain<First, Rest...> {
   FL_HOST_DEVICE float operator()(float x) const { return Chain<Rest...>{}(First{}(x)); }
-  template <int N>
-  FL_HOST_DEVICE void operator()(float (&v)[N]) const {
-    apply(First{}, v);
-    Chain<Rest...>{}(v);
-  }
 };
 
 }  // namespace act

@@ -190,9 +190,8 @@ void run_variant(const std::string& name, const Buffers<T>& b, bool with_shift, 
   });
   const double bytes = 2.0 * double(b.rows * b.cols) * sizeof(T);
   char label[96];
-  std::snprintf(label, sizeof label, "%s [r%d t%d w%d%s%s]", name.c_str(), Shape::kRows,
-                Shape::kThreads, Shape::kWaves, Shape::kStreaming ? " cs" : "",
-                Shape::kStages > 0 ? (" s" + std::to_string(Shape::kStages)).c_str() : "");
+  std::snprintf(label, sizeof label, "%s [r%d t%d w%d%s]", name.c_str(), Shape::kRows,
+                Shape::kThreads, Shape::kWaves, Shape::kStreaming ? " cs" : "");
   const Error err = max_error(b, with_shift, ref);
   std::printf("%-56s %9.1f %9.0f %8.2fx %12.2e %8.2f\n", label, us, bytes / us / 1e3,
               us / b.copy_us, err.abs, err.ulp);
@@ -227,13 +226,8 @@ struct MishOfMish {
   }
 };
 using MishMishSecondExpOnFma = act::Chain<act::Mish, MishOfMish>;
-// The 16-bit mish_mish before session 4: the float32 chain, two MUFU ops a mish.
+// The 16-bit mish_mish before session 4: the float32 chain (the x >= 20 branch).
 using MishMishHalfBefore = MishMishActivations;
-// 16-bit mish with exp's argument clamped and no reciprocal shared (row 18's clamped mish), and
-// with one reciprocal for four values (2.5 MUFU ops an element).
-using MishMishHalfClamped = act::Chain<act::MishHalfPrecision<1>, act::MishHalfPrecision<1>>;
-using MishMishHalfPairs = act::Chain<act::MishHalfPrecision<2>, act::MishHalfPrecision<2>>;
-using MishMishHalfGroupsOf4 = act::Chain<act::MishHalfPrecision<4>, act::MishHalfPrecision<4>>;
 }  // namespace candidate
 
 template <typename T>
@@ -265,36 +259,19 @@ void run_all(Buffers<T>& b, int iters) {
   run_variant<MishShape, candidate::MishMishSecondExpOnFma>("mish_mish 2nd exp on FMA pipe", b,
                                                             false, iters, mish_mish_ref);
   if constexpr (sizeof(T) == 2) {
-    // The 16-bit mish candidates at the shapes that were closest for mish_mish before.
+    // The identity at mish_mish's shape (bias only), the floor of that shape, and the 16-bit
+    // mish_mish before session 4 at the shapes closest for it (the sweep below has the
+    // kernel's chain at all of them).
+    run_variant<MishShape, act::Chain<>>("identity (bias only)", b, false, iters,
+                                         [](double x) { return x; });
     const auto mish_shapes = [&](auto activations, const char* name) {
       using A = decltype(activations);
       run_variant<LaunchShape<1, 128, 2, false>, A>(name, b, false, iters, mish_mish_ref);
       run_variant<LaunchShape<1, 128, 3, false>, A>(name, b, false, iters, mish_mish_ref);
-      run_variant<LaunchShape<1, 256, 2, false>, A>(name, b, false, iters, mish_mish_ref);
       run_variant<LaunchShape<2, 128, 2, false>, A>(name, b, false, iters, mish_mish_ref);
       run_variant<LaunchShape<2, 128, 4, false>, A>(name, b, false, iters, mish_mish_ref);
     };
     mish_shapes(candidate::MishMishHalfBefore{}, "mish_mish half: float32 chain (before)");
-    mish_shapes(candidate::MishMishHalfClamped{}, "mish_mish half: clamped, 4 MUFU");
-    mish_shapes(candidate::MishMishHalfPairs{}, "mish_mish half: rcp per 2");
-    mish_shapes(candidate::MishMishHalfGroupsOf4{}, "mish_mish half: rcp per 4");
-    // Loads running 2-4 steps ahead through shared memory (cp.async, "s" stages).
-    const auto staged_shapes = [&](auto activations, const char* name, bool with_shift, auto ref) {
-      using A = decltype(activations);
-      run_variant<LaunchShape<1, 128, 1, false, 3>, A>(name, b, with_shift, iters, ref);
-      run_variant<LaunchShape<1, 128, 1, false, 4>, A>(name, b, with_shift, iters, ref);
-      run_variant<LaunchShape<1, 128, 2, false, 3>, A>(name, b, with_shift, iters, ref);
-      run_variant<LaunchShape<1, 256, 1, false, 4>, A>(name, b, with_shift, iters, ref);
-      run_variant<LaunchShape<1, 64, 1, false, 4>, A>(name, b, with_shift, iters, ref);
-      run_variant<LaunchShape<2, 128, 1, false, 3>, A>(name, b, with_shift, iters, ref);
-    };
-    staged_shapes(candidate::MishMishHalfPairs{}, "mish_mish half: rcp per 2", false,
-                  mish_mish_ref);
-    staged_shapes(candidate::MishMishHalfBefore{}, "mish_mish half: float32 chain", false,
-                  mish_mish_ref);
-    staged_shapes(candidate::MishMishHalfClamped{}, "mish_mish half: clamped", false,
-                  mish_mish_ref);
-    staged_shapes(SwishChainActivationsHalf{}, "swish_chain half chain", true, swish_chain_ref);
   }
   // Launch shapes, on the chain each dtype runs.
   const auto shapes = [&](auto activations, const char* name, bool with_shift, auto ref) {
@@ -345,7 +322,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "%s, %d SMs, L2 %d MiB; [%lld, %lld]; median of %d; [r rows/thread, t threads, "
-      "w max waves (0: none), cs streaming hints, s load stages in shared memory]\n",
+      "w max waves (0: none), cs streaming hints]\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)rows, (long long)cols,
       iters);
   std::printf("%-56s %9s %9s %9s %12s %8s\n", "variant", "us", "GB/s", "x copy", "err vs f64",

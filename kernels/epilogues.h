@@ -16,7 +16,7 @@ enum class EpilogueKind { kSwishChain, kMishMish };
 // How many bits the chain's result keeps: float32 needs the accurate functors; bfloat16 and
 // float16 (8 and 11 significant bits) can take cheaper ones whose errors stay under their
 // rounding step (the hardware tanh, relative error below 2^-10.99; a shorter GELU polynomial; a
-// reciprocal shared by two values).
+// clamp where float32 needs a branch).
 enum class ResultPrecision { kFloat32, kHalf };
 
 // Swish -> Tanh -> GELU(erf), after `+ add_value`. GELU follows tanh, so its input is in
@@ -25,10 +25,9 @@ enum class ResultPrecision { kFloat32, kHalf };
 using SwishChainActivations = act::Chain<act::Swish, act::Tanh, act::GeluErfOnUnitInterval>;
 using SwishChainActivationsHalf =
     act::Chain<act::Swish, act::TanhHalfPrecision, act::GeluErfOnUnitIntervalHalfPrecision>;
-// Mish -> Mish. For 16-bit results two values share each mish's reciprocal (MishHalfPrecision:
-// 3 MUFU ops an element instead of 4).
+// Mish -> Mish; for 16-bit results with exp's argument clamped instead of the x >= 20 branch.
 using MishMishActivations = act::Chain<act::Mish, act::Mish>;
-using MishMishActivationsHalf = act::Chain<act::MishHalfPrecision<1>, act::MishHalfPrecision<1>>;
+using MishMishActivationsHalf = act::Chain<act::MishHalfPrecision, act::MishHalfPrecision>;
 
 // PyTorch's formulas op for op (act::literal): the baseline the rewrites are measured against
 // (kernels/epilogue_bench.cu, tests/test_activations.cpp).

@@ -133,21 +133,6 @@ __device__ __forceinline__ void store_pack(Pack* p, const Pack& v) {
   }
 }
 
-// cp.async (sm_80+): 16 bytes from global to shared memory without passing through registers
-// (.cg: cached in L2 only, each byte is read once); commit_async_copies closes a group of them;
-// wait_for_async_copies<N>() returns once at most the N newest groups are still in flight.
-__device__ __forceinline__ void copy_16_bytes_async(void* shared, const void* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-}
-__device__ __forceinline__ void commit_async_copies() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wait_for_async_copies() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 __host__ __device__ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -161,18 +146,13 @@ __device__ __forceinline__ void load_column_terms(const T* p, int64_t col0, floa
 }
 
 // How the kernel is launched: rows per thread per step, threads per block, the grid capped at
-// that many waves of resident blocks (0: one step per thread, no cap), cache hints, and how the
-// loads run ahead of the arithmetic: kStages = 0, one step ahead in registers; kStages >= 2,
-// kStages - 1 steps ahead through a ring of shared memory, filled with cp.async (the bytes in
-// flight then cost no registers, so they need not limit the threads resident).
-template <int kRowsPerThread, int kThreadsPerBlock, int kMaxWaves, bool kStreamingHints,
-          int kLoadStages = 0>
+// that many waves of resident blocks (0: one step per thread, no cap), cache hints.
+template <int kRowsPerThread, int kThreadsPerBlock, int kMaxWaves, bool kStreamingHints>
 struct LaunchShape {
   static constexpr int kRows = kRowsPerThread;
   static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kWaves = kMaxWaves;
   static constexpr bool kStreaming = kStreamingHints;
-  static constexpr int kStages = kLoadStages;
 };
 
 // kHasBias, kHasShift: whether bias and shift are given (else null and unread). Compile-time, so
@@ -192,8 +172,25 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
 
   const Activations activations;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y * kRows;
-  // One step: rows row0 .. row0 + kRows - 1 (those below `rows`), loaded as `in`.
-  const auto compute_and_store = [&](int64_t row0, const Pack(&in)[kRows]) {
+  const auto load_rows = [&](int64_t row0, Pack(&in)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r < rows) {
+        in[r] = load_pack<Shape::kStreaming>(
+            reinterpret_cast<const Pack*>(y + (row0 + r) * cols + col0));
+      }
+    }
+  };
+  // Software pipelined: the next step's loads are in flight while this step computes.
+  int64_t row0 = (int64_t(blockIdx.y) * blockDim.y + threadIdx.y) * kRows;
+  Pack next[kRows];
+  if (row0 < rows) load_rows(row0, next);
+  while (row0 < rows) {
+    Pack in[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) in[r] = next[r];
+    const int64_t next_row0 = row0 + row_step;
+    if (next_row0 < rows) load_rows(next_row0, next);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (row0 + r >= rows) break;
@@ -201,71 +198,15 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
       to_floats(in[r], result);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        if constexpr (kHasBias) result[k] += col_bias[k];
-        if constexpr (kHasShift) result[k] += col_shift[k];
+        float v = result[k];
+        if constexpr (kHasBias) v += col_bias[k];
+        if constexpr (kHasShift) v += col_shift[k];
+        result[k] = activations(v);
       }
-      act::apply(activations, result);
       store_pack<Shape::kStreaming>(reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0),
                                     round_to<T>(result));
     }
-  };
-  const auto source = [&](int64_t row) {
-    return reinterpret_cast<const Pack*>(y + row * cols + col0);
-  };
-  int64_t row0 = (int64_t(blockIdx.y) * blockDim.y + threadIdx.y) * kRows;
-
-  if constexpr (Shape::kStages == 0 || sizeof(Pack) != 16) {
-    // Software pipelined in registers: the next step's loads are in flight while this step
-    // computes.
-    const auto load_rows = [&](int64_t first, Pack(&in)[kRows]) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (first + r < rows) in[r] = load_pack<Shape::kStreaming>(source(first + r));
-      }
-    };
-    Pack next[kRows];
-    if (row0 < rows) load_rows(row0, next);
-    while (row0 < rows) {
-      Pack in[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) in[r] = next[r];
-      const int64_t next_row0 = row0 + row_step;
-      if (next_row0 < rows) load_rows(next_row0, next);
-      compute_and_store(row0, in);
-      row0 = next_row0;
-    }
-  } else {
-    // Through shared memory: each thread owns one slot per stage and row (so no barrier is
-    // needed) and keeps kStages - 1 steps of loads in flight, one commit group per step (empty
-    // past the last row, so that waiting for all but the newest kStages - 1 groups always
-    // means this step's).
-    constexpr int kStages = Shape::kStages;
-    __shared__ Pack ring[kStages][kRows][Shape::kThreads];
-    const int slot = threadIdx.y * blockDim.x + threadIdx.x;
-    const auto load_rows_async = [&](int64_t first, int stage) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (first + r < rows) {
-          copy_16_bytes_async(&ring[stage][r][slot], source(first + r));
-        }
-      }
-      commit_async_copies();
-    };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) load_rows_async(row0 + s * row_step, s);
-    int stage = 0;  // the stage holding row0's step
-    while (row0 < rows) {
-      // The slot refilled here was read (and its values used) in the previous step.
-      const int refill = stage == 0 ? kStages - 1 : stage - 1;
-      load_rows_async(row0 + (kStages - 1) * row_step, refill);
-      wait_for_async_copies<kStages - 1>();
-      Pack in[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) in[r] = ring[stage][r][slot];
-      compute_and_store(row0, in);
-      row0 += row_step;
-      stage = stage == kStages - 1 ? 0 : stage + 1;
-    }
+    row0 = next_row0;
   }
 }
 
@@ -306,11 +247,11 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shi
 }
 
 // The shape fused_epilogue.cu launches a chain with: the fastest of epilogue_bench's sweep on
-// an H200 (docs/PERFORMANCE.md). float32: one row per thread per step, 256 threads,
-// two waves. The 2-byte types, whose 16-byte accesses hold twice the elements and whose chains
-// are therefore bound by arithmetic rather than memory, 128 threads and: for swish_chain two
-// rows per step and one wave (each thread loops over several steps, its set-up amortised); for
-// mish_mish, with more MUFU work an element, one row per step and two waves (more threads in
+// an H200 (docs/PERFORMANCE.md). float32: one row per thread per step, 256 threads, two waves.
+// The 2-byte types, whose 16-byte accesses hold twice the elements and whose chains are
+// therefore bound by arithmetic rather than memory, 128 threads and: for swish_chain two rows
+// per step and one wave (each thread loops over several steps, its set-up amortised); for
+// mish_mish, with one more MUFU op an element, one row per step and two waves (more threads in
 // flight).
 template <class Activations>
 inline constexpr bool kIsMishMish = std::is_same_v<Activations, MishMishActivations> ||
