@@ -137,9 +137,8 @@ std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor
   if (!x.is_cuda()) return "weight as loaded (output-major; layouts are chosen on GPUs only)";
   torch::NoGradGuard no_grad;
   const WeightLayout current = model.weight_layout();
-  const WeightLayout other_layout = current == WeightLayout::kInputMajor
-                                        ? WeightLayout::kOutputMajor
-                                        : WeightLayout::kInputMajor;
+  const WeightLayout other_layout =
+      current == WeightLayout::kInputMajor ? WeightLayout::kOutputMajor : WeightLayout::kInputMajor;
   const torch::Tensor weight = model.linear()->weight;
   const torch::Tensor other = model.weight_in(other_layout);  // a copy, [out, in] either way
   const auto times = time_interleaved(
