@@ -20,7 +20,10 @@ torch::Tensor LinearEpilogueModel::forward_eager(const torch::Tensor& x) {
 
 torch::Tensor LinearEpilogueModel::weight_in(WeightLayout layout) {
   const torch::Tensor& weight = linear()->weight;
-  if (weight_layout() == layout) return weight;
+  const bool already = layout == WeightLayout::kInputMajor
+                           ? weight_layout() == WeightLayout::kInputMajor
+                           : weight.is_contiguous();
+  if (already) return weight;
   torch::NoGradGuard no_grad;
   return layout == WeightLayout::kInputMajor ? weight.t().contiguous().t() : weight.contiguous();
 }

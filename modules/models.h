@@ -16,11 +16,11 @@
 
 namespace fusedlinear {
 
-// What the CLI, the benchmark and the tests need from any model here.
 // How the Linear's weight W [out, in] lies in memory: nn.Linear's row-major [out, in]
 // (output-major), or the transpose of a contiguous [in, out] (input-major).
 enum class WeightLayout { kOutputMajor, kInputMajor };
 
+// What the CLI, the benchmark and the tests need from any model here.
 class LinearEpilogueModel : public torch::nn::Module {
  public:
   // The Python ops after nn.Linear, unfused (input: the Linear's output, bias included).
@@ -48,6 +48,7 @@ class LinearEpilogueModel : public torch::nn::Module {
   void store_weight(const torch::Tensor& weight);
   // store_weight(weight_in(layout)); needs one extra copy of W while it converts.
   void store_weight_in(WeightLayout layout) { store_weight(weight_in(layout)); }
+  // kInputMajor when W is laid out input-major, else kOutputMajor.
   WeightLayout weight_layout();
 
   int64_t in_features();

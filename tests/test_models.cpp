@@ -110,6 +110,18 @@ TEST(Models, InputMajorWeightIsTheSameWeight) {
   }
 }
 
+// A weight in neither layout (here a column slice) is not output-major for weight_in: asked for
+// output-major, it gives a contiguous copy with the same values.
+TEST(Models, WeightInOutputMajorIsContiguous) {
+  torch::NoGradGuard no_grad;
+  auto model = make_model("mish_mish", 24, 40, 5);
+  model->store_weight(torch::randn({40, 48}).narrow(1, 0, 24));
+  ASSERT_FALSE(model->linear()->weight.is_contiguous());
+  const torch::Tensor output_major = model->weight_in(WeightLayout::kOutputMajor);
+  EXPECT_TRUE(output_major.is_contiguous());
+  EXPECT_TRUE(torch::equal(output_major, model->linear()->weight));
+}
+
 TEST(Models, StoreWeightRejectsAnotherShape) {
   auto model = make_model("mish_mish", 24, 40, 5);
   try {
