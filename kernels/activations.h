@@ -155,17 +155,22 @@ struct Hardtanh {
   FL_HOST_DEVICE float operator()(float x) const { return clamp_keep_nan(x, -1.0f, 1.0f); }
 };
 
+// mish's factor tanh(softplus(x)) from e = exp(x), with one division instead of log1p and
+// tanh: tanh(log(1 + e)) = ((1+e)^2 - 1) / ((1+e)^2 + 1) = n / (n + 2) with n = e * (e + 2).
+// Needs e below ~1.8e19 (n finite); callers bound x.
+FL_HOST_DEVICE float tanh_softplus_from_exp(float e) {
+  const float n = e * (e + 2.0f);
+  return fast_div(n, n + 2.0f);
+}
+
 // F.mish(x) = x * tanh(log1p(exp(x))), with one exponential and one division instead of
-// exp, log1p and tanh: for e = exp(x), tanh(log(1 + e)) = ((1+e)^2 - 1) / ((1+e)^2 + 1)
-// = n / (n + 2) with n = e * (e + 2). For x >= 20 the factor rounds to 1 in float (and n
-// would overflow), so the result is x, as in PyTorch. x = -inf gives -inf * 0 = NaN, as in
-// PyTorch.
+// exp, log1p and tanh (tanh_softplus_from_exp). For x >= 20 the factor rounds to 1 in float
+// (and n would overflow), so the result is x, as in PyTorch. x = -inf gives -inf * 0 = NaN, as
+// in PyTorch.
 struct Mish {
   FL_HOST_DEVICE float operator()(float x) const {
     if (x >= 20.0f) return x;
-    const float e = fast_exp(x);
-    const float n = e * (e + 2.0f);
-    return x * fast_div(n, n + 2.0f);
+    return x * tanh_softplus_from_exp(fast_exp(x));
   }
 };
 
@@ -178,9 +183,7 @@ struct Mish {
 // +inf gives +inf, as in PyTorch.
 struct MishHalfPrecision {
   FL_HOST_DEVICE float operator()(float x) const {
-    const float e = fast_exp(fminf(x, 9.5f));
-    const float n = e * (e + 2.0f);
-    return x * fast_div(n, n + 2.0f);
+    return x * tanh_softplus_from_exp(fast_exp(fminf(x, 9.5f)));
   }
 };
 

@@ -220,9 +220,7 @@ __device__ float exp_on_fma_pipe(float x) {
 struct MishOfMish {
   __device__ float operator()(float x) const {
     if (x >= 20.0f) return x;
-    const float e = exp_on_fma_pipe(x);
-    const float n = e * (e + 2.0f);
-    return x * act::fast_div(n, n + 2.0f);
+    return x * act::tanh_softplus_from_exp(exp_on_fma_pipe(x));
   }
 };
 using MishMishSecondExpOnFma = act::Chain<act::Mish, MishOfMish>;

@@ -48,7 +48,9 @@ __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(floa
 // types with an even kVec are held two to a 32-bit word, as they arrive from memory: a pair
 // then converts to two floats with one shift or mask each, where 16-bit array elements would
 // each need a byte permute to move into and out of a register of their own.
-template <typename T, int kVec, bool kAsPairs = sizeof(T) == 2 && kVec % 2 == 0>
+template <typename T, int kVec>
+inline constexpr bool kHeldAsPairs = sizeof(T) == 2 && kVec % 2 == 0;
+template <typename T, int kVec, bool kAsPairs = kHeldAsPairs<T, kVec>>
 struct alignas(sizeof(T) * kVec) Packed {
   T v[kVec];
 };
@@ -99,7 +101,7 @@ __device__ __forceinline__ void to_floats(const Packed<T, kVec, kAsPairs>& in, f
 template <typename T, int kVec>
 __device__ __forceinline__ Packed<T, kVec> round_to(const float (&v)[kVec]) {
   Packed<T, kVec> out;
-  if constexpr (sizeof(T) == 2 && kVec % 2 == 0) {
+  if constexpr (kHeldAsPairs<T, kVec>) {
 #pragma unroll
     for (int k = 0; k < kVec / 2; ++k) out.pair[k] = pack_pair<T>(v[2 * k], v[2 * k + 1]);
   } else {
