@@ -1,12 +1,15 @@
-// `fusedlinear bench`: timings over models x batch sizes x dtypes, side by side in one run.
+// `fusedlinear bench`: timings over models x dtypes x batch sizes x GEMM precisions, side by side
+// in one run.
 //
-// Per configuration: the GEMM (addmm with bias, what eager runs; and x @ W^T without bias, what
-// the fused forward runs), the eager and the fused activation chain, a copy of the same bytes,
-// and the eager and the fused forward; with --cuda-graph, the fused forward replayed from a CUDA
-// Graph against eager launches of it. Every timed call allocates a fresh output and reads the
-// next of several rotating input buffers, which together span ~4x the last-level cache, so no
-// version is timed out of a warm cache. Both chains read the same buffers (x @ W^T of the rotating
-// inputs, bias not added): the chains' cost does not depend on the values.
+// Per configuration (model, dtype, batch): eager's GEMM (addmm with bias), the eager and the fused
+// activation chain, a copy of the same bytes, and the eager forward; then per precision
+// (--precision; float32 only, other dtypes run ieee) the fused forward's GEMM (x @ W^T without
+// bias) and the fused forward, its output against eager's and against float64, and with
+// --cuda-graph the fused forward replayed from a CUDA Graph against launches of it. Every timed
+// call allocates a fresh output and reads the next of several rotating input buffers, which
+// together span ~4x the last-level cache, so no version is timed out of a warm cache. Both chains
+// read the same buffers (x @ W^T of the rotating inputs, bias not added): the chains' cost does
+// not depend on the values.
 #include "app/bench.h"
 
 #include <unistd.h>
@@ -34,57 +37,81 @@
 namespace fusedlinear {
 namespace {
 
-// The timings of one configuration, in the order of the JSON and CSV columns.
-const char* const kTimings[] = {"gemm_addmm",    "gemm_matmul",          "copy",
-                                "chain_eager",   "chain_fused",          "forward_eager",
-                                "forward_fused", "forward_fused_static", "graph_replay"};
 constexpr int64_t kAssumedCacheBytes = 60'000'000;  // an H200's L2, the largest here
+
+// Timings of one configuration shared by every precision, in the JSON and CSV column order.
+const char* const kSharedTimings[] = {"gemm_addmm", "copy", "chain_eager", "chain_fused",
+                                      "forward_eager"};
+// Timings of the fused forward in one precision.
+const char* const kFusedTimings[] = {"gemm", "forward", "forward_static", "graph_replay"};
+
+// NaN where a timing is absent (graph replays without --cuda-graph).
+double median_of(const std::map<std::string, TimingStats>& timings, const std::string& name) {
+  const auto it = timings.find(name);
+  return it == timings.end() ? NAN : it->second.median_us;
+}
+
+// The fused forward in one precision.
+struct FusedResult {
+  Precision precision = Precision::kIeee;
+  std::string gemm;                 // what the GEMM ran at this batch (gemm_description)
+  bool weight_input_major = false;  // the layout choose_weight_layout kept at this batch
+  std::map<std::string, TimingStats> timings;
+  OutputDifference vs_eager, vs_float64;  // on the first input buffer
+  bool counted = true;                    // vs_eager.allclose counts toward the exit code
+  bool graph_ok = true;  // with --cuda-graph: the replay's output matches a launch's
+  const char* weight_layout() const { return weight_input_major ? "input-major" : "output-major"; }
+};
 
 struct Result {
   std::string model;
   torch::ScalarType dtype = torch::kFloat32;
   int64_t batch = 0, in_features = 0, out_features = 0;
   int x_buffers = 0, y_buffers = 0;
-  std::map<std::string, TimingStats> timings;  // absent: not timed (graph without --cuda-graph)
-  double max_abs_diff = 0, atol = 0, rtol = 0;
-  bool check_ok = true;
-  bool graph_ok = true;  // with --cuda-graph: the replay's output matches an eager launch's
-  bool fused_weight_input_major = false;  // the layout choose_weight_layout kept for this batch
-  const char* fused_weight_layout() const {
-    return fused_weight_input_major ? "input-major" : "output-major";
-  }
+  std::map<std::string, TimingStats> timings;  // kSharedTimings
+  double chain_max_abs_diff = 0, atol = 0, rtol = 0;
+  bool chain_ok = true;  // the fused chain within atol/rtol of the eager chain
+  std::vector<FusedResult> fused;
 
-  double median(const std::string& name) const {
-    const auto it = timings.find(name);
-    return it == timings.end() ? NAN : it->second.median_us;
-  }
+  double median(const std::string& name) const { return median_of(timings, name); }
   // Bytes a chain (and the copy) must move: its input read once and its output written once.
   double chain_bytes() const {
     return 2.0 * double(batch * out_features) * double(c10::elementSize(dtype));
   }
-  // Derived figures, NaN where an input is missing. GB/s = 1e9 bytes per second.
-  std::vector<std::pair<std::string, double>> derived() const {
-    const double bytes = chain_bytes(), flops = 2.0 * double(batch * in_features * out_features);
-    return {{"copy_gbps", bytes / median("copy") / 1e3},
-            {"chain_eager_gbps", bytes / median("chain_eager") / 1e3},
-            {"chain_fused_gbps", bytes / median("chain_fused") / 1e3},
-            {"chain_eager_x_copy", median("chain_eager") / median("copy")},
-            {"chain_fused_x_copy", median("chain_fused") / median("copy")},
-            {"chain_fused_percent_of_copy_speed", 100 * median("copy") / median("chain_fused")},
-            {"chain_speedup", median("chain_eager") / median("chain_fused")},
-            {"forward_speedup", median("forward_eager") / median("forward_fused")},
-            {"epilogue_share_of_fused_forward", median("chain_fused") / median("forward_fused")},
-            {"gemm_addmm_tflops", flops / median("gemm_addmm") / 1e6},
-            {"gemm_matmul_tflops", flops / median("gemm_matmul") / 1e6},
-            {"graph_speedup", median("forward_fused_static") / median("graph_replay")}};
-  }
-  double figure(const std::string& name) const {
-    for (const auto& [key, value] : derived()) {
-      if (key == name) return value;
-    }
-    return NAN;
-  }
+  double flops() const { return 2.0 * double(batch) * double(in_features * out_features); }
 };
+
+using Figures = std::vector<std::pair<std::string, double>>;
+
+// The chains' derived figures, NaN where an input is missing. GB/s = 1e9 bytes per second.
+Figures chain_figures(const Result& r) {
+  const double bytes = r.chain_bytes();
+  return {{"copy_gbps", bytes / r.median("copy") / 1e3},
+          {"chain_eager_gbps", bytes / r.median("chain_eager") / 1e3},
+          {"chain_fused_gbps", bytes / r.median("chain_fused") / 1e3},
+          {"chain_eager_x_copy", r.median("chain_eager") / r.median("copy")},
+          {"chain_fused_x_copy", r.median("chain_fused") / r.median("copy")},
+          {"chain_fused_percent_of_copy_speed", 100 * r.median("copy") / r.median("chain_fused")},
+          {"chain_speedup", r.median("chain_eager") / r.median("chain_fused")},
+          {"gemm_addmm_tflops", r.flops() / r.median("gemm_addmm") / 1e6}};
+}
+
+// One precision's derived figures: speedups over the eager forward (float32 eager for float32).
+Figures fused_figures(const Result& r, const FusedResult& f) {
+  const double forward = median_of(f.timings, "forward");
+  return {{"forward_speedup", r.median("forward_eager") / forward},
+          {"gemm_tflops", r.flops() / median_of(f.timings, "gemm") / 1e6},
+          {"epilogue_share_of_forward", r.median("chain_fused") / forward},
+          {"graph_speedup",
+           median_of(f.timings, "forward_static") / median_of(f.timings, "graph_replay")}};
+}
+
+double figure(const Figures& figures, const std::string& name) {
+  for (const auto& [key, value] : figures) {
+    if (key == name) return value;
+  }
+  return NAN;
+}
 
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
@@ -187,9 +214,9 @@ void check_dtype_runs(const std::string& model_name, const Settings& settings) {
 
 #ifdef FUSEDLINEAR_WITH_CUDA
 // Captures model.forward(x) in a CUDA Graph (after warm-up, on a side stream, as capture needs)
-// and times its replays against eager launches of the same call on the same fixed input.
+// and times its replays against launches of the same call on the same fixed input.
 void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const Settings& s,
-                     Result& r) {
+                     const Result& r, FusedResult& f) {
   synchronize(s.device);
   at::cuda::CUDAGraph graph;
   torch::Tensor captured_out;
@@ -203,25 +230,32 @@ void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const S
   }
   const auto times = time_interleaved(
       s.device, s.warmup, s.iters, {[&](int) { graph.replay(); }, [&](int) { model.forward(x); }});
-  r.timings["graph_replay"] = times[0];
-  r.timings["forward_fused_static"] = times[1];
+  f.timings["graph_replay"] = times[0];
+  f.timings["forward_static"] = times[1];
   graph.replay();
   const torch::Tensor launched = model.forward(x);
-  if (!torch::allclose(captured_out.to(torch::kFloat32), launched.to(torch::kFloat32), r.rtol,
-                       r.atol)) {
-    std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " batch "
-              << r.batch << ": the CUDA Graph's output differs from the eager launch's\n";
-    r.graph_ok = false;
+  if (!torch::equal(captured_out, launched)) {
+    std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " "
+              << precision_name(f.precision) << " batch " << r.batch
+              << ": the CUDA Graph's output differs from a launch's\n";
+    f.graph_ok = false;
   }
 }
 #endif
 
-// Times one configuration. `model` runs the eager side, `fused_model` (the same parameters, its
-// weight laid out for this batch by choose_weight_layout) the fused side. x_all: [N, batch, in]
-// rotating inputs; y_all: [M, batch, out], the GEMM outputs the chains read.
-Result bench_one(LinearEpilogueModel& model, LinearEpilogueModel& fused_model,
-                 const std::string& name, int64_t batch, const Settings& s, bool cuda_graph,
-                 double atol, double rtol) {
+// The models of one (model, dtype) sweep: eager's, with the weight as nn.Linear lays it out,
+// and one fused model (the same parameters) per precision, each laying its weight out per batch.
+struct Models {
+  std::shared_ptr<LinearEpilogueModel> eager;
+  std::vector<std::shared_ptr<LinearEpilogueModel>> fused;  // in the order of `precisions`
+  std::vector<Precision> precisions;
+};
+
+// Times one configuration. x_all: [N, batch, in] rotating inputs; y_all: [M, batch, out], the
+// GEMM outputs the chains read.
+Result bench_one(Models& models, const std::string& name, int64_t batch, const Settings& s,
+                 bool cuda_graph, double atol, double rtol) {
+  LinearEpilogueModel& model = *models.eager;
   Result r;
   r.model = name;
   r.dtype = s.dtype;
@@ -243,40 +277,64 @@ Result bench_one(LinearEpilogueModel& model, LinearEpilogueModel& fused_model,
   const std::vector<torch::Tensor> xs = x_all.unbind(0), ys = y_all.unbind(0);
   const auto x = [&](int i) -> const torch::Tensor& { return xs[size_t(i) % xs.size()]; };
   const auto y = [&](int i) -> const torch::Tensor& { return ys[size_t(i) % ys.size()]; };
+  LinearEpilogueModel& chain_model = *models.fused.front();
 
-  // The fused model's weight layout for this batch (choose_weight_layout).
-  choose_weight_layout(fused_model, x(0));
-  r.fused_weight_input_major = fused_model.weight_layout() == WeightLayout::kInputMajor;
-
-  // The check: the fused chain against the eager chain on the same GEMM output.
+  // The check of the chain: the fused chain against the eager chain on the same GEMM output.
   {
-    const torch::Tensor eager =
-        model.epilogue_eager(y(0) + model.linear()->bias).to(torch::kFloat32);
-    const torch::Tensor fused = fused_model.epilogue_fused(y(0)).to(torch::kFloat32);
-    const torch::Tensor diff = (fused - eager).abs();
+    const torch::Tensor eager = model.epilogue_eager(y(0) + model.linear()->bias);
+    const OutputDifference d = compare_outputs(chain_model.epilogue_fused(y(0)), eager, atol, rtol);
     r.atol = atol;
     r.rtol = rtol;
-    r.max_abs_diff = diff.max().item<double>();
-    r.check_ok = diff.le(eager.abs() * rtol + atol).all().item<bool>();
+    r.chain_max_abs_diff = d.max_abs;
+    r.chain_ok = d.allclose;
   }
 
   // What is compared is timed in turns (time_interleaved), so slow drifts of the device's
   // clocks weigh on each side alike.
-  const auto measure = [&](std::vector<const char*> keys,
+  const auto measure = [&](std::map<std::string, TimingStats>& into, std::vector<const char*> keys,
                            std::vector<std::function<void(int)>> fns) {
     const auto stats = time_interleaved(s.device, s.warmup, s.iters, fns);
-    for (size_t k = 0; k < keys.size(); ++k) r.timings[keys[k]] = stats[k];
+    for (size_t k = 0; k < keys.size(); ++k) into[keys[k]] = stats[k];
   };
-  measure({"gemm_addmm", "gemm_matmul"}, {[&](int i) { model.linear()->forward(x(i)); },
-                                          [&](int i) { fused_model.matmul_without_bias(x(i)); }});
-  measure({"copy", "chain_eager", "chain_fused"},
+  measure(r.timings, {"copy", "chain_eager", "chain_fused"},
           {[&](int i) { y(i).clone(); }, [&](int i) { model.epilogue_eager(y(i)); },
-           [&](int i) { fused_model.epilogue_fused(y(i)); }});
-  measure({"forward_eager", "forward_fused"},
-          {[&](int i) { model.forward_eager(x(i)); }, [&](int i) { fused_model.forward(x(i)); }});
+           [&](int i) { chain_model.epilogue_fused(y(i)); }});
+
+  // Per precision: the GEMM, and the forward against the eager forward, in turns.
+  const torch::Tensor eager_out = model.forward_eager(x(0));
+  auto& linear = model.linear();
+  const torch::Tensor reference = model.epilogue_eager(
+      torch::nn::functional::linear(x(0).to(torch::kFloat64), linear->weight.to(torch::kFloat64),
+                                    linear->bias.to(torch::kFloat64)));
+  std::vector<std::function<void(int)>> gemms = {[&](int i) { linear->forward(x(i)); }};
+  std::vector<std::function<void(int)>> forwards = {[&](int i) { model.forward_eager(x(i)); }};
+  for (size_t p = 0; p < models.fused.size(); ++p) {
+    LinearEpilogueModel& fused_model = *models.fused[p];
+    FusedResult f;
+    f.precision = models.precisions[p];
+    choose_weight_layout(fused_model, x(0));
+    f.weight_input_major = fused_model.weight_layout() == WeightLayout::kInputMajor;
+    fused_model.split_weight_bytes();  // splits again here, untimed, if the layout moved
+    f.gemm = gemm_description(fused_model, batch);
+    f.counted = verdict_counts(f.precision, s);
+    const torch::Tensor out = fused_model.forward(x(0));
+    f.vs_eager = compare_outputs(out, eager_out, atol, rtol);
+    f.vs_float64 = compare_outputs(out, reference, atol, rtol);
+    r.fused.push_back(f);
+    gemms.push_back([&fused_model, &x](int i) { fused_model.matmul_without_bias(x(i)); });
+    forwards.push_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
+  }
+  const auto gemm_times = time_interleaved(s.device, s.warmup, s.iters, gemms);
+  const auto forward_times = time_interleaved(s.device, s.warmup, s.iters, forwards);
+  r.timings["gemm_addmm"] = gemm_times[0];
+  r.timings["forward_eager"] = forward_times[0];
+  for (size_t p = 0; p < r.fused.size(); ++p) {
+    r.fused[p].timings["gemm"] = gemm_times[p + 1];
+    r.fused[p].timings["forward"] = forward_times[p + 1];
 #ifdef FUSEDLINEAR_WITH_CUDA
-  if (cuda_graph) time_cuda_graph(fused_model, x(0), s, r);
+    if (cuda_graph) time_cuda_graph(*models.fused[p], x(0), s, r, r.fused[p]);
 #endif
+  }
   return r;
 }
 
@@ -292,29 +350,328 @@ std::string csv_number(double v) {
   return buffer;
 }
 
+nlohmann::ordered_json timings_json(const std::map<std::string, TimingStats>& timings,
+                                    const char* const* begin, const char* const* end) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* const* key = begin; key != end; ++key) {
+    if (timings.count(*key)) out[*key] = timing_json(timings.at(*key));
+  }
+  return out;
+}
+
+nlohmann::ordered_json figures_json(const Figures& figures) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : figures) out[key] = number_or_null(value);
+  return out;
+}
+
+nlohmann::ordered_json difference_json(const OutputDifference& d) {
+  return {{"max_abs", number_or_null(d.max_abs)}, {"max_rel", number_or_null(d.max_rel)},
+          {"nonfinite", d.got_nonfinite},         {"reference_nonfinite", d.want_nonfinite},
+          {"nonfinite_match", d.nonfinite_match}, {"allclose", d.allclose}};
+}
+
+// One CSV row per configuration and precision: the shared columns, then the precision's.
 std::string render_csv(const std::vector<Result>& results) {
   std::ostringstream out;
   out << "model,dtype,batch,in_features,out_features,x_buffers,y_buffers,chain_bytes";
-  for (const char* t : kTimings)
-    out << "," << t << "_median_us," << t << "_p10_us," << t << "_p90_us";
-  for (const auto& d : Result().derived()) out << "," << d.first;
-  out << ",fused_weight_layout,max_abs_diff,check_ok\n";
+  const auto timing_columns = [&](const char* name) {
+    out << "," << name << "_median_us," << name << "_p10_us," << name << "_p90_us";
+  };
+  for (const char* t : kSharedTimings) timing_columns(t);
+  for (const auto& d : chain_figures(Result())) out << "," << d.first;
+  out << ",chain_max_abs_diff,chain_ok,precision,gemm_ran,fused_weight_layout";
+  for (const char* t : kFusedTimings) timing_columns((std::string("fused_") + t).c_str());
+  for (const auto& d : fused_figures(Result(), FusedResult())) out << "," << d.first;
+  out << ",max_abs_err_vs_eager,max_rel_err_vs_eager,allclose,counted_in_verdict,"
+         "max_abs_err_vs_float64,nonfinite,graph_ok\n";
+  const auto timing_cells = [&](const std::map<std::string, TimingStats>& timings,
+                                const char* name) {
+    const auto it = timings.find(name);
+    const bool has = it != timings.end();
+    out << "," << (has ? csv_number(it->second.median_us) : "") << ","
+        << (has ? csv_number(it->second.p10_us) : "") << ","
+        << (has ? csv_number(it->second.p90_us) : "");
+  };
   for (const auto& r : results) {
-    out << r.model << "," << dtype_name(r.dtype) << "," << r.batch << "," << r.in_features << ","
-        << r.out_features << "," << r.x_buffers << "," << r.y_buffers << ","
-        << csv_number(r.chain_bytes());
-    for (const char* t : kTimings) {
-      const auto it = r.timings.find(t);
-      const bool has = it != r.timings.end();
-      out << "," << (has ? csv_number(it->second.median_us) : "") << ","
-          << (has ? csv_number(it->second.p10_us) : "") << ","
-          << (has ? csv_number(it->second.p90_us) : "");
+    for (const auto& f : r.fused) {
+      out << r.model << "," << dtype_name(r.dtype) << "," << r.batch << "," << r.in_features << ","
+          << r.out_features << "," << r.x_buffers << "," << r.y_buffers << ","
+          << csv_number(r.chain_bytes());
+      for (const char* t : kSharedTimings) timing_cells(r.timings, t);
+      for (const auto& d : chain_figures(r)) out << "," << csv_number(d.second);
+      out << "," << csv_number(r.chain_max_abs_diff) << "," << (r.chain_ok ? "true" : "false")
+          << "," << precision_name(f.precision) << "," << f.gemm << "," << f.weight_layout();
+      for (const char* t : kFusedTimings) timing_cells(f.timings, t);
+      for (const auto& d : fused_figures(r, f)) out << "," << csv_number(d.second);
+      out << "," << csv_number(f.vs_eager.max_abs) << "," << csv_number(f.vs_eager.max_rel) << ","
+          << (f.vs_eager.allclose ? "true" : "false") << "," << (f.counted ? "true" : "false")
+          << "," << csv_number(f.vs_float64.max_abs) << "," << f.vs_float64.got_nonfinite << ","
+          << (f.graph_ok ? "true" : "false") << "\n";
     }
-    for (const auto& d : r.derived()) out << "," << csv_number(d.second);
-    out << "," << r.fused_weight_layout() << "," << csv_number(r.max_abs_diff) << ","
-        << (r.check_ok ? "true" : "false") << "\n";
   }
   return out.str();
+}
+
+// What the sweep covers: from the options, with the device's defaults.
+struct Plan {
+  std::vector<std::string> models;
+  std::vector<torch::ScalarType> dtypes;
+  std::vector<int64_t> batches;
+  std::vector<Precision> precisions;  // for float32; other dtypes run ieee
+  bool cuda_graph = false;
+  std::string csv_path, plot_path;
+};
+
+Plan plan_from_options(const Settings& settings, const cxxopts::ParseResult& parsed) {
+  const bool cuda = settings.device.is_cuda();
+  if (!settings.input.empty()) throw UsageError("--input: bench draws its own random inputs");
+  if (!settings.output.empty()) throw UsageError("--output: bench writes --json, --csv or --plot");
+  Plan plan;
+  plan.cuda_graph = parsed.count("cuda-graph") > 0;
+  if (plan.cuda_graph && !cuda) throw UsageError("--cuda-graph needs a CUDA device");
+  // Sweep defaults: batch sizes from one row to the reference workload's, and the two dtypes that
+  // matter on a GPU (float16 runs like bfloat16 there; ask for it with --dtypes); on a CPU a short
+  // sweep in float32.
+  plan.batches = cuda ? std::vector<int64_t>{1, 8, 64, 256, 1024} : std::vector<int64_t>{1, 8, 64};
+  if (parsed.count("batches")) {
+    plan.batches = bench::parse_batches(parsed["batches"].as<std::string>());
+  } else if (parsed.count("batch")) {
+    plan.batches = {settings.batch};
+  }
+  plan.dtypes = {torch::kFloat32};
+  if (parsed.count("dtypes")) {
+    plan.dtypes = bench::parse_dtypes(parsed["dtypes"].as<std::string>());
+  } else if (parsed.count("dtype")) {
+    plan.dtypes = {settings.dtype};
+  } else if (cuda) {
+    plan.dtypes = {torch::kFloat32, torch::kBFloat16};
+  }
+  plan.precisions = settings.precisions;
+  plan.csv_path = parsed.count("csv") ? parsed["csv"].as<std::string>() : "";
+  plan.plot_path = parsed.count("plot") ? parsed["plot"].as<std::string>() : "";
+  const std::vector<std::string> inputs = {settings.weights};
+  for (const std::string* path :
+       std::vector<const std::string*>{&settings.json, &plan.csv_path, &plan.plot_path}) {
+    if (!path->empty()) check_output_path(*path, settings.overwrite, inputs);
+  }
+  plan.models = settings.models;
+  if (plan.models.empty()) plan.models = {detect_model(settings)};
+  return plan;
+}
+
+std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
+  torch::NoGradGuard no_grad;
+  std::vector<Result> results;
+  Progress progress(int(plan.models.size() * plan.dtypes.size() * plan.batches.size()));
+  for (const auto& name : plan.models) {
+    for (const auto dtype : plan.dtypes) {
+      Settings s = settings;
+      s.dtype = dtype;
+      Models models;
+      models.eager = build_model(name, s);
+      models.precisions =
+          dtype == torch::kFloat32 ? plan.precisions : std::vector<Precision>{Precision::kIeee};
+      for (const Precision precision : models.precisions) {
+        models.fused.push_back(build_model(name, s));
+        configure_precision(*models.fused.back(), precision, s);
+      }
+      for (const int64_t batch : plan.batches) {
+        progress.show(int(results.size()),
+                      name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
+        const double atol =
+            settings.tolerance_given ? settings.atol : bench::chain_tolerance(dtype);
+        const double rtol =
+            settings.tolerance_given ? settings.rtol : bench::chain_tolerance(dtype);
+        results.push_back(bench_one(models, name, batch, s, plan.cuda_graph, atol, rtol));
+      }
+    }
+  }
+  progress.clear();
+  return results;
+}
+
+// Two tables: the chains per configuration, then the forwards per configuration and precision.
+void print_tables(const std::vector<Result>& results, const Plan& plan, const std::string& platform,
+                  const Settings& settings) {
+  std::cout << "fusedlinear bench: " << platform << "; " << settings.iters << " timed runs after "
+            << settings.warmup << " warm-up, medians in microseconds; rotating inputs, fresh "
+            << "outputs\n\nactivation chains (after the GEMM):\n";
+  Table chains({"model", "dtype", "batch", "copy us", "eager chain us", "fused chain us",
+                "fused x copy", "fused GB/s", "chain speedup"});
+  for (const auto& r : results) {
+    const Figures figures = chain_figures(r);
+    chains.add_row({r.model, dtype_name(r.dtype), std::to_string(r.batch),
+                    fixed(r.median("copy"), 1), fixed(r.median("chain_eager"), 1),
+                    fixed(r.median("chain_fused"), 1),
+                    fixed(figure(figures, "chain_fused_x_copy"), 2),
+                    fixed(figure(figures, "chain_fused_gbps"), 1),
+                    fixed(figure(figures, "chain_speedup"), 2)});
+  }
+  chains.print(std::cout);
+
+  std::cout << "\nwhole forward:\n";
+  std::vector<std::string> header = {
+      "model",       "dtype",         "batch",         "precision",    "GEMM ran",
+      "W",           "eager gemm us", "fused gemm us", "eager fwd us", "fused fwd us",
+      "fwd speedup", "err vs eager",  "err vs fp64",   "allclose"};
+  if (plan.cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
+  Table forwards(header);
+  for (const auto& r : results) {
+    for (const auto& f : r.fused) {
+      const Figures figures = fused_figures(r, f);
+      std::vector<std::string> row = {
+          r.model,
+          dtype_name(r.dtype),
+          std::to_string(r.batch),
+          precision_name(f.precision),
+          f.gemm,
+          f.weight_input_major ? "in-major" : "out-major",
+          fixed(r.median("gemm_addmm"), 1),
+          fixed(median_of(f.timings, "gemm"), 1),
+          fixed(r.median("forward_eager"), 1),
+          fixed(median_of(f.timings, "forward"), 1),
+          fixed(figure(figures, "forward_speedup"), 2),
+          scientific(f.vs_eager.max_abs, 1),
+          scientific(f.vs_float64.max_abs, 1),
+          f.vs_eager.allclose ? "yes" : (f.counted ? "NO" : "no (speed mode)")};
+      if (plan.cuda_graph) {
+        row.push_back(fixed(median_of(f.timings, "graph_replay"), 1));
+        row.push_back(fixed(figure(figures, "graph_speedup"), 2));
+      }
+      forwards.add_row(row);
+    }
+  }
+  forwards.print(std::cout);
+  std::cout << "\neager gemm: addmm with bias (eager's GEMM); fused gemm: x @ W^T without bias in "
+               "the precision, with the weight layout W (the faster of input- and output-major "
+               "at this batch); GEMM ran: what ran at this batch; x copy: fused chain time / copy "
+               "time; GB/s: bytes read + written; speedups: eager time / fused time; errors: max "
+               "abs, forward outputs against eager's and against float64"
+            << (plan.cuda_graph ? "; graph speedup: launches / graph replay of the fused forward"
+                                : "")
+            << "\n";
+}
+
+// Warnings for what failed its check; returns how many.
+int report_failures(const std::vector<Result>& results) {
+  int failures = 0;
+  for (const auto& r : results) {
+    if (!r.chain_ok) {
+      ++failures;
+      std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " batch "
+                << r.batch << ": the fused chain differs from the eager chain by up to "
+                << scientific(r.chain_max_abs_diff, 2) << " (atol " << scientific(r.atol, 1)
+                << ", rtol " << scientific(r.rtol, 1) << ")\n";
+    }
+    for (const auto& f : r.fused) {
+      if (!f.graph_ok) ++failures;  // warned about as it was found
+      if (!f.vs_eager.allclose && f.counted) {
+        ++failures;
+        std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " "
+                  << precision_name(f.precision) << " batch " << r.batch
+                  << ": the fused forward differs from the eager forward by up to "
+                  << scientific(f.vs_eager.max_abs, 2) << "\n";
+      }
+    }
+  }
+  return failures;
+}
+
+nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan& plan,
+                                  const Settings& settings, const std::string& platform,
+                                  const std::string& date) {
+  const bool cuda = settings.device.is_cuda();
+  nlohmann::ordered_json header = {
+      {"command", "bench"},
+      {"command_line", command_line()},
+      {"date_utc", date},
+      {"platform", platform},
+      {"device", device_name(settings.device)},
+      {"device_type", cuda ? "cuda" : "cpu"},
+      {"libtorch_version", TORCH_VERSION},
+      {"cuda_version",
+       cuda ? nlohmann::ordered_json(cuda_version()) : nlohmann::ordered_json(nullptr)},
+      {"models", plan.models},
+      {"batches", plan.batches},
+      {"iters", settings.iters},
+      {"warmup", settings.warmup},
+      {"seed", settings.seed},
+      {"cuda_graph", plan.cuda_graph},
+      {"bf16x3_min_rows", settings.bf16x3_min_rows},
+      {"assumed_cache_bytes", cache_bytes(settings.device)},
+      {"weights", settings.weights.empty() ? nlohmann::ordered_json(nullptr)
+                                           : nlohmann::ordered_json(settings.weights)}};
+  header["in_features"] = results.empty() ? 0 : results.front().in_features;
+  header["out_features"] = results.empty() ? 0 : results.front().out_features;
+  header["dtypes"] = nlohmann::ordered_json::array();
+  for (const auto dtype : plan.dtypes) header["dtypes"].push_back(dtype_name(dtype));
+  header["precisions"] = nlohmann::ordered_json::array();
+  for (const auto precision : plan.precisions)
+    header["precisions"].push_back(precision_name(precision));
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const auto& r : results) {
+    nlohmann::ordered_json fused = nlohmann::ordered_json::array();
+    for (const auto& f : r.fused) {
+      fused.push_back(
+          {{"precision", precision_name(f.precision)},
+           {"gemm_ran", f.gemm},
+           {"weight_layout", f.weight_layout()},
+           {"timings", timings_json(f.timings, std::begin(kFusedTimings), std::end(kFusedTimings))},
+           {"derived", figures_json(fused_figures(r, f))},
+           {"vs_eager", difference_json(f.vs_eager)},
+           {"vs_float64", difference_json(f.vs_float64)},
+           {"counted_in_verdict", f.counted},
+           {"graph_ok", f.graph_ok}});
+    }
+    rows.push_back(
+        {{"model", r.model},
+         {"dtype", dtype_name(r.dtype)},
+         {"batch", r.batch},
+         {"in_features", r.in_features},
+         {"out_features", r.out_features},
+         {"x_buffers", r.x_buffers},
+         {"y_buffers", r.y_buffers},
+         {"chain_bytes", r.chain_bytes()},
+         {"timings", timings_json(r.timings, std::begin(kSharedTimings), std::end(kSharedTimings))},
+         {"derived", figures_json(chain_figures(r))},
+         {"chain_check",
+          {{"max_abs_diff", r.chain_max_abs_diff},
+           {"atol", r.atol},
+           {"rtol", r.rtol},
+           {"ok", r.chain_ok}}},
+         {"fused", fused}});
+  }
+  return {{"header", header}, {"results", rows}};
+}
+
+// Speedups as bars, a group per configuration: the chain, then the forward in each precision.
+std::string bench_plot(const std::vector<Result>& results, const Plan& plan,
+                       const std::string& platform, const std::string& date, int iters) {
+  std::vector<std::string> groups, series = {"activation chain"};
+  for (const Precision precision : plan.precisions) {
+    series.push_back(std::string("whole forward, ") + precision_name(precision));
+  }
+  if (plan.cuda_graph) series.push_back("CUDA Graph vs launches (first precision)");
+  std::vector<std::vector<double>> values;
+  for (const auto& r : results) {
+    groups.push_back(r.model + "  " + dtype_name(r.dtype) + "  batch " + std::to_string(r.batch));
+    std::vector<double> bars = {figure(chain_figures(r), "chain_speedup")};
+    for (const Precision precision : plan.precisions) {
+      double speedup = NAN;
+      for (const auto& f : r.fused) {
+        if (f.precision == precision) speedup = figure(fused_figures(r, f), "forward_speedup");
+      }
+      bars.push_back(speedup);
+    }
+    if (plan.cuda_graph) bars.push_back(figure(fused_figures(r, r.fused.front()), "graph_speedup"));
+    values.push_back(bars);
+  }
+  BarChartOptions chart;
+  chart.subtitle = platform + "  |  " + date + "  |  medians of " + std::to_string(iters) + " runs";
+  chart.axis_label =
+      "speedup of fused over eager (eager time / fused time; right of the dashed line: faster)";
+  return render_bar_chart("fusedlinear bench: fused vs eager", groups, series, values, chart);
 }
 
 }  // namespace
@@ -334,186 +691,24 @@ void add_bench_options(cxxopts::Options& options) {
 }
 
 int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
-  const bool cuda = settings.device.is_cuda();
-  if (!settings.input.empty()) throw UsageError("--input: bench draws its own random inputs");
-  if (!settings.output.empty()) throw UsageError("--output: bench writes --json, --csv or --plot");
-  const bool cuda_graph = parsed.count("cuda-graph") > 0;
-  if (cuda_graph && !cuda) throw UsageError("--cuda-graph needs a CUDA device");
-
-  // Sweep defaults: the batch sizes and the two dtypes that matter on a GPU (float16
-  // runs like bfloat16 there; ask for it with --dtypes); on a CPU a short sweep in float32.
-  std::vector<int64_t> batches =
-      cuda ? std::vector<int64_t>{1, 8, 64, 256, 1024} : std::vector<int64_t>{1, 8, 64};
-  if (parsed.count("batches")) {
-    batches = bench::parse_batches(parsed["batches"].as<std::string>());
-  } else if (parsed.count("batch")) {
-    batches = {settings.batch};
-  }
-  std::vector<torch::ScalarType> dtypes = {torch::kFloat32};
-  if (parsed.count("dtypes")) {
-    dtypes = bench::parse_dtypes(parsed["dtypes"].as<std::string>());
-  } else if (parsed.count("dtype")) {
-    dtypes = {settings.dtype};
-  } else if (cuda) {
-    dtypes = {torch::kFloat32, torch::kBFloat16};
-  }
-  const std::string csv_path = parsed.count("csv") ? parsed["csv"].as<std::string>() : "";
-  const std::string plot_path = parsed.count("plot") ? parsed["plot"].as<std::string>() : "";
-  const std::vector<std::string> inputs = {settings.weights};
-  for (const auto* path : {&settings.json, &csv_path, &plot_path}) {
-    if (!path->empty()) check_output_path(*path, settings.overwrite, inputs);
-  }
-  const bool user_tolerance = parsed.count("atol") || parsed.count("rtol");
-  std::vector<std::string> models = settings.models;
-  if (models.empty()) models = {detect_model(settings)};
-  for (const auto dtype : dtypes) {
+  const Plan plan = plan_from_options(settings, parsed);
+  for (const auto dtype : plan.dtypes) {
     Settings s = settings;
     s.dtype = dtype;
-    for (const auto& name : models) check_dtype_runs(name, s);
+    for (const auto& name : plan.models) check_dtype_runs(name, s);
   }
-
-  torch::NoGradGuard no_grad;
   const std::string date = utc_now();
-  std::vector<Result> results;
-  Progress progress(int(models.size() * dtypes.size() * batches.size()));
-  for (const auto& name : models) {
-    for (const auto dtype : dtypes) {
-      Settings s = settings;
-      s.dtype = dtype;
-      const auto model = build_model(name, s);
-      const auto fused_model = build_model(name, s);
-      for (const int64_t batch : batches) {
-        progress.show(int(results.size()),
-                      name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
-        const double atol = user_tolerance ? settings.atol : bench::chain_tolerance(dtype);
-        const double rtol = user_tolerance ? settings.rtol : bench::chain_tolerance(dtype);
-        results.push_back(bench_one(*model, *fused_model, name, batch, s, cuda_graph, atol, rtol));
-      }
-    }
-  }
-  progress.clear();
-
-  // The table: medians in microseconds; "x copy" is the fused chain's time over the copy's.
-  std::vector<std::string> header = {
-      "model",      "dtype",         "batch",          "gemm us",        "fused gemm us",
-      "fused W",    "copy us",       "eager chain us", "fused chain us", "fused x copy",
-      "fused GB/s", "chain speedup", "eager fwd us",   "fused fwd us",   "fwd speedup"};
-  if (cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
-  Table table(header);
-  int failures = 0;
-  for (const auto& r : results) {
-    std::vector<std::string> row = {r.model,
-                                    dtype_name(r.dtype),
-                                    std::to_string(r.batch),
-                                    fixed(r.median("gemm_addmm"), 1),
-                                    fixed(r.median("gemm_matmul"), 1),
-                                    r.fused_weight_input_major ? "in-major" : "out-major",
-                                    fixed(r.median("copy"), 1),
-                                    fixed(r.median("chain_eager"), 1),
-                                    fixed(r.median("chain_fused"), 1),
-                                    fixed(r.figure("chain_fused_x_copy"), 2),
-                                    fixed(r.figure("chain_fused_gbps"), 1),
-                                    fixed(r.figure("chain_speedup"), 2),
-                                    fixed(r.median("forward_eager"), 1),
-                                    fixed(r.median("forward_fused"), 1),
-                                    fixed(r.figure("forward_speedup"), 2)};
-    if (cuda_graph) {
-      row.push_back(fixed(r.median("graph_replay"), 1));
-      row.push_back(fixed(r.figure("graph_speedup"), 2));
-    }
-    table.add_row(row);
-    if (!r.graph_ok) ++failures;  // warned about as it was found
-    if (!r.check_ok) {
-      ++failures;
-      std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " batch "
-                << r.batch << ": the fused chain differs from the eager chain by up to "
-                << scientific(r.max_abs_diff, 2) << " (atol " << scientific(r.atol, 1) << ", rtol "
-                << scientific(r.rtol, 1) << ")\n";
-    }
-  }
+  const std::vector<Result> results = run_sweep(plan, settings);
   const std::string platform = platform_description(settings.device);
-  std::cout << "fusedlinear bench: " << platform << "; " << settings.iters << " timed runs after "
-            << settings.warmup << " warm-up, medians in microseconds; rotating inputs, fresh "
-            << "outputs\n\n";
-  table.print(std::cout);
-  std::cout << "\ngemm: addmm with bias (eager's GEMM); fused gemm: x @ W^T without bias; fused "
-               "W: its weight layout, the faster of the two at this batch (input- or output-"
-               "major); x copy: fused chain time / copy time; "
-               "GB/s: bytes read + written; speedups: eager time / fused time"
-            << (cuda_graph ? "; graph speedup: eager launches / graph replay of the fused forward"
-                           : "")
-            << "\n";
-
+  print_tables(results, plan, platform, settings);
+  const int failures = report_failures(results);
   if (!settings.json.empty()) {
-    nlohmann::ordered_json header_json = {
-        {"command", "bench"},
-        {"command_line", command_line()},
-        {"date_utc", date},
-        {"platform", platform},
-        {"device", device_name(settings.device)},
-        {"device_type", cuda ? "cuda" : "cpu"},
-        {"libtorch_version", TORCH_VERSION},
-        {"cuda_version",
-         cuda ? nlohmann::ordered_json(cuda_version()) : nlohmann::ordered_json(nullptr)},
-        {"models", models},
-        {"batches", batches},
-        {"iters", settings.iters},
-        {"warmup", settings.warmup},
-        {"seed", settings.seed},
-        {"cuda_graph", cuda_graph},
-        {"assumed_cache_bytes", cache_bytes(settings.device)},
-        {"weights", settings.weights.empty() ? nlohmann::ordered_json(nullptr)
-                                             : nlohmann::ordered_json(settings.weights)}};
-    header_json["in_features"] = results.empty() ? 0 : results.front().in_features;
-    header_json["out_features"] = results.empty() ? 0 : results.front().out_features;
-    header_json["dtypes"] = nlohmann::ordered_json::array();
-    for (const auto dtype : dtypes) header_json["dtypes"].push_back(dtype_name(dtype));
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    for (const auto& r : results) {
-      nlohmann::ordered_json timings = nlohmann::ordered_json::object(),
-                             derived = nlohmann::ordered_json::object();
-      for (const char* key : kTimings) {
-        if (r.timings.count(key)) timings[key] = timing_json(r.timings.at(key));
-      }
-      for (const auto& [key, value] : r.derived()) derived[key] = number_or_null(value);
-      rows.push_back({{"model", r.model},
-                      {"dtype", dtype_name(r.dtype)},
-                      {"batch", r.batch},
-                      {"in_features", r.in_features},
-                      {"out_features", r.out_features},
-                      {"x_buffers", r.x_buffers},
-                      {"y_buffers", r.y_buffers},
-                      {"chain_bytes", r.chain_bytes()},
-                      {"fused_weight_layout", r.fused_weight_layout()},
-                      {"timings", timings},
-                      {"derived", derived},
-                      {"check",
-                       {{"max_abs_diff", r.max_abs_diff},
-                        {"atol", r.atol},
-                        {"rtol", r.rtol},
-                        {"ok", r.check_ok},
-                        {"graph_ok", r.graph_ok}}}});
-    }
-    nlohmann::ordered_json doc = {{"header", header_json}, {"results", rows}};
-    write_text_file(settings.json, doc.dump(2) + "\n");
+    write_text_file(settings.json,
+                    bench_json(results, plan, settings, platform, date).dump(2) + "\n");
   }
-  if (!csv_path.empty()) write_text_file(csv_path, render_csv(results));
-  if (!plot_path.empty()) {
-    std::vector<std::string> groups, series = {"activation chain", "whole forward"};
-    if (cuda_graph) series.push_back("CUDA Graph vs launches");
-    std::vector<std::vector<double>> values;
-    for (const auto& r : results) {
-      groups.push_back(r.model + "  " + dtype_name(r.dtype) + "  batch " + std::to_string(r.batch));
-      values.push_back({r.figure("chain_speedup"), r.figure("forward_speedup")});
-      if (cuda_graph) values.back().push_back(r.figure("graph_speedup"));
-    }
-    BarChartOptions chart;
-    chart.subtitle =
-        platform + "  |  " + date + "  |  medians of " + std::to_string(settings.iters) + " runs";
-    chart.axis_label =
-        "speedup of fused over eager (eager time / fused time; right of the dashed line: faster)";
-    write_text_file(plot_path, render_bar_chart("fusedlinear bench: fused vs eager", groups, series,
-                                                values, chart));
+  if (!plan.csv_path.empty()) write_text_file(plan.csv_path, render_csv(results));
+  if (!plan.plot_path.empty()) {
+    write_text_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters));
   }
   return failures > 0 ? 1 : 0;
 }

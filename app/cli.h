@@ -36,7 +36,11 @@ struct Settings {
   uint64_t seed = 0;
   int iters = 0, warmup = 0;
   double atol = 0, rtol = 0;
+  bool tolerance_given = false;  // --atol or --rtol set: every path's verdict counts
   std::string json;
+  // The fused GEMM's precisions (--precision; `all` expanded); float32 runs only for any but ieee.
+  std::vector<Precision> precisions = {Precision::kIeee};
+  int64_t bf16x3_min_rows = LinearEpilogueModel::kDefaultBf16x3MinRows;
 };
 
 // Each command: returns the process exit code; throws UsageError or LoadError on bad input.
@@ -70,6 +74,33 @@ void run_in_context(const std::string& model, const Settings& settings,
                     const std::function<void()>& fn);
 // The model whose keys settings.weights holds (swish_chain has add_value, mish_mish linear.*).
 std::string detect_model(const Settings& settings);
+// Sets `precision` on the model (and the batch below which bf16x3 runs ieee, from settings).
+void configure_precision(LinearEpilogueModel& model, Precision precision, const Settings& settings);
+// What the fused GEMM runs for `rows` rows: "bf16x3", or "ieee (bf16x3 from 64 rows)" when the
+// model falls back, and so on.
+std::string gemm_description(const LinearEpilogueModel& model, int64_t rows);
+// Whether a path's allclose verdict counts toward the exit code: always for the float32-grade
+// precisions (ieee, bf16x3) and when the user set --atol/--rtol; tf32 and bf16 are outside the
+// default 1e-4 by design and are only reported.
+bool verdict_counts(Precision precision, const Settings& settings);
+
+// One output against another (`want`: eager's, or a float64 evaluation): largest absolute and
+// relative differences over the positions where both are finite (relative to max(|want|, atol),
+// so values near zero are judged by the absolute difference, as allclose does), NaN and +-inf
+// counts of each, whether those positions and values match, and allclose(got, want, rtol, atol)
+// with NaN equal to NaN.
+struct OutputDifference {
+  double max_abs = 0, max_rel = 0;
+  int64_t got_nonfinite = 0, want_nonfinite = 0;
+  bool nonfinite_match = true;
+  bool allclose = true;
+};
+OutputDifference compare_outputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
+                                 double rtol);
+// A report's NaN/inf column: "0"; "3 (same)" when the reference has them at the same positions;
+// "3 (ref 0)" when it does not.
+std::string nonfinite_cell(const OutputDifference& d);
+
 // "float32", "float16", "bfloat16".
 std::string dtype_name(torch::ScalarType dtype);
 // "libtorch 2.11.0, CUDA 13.0, NVIDIA H200" or "libtorch 1.13.1, CPU (2 threads)".

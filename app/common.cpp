@@ -155,6 +155,51 @@ std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor
          fixed(output_major_us, 1) + " us output-major)";
 }
 
+void configure_precision(LinearEpilogueModel& model, Precision precision,
+                         const Settings& settings) {
+  model.set_bf16x3_min_rows(settings.bf16x3_min_rows);
+  model.set_precision(precision);
+}
+
+std::string gemm_description(const LinearEpilogueModel& model, int64_t rows) {
+  const Precision ran = model.gemm_precision(rows);
+  if (ran == model.precision()) return precision_name(ran);
+  return std::string(precision_name(ran)) + " (" + precision_name(model.precision()) + " from " +
+         std::to_string(model.bf16x3_min_rows()) + " rows)";
+}
+
+bool verdict_counts(Precision precision, const Settings& settings) {
+  return keeps_float32_accuracy(precision) || settings.tolerance_given;
+}
+
+OutputDifference compare_outputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
+                                 double rtol) {
+  const torch::Tensor g = got.to(torch::kFloat64), w = want.to(torch::kFloat64);
+  const torch::Tensor finite = g.isfinite().logical_and(w.isfinite());
+  const torch::Tensor diff = torch::where(finite, (g - w).abs(), torch::zeros_like(g));
+  const auto max_of = [](const torch::Tensor& t) {
+    return t.numel() ? t.max().item<double>() : 0.0;
+  };
+  OutputDifference d;
+  d.max_abs = max_of(diff);
+  d.max_rel = max_of(diff / w.abs().nan_to_num(0, 0, 0).clamp_min(std::max(atol, 1e-30)));
+  d.want_nonfinite = w.numel() - w.isfinite().sum().item<int64_t>();
+  d.got_nonfinite = g.numel() - g.isfinite().sum().item<int64_t>();
+  d.nonfinite_match = torch::equal(g.isnan(), w.isnan()) &&
+                      torch::equal(torch::isposinf(g), torch::isposinf(w)) &&
+                      torch::equal(torch::isneginf(g), torch::isneginf(w));
+  d.allclose = d.nonfinite_match &&
+               torch::allclose(torch::where(finite, g, torch::zeros_like(g)),
+                               torch::where(finite, w, torch::zeros_like(w)), rtol, atol);
+  return d;
+}
+
+std::string nonfinite_cell(const OutputDifference& d) {
+  if (d.got_nonfinite == 0 && d.want_nonfinite == 0) return "0";
+  return std::to_string(d.got_nonfinite) +
+         (d.nonfinite_match ? " (same)" : " (ref " + std::to_string(d.want_nonfinite) + ")");
+}
+
 torch::Tensor build_input(const Settings& settings, int64_t in_features) {
   torch::Tensor x;
   if (!settings.input.empty()) {

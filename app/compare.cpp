@@ -1,5 +1,11 @@
-// `fusedlinear compare`: for each model, eager and fused forward on the same input; their
-// difference, each one's error against a float64 evaluation, and their timings.
+// `fusedlinear compare`: for each model, on one input, three kinds of path side by side:
+//   eager                      libtorch's ops, as the Python model runs them (PyTorch float32);
+//   eager GEMM + fused chain   the same GEMM (addmm, bias included), then the fused op: what the
+//                              custom op alone gives;
+//   fused                      the fused forward (bias-free GEMM in the weight layout that times
+//                              faster, the op adding the bias), once per --precision.
+// Each output against eager's and against a float64 evaluation; timings in turns.
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -10,60 +16,113 @@
 namespace fusedlinear {
 namespace {
 
-struct ModelResult {
-  std::string name;
-  double max_abs_err = 0, max_rel_err = 0;
-  bool within_tolerance = false;
-  double eager_err_vs_fp64 = 0, fused_err_vs_fp64 = 0;
-  std::string weight_layout;  // the fused model's (choose_weight_layout)
-  TimingStats eager, fused;
+struct PathResult {
+  std::string path;  // "eager", "eager GEMM + fused chain", "fused"
+  Precision precision = Precision::kIeee;
+  std::string gemm;    // what the GEMM ran (gemm_description)
+  std::string weight;  // fused paths: the weight layout chosen, and the split's memory
+  OutputDifference vs_eager, vs_float64;
+  bool counted = true;  // whether vs_eager.allclose counts toward the exit code
+  TimingStats time;
+  bool is_eager() const { return path == "eager"; }
 };
 
-double max_abs(const torch::Tensor& t) { return t.numel() ? t.abs().max().item<double>() : 0.0; }
+struct ModelResult {
+  std::string name;
+  std::vector<int64_t> input_shape;
+  int64_t in_features = 0, out_features = 0;
+  std::vector<PathResult> paths;  // eager first
+};
+
+std::string split_memory(LinearEpilogueModel& model) {
+  const int64_t bytes = model.split_weight_bytes();
+  if (bytes == 0) return "";
+  return "; bfloat16 parts of W kept beside it: " + fixed(double(bytes) / (1 << 20), 1) + " MiB";
+}
 
 ModelResult compare_model(const std::string& name, const Settings& settings) {
   torch::NoGradGuard no_grad;
-  // Two copies of the model, the same parameters: eager's with the weight as nn.Linear lays it
-  // out, the fused one's laid out for its GEMM (choose_weight_layout).
+  // The eager model keeps the weight as nn.Linear lays it out; each fused model (same
+  // parameters) lays it out for its GEMM and sets its precision.
   const auto model = build_model(name, settings);
-  const auto fused_model = build_model(name, settings);
   const torch::Tensor x = build_input(settings, model->in_features());
+  const int64_t rows = x.numel() / x.size(-1);
 
   ModelResult r;
   r.name = name;
-  r.weight_layout = choose_weight_layout(*fused_model, x);
-  torch::Tensor eager, fused;
-  run_in_context(name, settings, [&] {
-    eager = model->forward_eager(x).to(torch::kFloat64);
-    fused = fused_model->forward(x).to(torch::kFloat64);
-  });
-  const torch::Tensor diff = (fused - eager).abs();
-  r.max_abs_err = max_abs(diff);
-  // Relative error with |eager| floored at atol, so outputs near zero are judged by the
-  // absolute error (as allclose does) instead of dividing by ~0.
-  r.max_rel_err = max_abs(diff / eager.abs().clamp_min(std::max(settings.atol, 1e-30)));
-  r.within_tolerance = torch::allclose(fused, eager, settings.rtol, settings.atol,
-                                       /*equal_nan=*/true);
+  r.input_shape = x.sizes().vec();
+  r.in_features = model->in_features();
+  r.out_features = model->out_features();
+  std::vector<std::shared_ptr<LinearEpilogueModel>> fused_models;
+  for (const Precision precision : settings.precisions) {
+    auto fused_model = build_model(name, settings);
+    PathResult p;
+    p.path = "fused";
+    p.precision = precision;
+    p.weight = choose_weight_layout(*fused_model, x);
+    configure_precision(*fused_model, precision, settings);
+    p.weight += split_memory(*fused_model);
+    p.gemm = gemm_description(*fused_model, rows);
+    p.counted = verdict_counts(precision, settings);
+    r.paths.push_back(p);
+    fused_models.push_back(fused_model);
+  }
+  PathResult eager_path, chain_path;
+  eager_path.path = "eager";
+  chain_path.path = "eager GEMM + fused chain";
+  eager_path.gemm = chain_path.gemm = "ieee";
+  r.paths.insert(r.paths.begin(), {eager_path, chain_path});
 
-  // float64 evaluation of the same parameters (as the model holds them) and input.
+  // Each path as a function of the call index (the index is unused: one fixed input).
+  std::vector<std::function<void(int)>> calls = {
+      [&](int) { model->forward_eager(x); },
+      [&](int) { model->fused_chain(model->linear()->forward(x), c10::nullopt); }};
+  for (const auto& fused_model : fused_models) {
+    calls.push_back([&, fused_model](int) { fused_model->forward(x); });
+  }
+
+  // Outputs: eager's is the reference of the verdict; a float64 evaluation of the same
+  // parameters (as the model holds them) and input is the reference of accuracy.
+  torch::Tensor eager;
+  std::vector<torch::Tensor> outputs;
+  run_in_context(name, settings, [&] {
+    eager = model->forward_eager(x);
+    outputs.push_back(eager);
+    outputs.push_back(model->fused_chain(model->linear()->forward(x), c10::nullopt));
+    for (const auto& fused_model : fused_models) outputs.push_back(fused_model->forward(x));
+  });
   const auto& linear = model->linear();
   const torch::Tensor reference = model->epilogue_eager(torch::nn::functional::linear(
       x.to(torch::kFloat64), linear->weight.to(torch::kFloat64), linear->bias.to(torch::kFloat64)));
-  r.eager_err_vs_fp64 = max_abs(eager - reference);
-  r.fused_err_vs_fp64 = max_abs(fused - reference);
+  for (size_t i = 0; i < r.paths.size(); ++i) {
+    r.paths[i].vs_eager = compare_outputs(outputs[i], eager, settings.atol, settings.rtol);
+    r.paths[i].vs_float64 = compare_outputs(outputs[i], reference, settings.atol, settings.rtol);
+  }
 
-  // In turns, so drifts of the device's clocks weigh on both alike.
-  const auto times = time_interleaved(
-      settings.device, settings.warmup, settings.iters,
-      {[&](int) { model->forward_eager(x); }, [&](int) { fused_model->forward(x); }});
-  r.eager = times[0];
-  r.fused = times[1];
+  // In turns, so drifts of the device's clocks weigh on every path alike.
+  const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
+  for (size_t i = 0; i < r.paths.size(); ++i) r.paths[i].time = times[i];
   return r;
 }
 
 std::string time_cell(const TimingStats& t) {
   return fixed(t.median_us / 1000, 3) + " (" + fixed(t.p10_us / 1000, 3) + "-" +
          fixed(t.p90_us / 1000, 3) + ")";
+}
+
+std::string verdict_cell(const PathResult& p) {
+  if (p.is_eager()) return "-";
+  if (p.vs_eager.allclose) return "yes";
+  return p.counted ? "NO" : "no (" + std::string(precision_name(p.precision)) + ")";
+}
+
+nlohmann::ordered_json difference_json(const OutputDifference& d) {
+  return {{"max_abs", d.max_abs},
+          {"max_rel", d.max_rel},
+          {"nonfinite", d.got_nonfinite},
+          {"reference_nonfinite", d.want_nonfinite},
+          {"nonfinite_match", d.nonfinite_match},
+          {"allclose", d.allclose}};
 }
 
 }  // namespace
@@ -86,48 +145,76 @@ int run_compare(const Settings& settings) {
                  "set --batch, --in-features, --out-features to change)\n";
   }
   std::cout << "times: whole forward in ms, median (p10-p90) of " << settings.iters
-            << " runs each, eager and fused in turns, after " << settings.warmup
+            << " runs each, all paths in turns, after " << settings.warmup
             << " warm-up; tolerance atol " << settings.atol << ", rtol " << settings.rtol << "\n\n";
 
   std::vector<ModelResult> results;
   for (const auto& name : settings.models) results.push_back(compare_model(name, settings));
 
-  Table table({"model", "max abs err", "max rel err", "allclose", "eager err vs fp64",
-               "fused err vs fp64", "eager ms", "fused ms", "speedup"});
-  bool all_pass = true;
+  Table table({"model", "path", "GEMM", "ms (p10-p90)", "speedup", "max abs err", "max rel err",
+               "allclose", "err vs fp64", "NaN/inf"});
+  bool all_pass = true, uncounted_failure = false;
   for (const auto& r : results) {
-    all_pass = all_pass && r.within_tolerance;
-    table.add_row({r.name, scientific(r.max_abs_err, 2), scientific(r.max_rel_err, 2),
-                   r.within_tolerance ? "yes" : "NO", scientific(r.eager_err_vs_fp64, 2),
-                   scientific(r.fused_err_vs_fp64, 2), time_cell(r.eager), time_cell(r.fused),
-                   fixed(r.eager.median_us / r.fused.median_us, 3) + "x"});
+    const double eager_us = r.paths.front().time.median_us;
+    for (const auto& p : r.paths) {
+      const bool pass = p.is_eager() || p.vs_eager.allclose;
+      all_pass = all_pass && (pass || !p.counted);
+      uncounted_failure = uncounted_failure || (!pass && !p.counted);
+      table.add_row({r.name, p.path, p.gemm, time_cell(p.time),
+                     fixed(eager_us / p.time.median_us, 3) + "x",
+                     p.is_eager() ? "-" : scientific(p.vs_eager.max_abs, 2),
+                     p.is_eager() ? "-" : scientific(p.vs_eager.max_rel, 2), verdict_cell(p),
+                     scientific(p.vs_float64.max_abs, 2), nonfinite_cell(p.vs_float64)});
+    }
   }
   table.print(std::cout);
-  std::cout << "\n";
-  for (const auto& r : results) std::cout << r.name << " fused path: " << r.weight_layout << "\n";
-  std::cout << (all_pass ? "PASS: every model's fused output is within tolerance of eager"
+  std::cout << "\nerrors: max abs and rel err against eager's output (PyTorch float32), err vs "
+               "fp64 against a float64 evaluation; NaN/inf: count in the output (same positions "
+               "as the float64 evaluation's, or its count); speedup: eager ms / path ms\n";
+  for (const auto& r : results) {
+    for (const auto& p : r.paths) {
+      if (p.path == "fused") {
+        std::cout << r.name << " fused " << precision_name(p.precision) << ": " << p.weight << "\n";
+      }
+    }
+  }
+  if (uncounted_failure) {
+    std::cout << "tf32 and bf16 trade accuracy for speed: outside the default tolerance by design, "
+                 "reported but not part of the verdict (set --atol/--rtol to judge them)\n";
+  }
+  std::cout << (all_pass ? "PASS: every fused output is within tolerance of eager"
                          : "FAIL: a fused output differs from eager beyond tolerance")
             << "\n";
 
   if (!settings.json.empty()) {
     nlohmann::ordered_json models = nlohmann::ordered_json::array();
     for (const auto& r : results) {
+      nlohmann::ordered_json paths = nlohmann::ordered_json::array();
+      const double eager_us = r.paths.front().time.median_us;
+      for (const auto& p : r.paths) {
+        nlohmann::ordered_json path = {{"path", p.path},
+                                       {"precision", precision_name(p.precision)},
+                                       {"gemm", p.gemm},
+                                       {"forward", timing_json(p.time)},
+                                       {"speedup", eager_us / p.time.median_us},
+                                       {"vs_float64", difference_json(p.vs_float64)}};
+        if (!p.is_eager()) {
+          path["vs_eager"] = difference_json(p.vs_eager);
+          path["counted_in_verdict"] = p.counted;
+        }
+        if (!p.weight.empty()) path["weight"] = p.weight;
+        paths.push_back(path);
+      }
       models.push_back({{"model", r.name},
-                        {"max_abs_err", r.max_abs_err},
-                        {"max_rel_err", r.max_rel_err},
-                        {"allclose", r.within_tolerance},
-                        {"eager_err_vs_fp64", r.eager_err_vs_fp64},
-                        {"fused_err_vs_fp64", r.fused_err_vs_fp64},
-                        {"eager_forward", timing_json(r.eager)},
-                        {"fused_forward", timing_json(r.fused)},
-                        {"fused_weight_layout", r.weight_layout},
-                        {"speedup", r.eager.median_us / r.fused.median_us}});
+                        {"input_shape", r.input_shape},
+                        {"in_features", r.in_features},
+                        {"out_features", r.out_features},
+                        {"paths", paths}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
                                         {"platform", platform_description(settings.device)},
                                         {"device", settings.device.str()},
                                         {"dtype", dtype_name(settings.dtype)},
-                                        {"batch", settings.batch},
                                         {"weights", settings.weights},
                                         {"input", settings.input},
                                         {"seed", settings.seed},
@@ -135,6 +222,7 @@ int run_compare(const Settings& settings) {
                                         {"warmup", settings.warmup},
                                         {"atol", settings.atol},
                                         {"rtol", settings.rtol},
+                                        {"bf16x3_min_rows", settings.bf16x3_min_rows},
                                         {"pass", all_pass},
                                         {"models", models}};
     write_text_file(settings.json, doc.dump(2) + "\n");

@@ -4,6 +4,7 @@
 //   fusedlinear [compare] [options]   eager vs fused on one input: errors, verdict, timings
 //   fusedlinear run --weights W --input X --output Y   fused forward of W on X, saved to Y
 //   fusedlinear bench [options]       timings over models x batch sizes x dtypes
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -98,6 +99,31 @@ double default_tolerance(torch::ScalarType dtype) {
   return 1e-4;
 }
 
+// "ieee", "bf16x3,ieee", "all", ...: the fused GEMM's precisions, in the order given.
+std::vector<Precision> parse_precisions(const std::string& text, const std::string& command) {
+  std::vector<Precision> precisions;
+  if (text == "all") {
+    precisions = all_precisions();
+  } else {
+    for (size_t start = 0;;) {
+      const size_t comma = text.find(',', start);
+      const auto precision = parse_precision(text.substr(start, comma - start));
+      if (!precision) {
+        throw UsageError("--precision: expected ieee, bf16x3, tf32, bf16" +
+                         std::string(command == "run" ? "" : ", a comma-separated list or all") +
+                         ", got '" + text + "'");
+      }
+      precisions.push_back(*precision);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (command == "run" && precisions.size() != 1) {
+    throw UsageError("--precision: run takes one precision, got '" + text + "'");
+  }
+  return precisions;
+}
+
 std::vector<std::string> parse_models(const std::string& name) {
   if (name == "all") return model_names();
   for (const auto& known : model_names()) {
@@ -137,6 +163,11 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
       ("atol", "absolute tolerance (default 1e-4; float16 1e-2, bfloat16 5e-2)",
        cxxopts::value<std::string>())
       ("rtol", "relative tolerance (default as --atol)", cxxopts::value<std::string>())
+      ("precision", "the fused GEMM: ieee (float32, default), bf16x3 (float32-grade from bf16 "
+       "tensor cores), tf32 or bf16 (faster, less accurate); compare and bench: a "
+       "comma-separated list or all", cxxopts::value<std::string>()->default_value("ieee"))
+      ("bf16x3-min-batch", "bf16x3 runs ieee below this many rows (default 64, where bf16x3 "
+       "measured faster on an H200)", cxxopts::value<std::string>())
       ("json", "also write the results as JSON to this file", cxxopts::value<std::string>())
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());
@@ -183,6 +214,16 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   s.warmup = int(integer(parsed, "warmup", d.warmup, 0));
   s.atol = tolerance(parsed, "atol", default_tolerance(s.dtype));
   s.rtol = tolerance(parsed, "rtol", parsed.count("atol") ? s.atol : default_tolerance(s.dtype));
+  s.tolerance_given = parsed.count("atol") || parsed.count("rtol");
+  s.precisions = parse_precisions(parsed["precision"].as<std::string>(), s.command);
+  s.bf16x3_min_rows =
+      integer(parsed, "bf16x3-min-batch", LinearEpilogueModel::kDefaultBf16x3MinRows, 1);
+  const bool float32_only = s.precisions != std::vector<Precision>{Precision::kIeee};
+  if (float32_only && s.dtype != torch::kFloat32 && s.command != "bench") {
+    throw UsageError("--precision " + parsed["precision"].as<std::string>() +
+                     ": the tensor-core modes take float32 models, got --dtype " +
+                     dtype_name(s.dtype) + " (use --precision ieee)");
+  }
   return s;
 }
 

@@ -1,4 +1,4 @@
-// Declares the fused ops (one schema each) and registers their CPU implementations.
+// Declares the ops (one schema each) and registers their CPU implementations.
 #include "ops.h"
 
 #include <torch/library.h>
@@ -41,6 +41,42 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
   if (shift && shift->defined()) check_column_vector(op, "add_value", *shift, y);
 }
 
+void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
+                         const torch::Tensor& w, torch::ScalarType w_dtype,
+                         const torch::Tensor* w_lo) {
+  TORCH_CHECK(x.defined() && w.defined(), op, ": expected tensors, got an undefined tensor");
+  TORCH_CHECK(x.device().type() == device, op, ": expected x on ", c10::DeviceTypeName(device),
+              ", got ", describe(x));
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() >= 1, op,
+              ": expected x of dtype float32 with shape [..., in_features], got ", describe(x));
+  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1), op, ": expected a weight of shape [",
+              "out_features, ", x.size(-1), "] (in_features from x, ", x.sizes(), "), got ",
+              w.sizes());
+  TORCH_CHECK(w.scalar_type() == w_dtype, op, ": expected a weight of dtype ", w_dtype, ", got ",
+              w.scalar_type());
+  TORCH_CHECK(w.device() == x.device(), op, ": expected the weight on ", x.device(),
+              " (the device of x), got ", w.device());
+  if (w_lo) {
+    TORCH_CHECK(w_lo->defined() && w_lo->sizes() == w.sizes() &&
+                    w_lo->scalar_type() == w.scalar_type() && w_lo->device() == w.device(),
+                op, ": expected w_lo like w_hi (", describe(w), "), got ",
+                w_lo->defined() ? describe(*w_lo) : std::string("an undefined tensor"));
+  }
+}
+
+std::vector<int64_t> linear_output_shape(const torch::Tensor& x, int64_t out_features) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = out_features;
+  return shape;
+}
+
+torch::Tensor linear_rows(const torch::Tensor& x) {
+  const auto sizes = x.sizes();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) rows *= sizes[d];
+  return x.reshape({rows, sizes.back()}).contiguous();
+}
+
 }  // namespace detail
 
 namespace {
@@ -63,11 +99,19 @@ torch::Tensor mish_mish_cpu(const torch::Tensor& y, const c10::optional<torch::T
 TORCH_LIBRARY(fusedlinear, m) {
   m.def("swish_chain(Tensor y, Tensor? bias, Tensor add_value) -> Tensor");
   m.def("mish_mish(Tensor y, Tensor? bias) -> Tensor");
+  m.def("split_bf16(Tensor v) -> (Tensor, Tensor)");
+  m.def("linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor");
+  m.def("linear_bf16(Tensor x, Tensor w_hi) -> Tensor");
+  m.def("linear_tf32(Tensor x, Tensor w) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {
   m.impl("swish_chain", &swish_chain_cpu);
   m.impl("mish_mish", &mish_mish_cpu);
+  m.impl("split_bf16", &detail::split_bf16_cpu);
+  m.impl("linear_bf16x3", &detail::linear_bf16x3_cpu);
+  m.impl("linear_bf16", &detail::linear_bf16_cpu);
+  m.impl("linear_tf32", &detail::linear_tf32_cpu);
 }
 
 torch::Tensor fused_swish_chain(const torch::Tensor& y, const torch::Tensor& add_value,
@@ -86,6 +130,36 @@ torch::Tensor fused_mish_mish(const torch::Tensor& y, const c10::optional<torch:
           .findSchemaOrThrow("fusedlinear::mish_mish", "")
           .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&)>();
   return op.call(y, bias);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("fusedlinear::split_bf16", "")
+                       .typed<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&)>();
+  return op.call(v);
+}
+
+torch::Tensor linear_bf16x3(const torch::Tensor& x, const torch::Tensor& w_hi,
+                            const torch::Tensor& w_lo) {
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("fusedlinear::linear_bf16x3", "")
+          .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>();
+  return op.call(x, w_hi, w_lo);
+}
+
+torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w_hi) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("fusedlinear::linear_bf16", "")
+                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
+  return op.call(x, w_hi);
+}
+
+torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("fusedlinear::linear_tf32", "")
+                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
+  return op.call(x, w);
 }
 
 }  // namespace fusedlinear

@@ -1,10 +1,16 @@
-// The fused epilogue ops, declared once as `fusedlinear::swish_chain` and
-// `fusedlinear::mish_mish` (TORCH_LIBRARY in ops.cpp), with CPU (ops.cpp) and CUDA
-// (ops_cuda.cpp) implementations registered separately. These wrappers call the dispatcher,
-// which picks the implementation from the input's device.
+// The ops of fusedlinear, each declared once (TORCH_LIBRARY in ops.cpp) with CPU and CUDA
+// implementations registered separately (ops.cpp, linear_cpu.cpp; ops_cuda.cpp):
+//   fusedlinear::swish_chain, fusedlinear::mish_mish   the fused epilogues
+//   fusedlinear::split_bf16                            float32 -> bfloat16 hi + lo
+//   fusedlinear::linear_bf16x3, linear_bf16, linear_tf32
+//                                                      x W^T from tensor-core products
+// These wrappers call the dispatcher, which picks the implementation from the inputs' device.
 #pragma once
 
 #include <torch/types.h>
+
+#include <tuple>
+#include <vector>
 
 #include "epilogues.h"
 
@@ -20,6 +26,29 @@ torch::Tensor fused_swish_chain(const torch::Tensor& y, const torch::Tensor& add
 torch::Tensor fused_mish_mish(const torch::Tensor& y,
                               const c10::optional<torch::Tensor>& bias = c10::nullopt);
 
+// v ~= hi + lo, both bfloat16 (kernels/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v - hi);
+// |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32, any
+// shape; hi and lo are new contiguous tensors of v's shape.
+std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v);
+
+// x W^T (nn.Linear without bias) to about float32's accuracy from bfloat16 tensor-core products:
+// x is split per call, W is given split (w_hi, w_lo = split_bf16(W)), and
+//   y = x_lo w_hi^T + x_hi w_lo^T + x_hi w_hi^T
+// with each product accumulated in float32 on its own, smallest first (the x_lo w_lo^T term,
+// ~2^-18 of each product, is left out). x: float32 [..., in]; w_hi, w_lo: bfloat16 [out, in];
+// returns float32 [..., out]. On the CPU the same products are formed exactly in float32 and
+// summed by float32 matrix products: an emulation for testing, slower than x W^T.
+torch::Tensor linear_bf16x3(const torch::Tensor& x, const torch::Tensor& w_hi,
+                            const torch::Tensor& w_lo);
+
+// x W^T from bfloat16 operands (x rounded per call; w_hi = bfloat16(W)), float32 accumulation and
+// output: about 2^-8 relative error per product. Same shapes as linear_bf16x3.
+torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w_hi);
+
+// x W^T with TF32 products (operands to 10 significand bits), float32 accumulation: about 2^-10
+// relative error per product. x: float32 [..., in]; w: float32 [out, in]; returns [..., out].
+torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w);
+
 namespace detail {
 // Checks shared by the CPU and CUDA implementations: dtype, device, per-column vector shapes.
 // Each failure says what was expected and what came.
@@ -31,6 +60,23 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
 torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
                                  const c10::optional<torch::Tensor>& bias,
                                  const c10::optional<torch::Tensor>& shift);
+
+// Checks of the linear ops: x float32 [..., in] on `device`; w [out, in] of `w_dtype` on the same
+// device; w_lo, where given, like w. Each failure says what was expected and what came.
+void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
+                         const torch::Tensor& w, torch::ScalarType w_dtype,
+                         const torch::Tensor* w_lo = nullptr);
+// x's leading dimensions with `out_features` last: the shape of x W^T.
+std::vector<int64_t> linear_output_shape(const torch::Tensor& x, int64_t out_features);
+// x [..., in] as a contiguous [rows, in] matrix (rows: the product of the leading dimensions).
+torch::Tensor linear_rows(const torch::Tensor& x);
+
+// The CPU implementations (linear_cpu.cpp).
+std::tuple<torch::Tensor, torch::Tensor> split_bf16_cpu(const torch::Tensor& v);
+torch::Tensor linear_bf16x3_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                const torch::Tensor& w_lo);
+torch::Tensor linear_bf16_cpu(const torch::Tensor& x, const torch::Tensor& w_hi);
+torch::Tensor linear_tf32_cpu(const torch::Tensor& x, const torch::Tensor& w);
 }  // namespace detail
 
 }  // namespace fusedlinear

@@ -1,10 +1,14 @@
-// Registers the CUDA implementations of the fused ops: checks inputs, allocates the output and
-// calls the torch-free launcher (fused_epilogue.cu) on the current CUDA stream.
+// Registers the CUDA implementations of the ops: checks inputs, allocates the outputs and calls
+// the torch-free launchers (fused_epilogue.cu, bf16_split.cu, linear_cublas.cpp) on the current
+// CUDA stream (cuBLAS through libtorch's handle for it).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <limits>
+
 #include "fused_epilogue_cuda.h"
+#include "linear_cuda.h"
 #include "ops.h"
 
 namespace fusedlinear {
@@ -60,11 +64,141 @@ torch::Tensor mish_mish_cuda(const torch::Tensor& y, const c10::optional<torch::
   return fused_epilogue_cuda(EpilogueKind::kMishMish, y, bias, c10::nullopt);
 }
 
+void check_launch(const char* op, cudaError_t err) {
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+}
+
+void check_cublas(const char* op, cublasStatus_t status) {
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, op,
+              ": cuBLAS failed: ", cublasGetStatusString(status));
+}
+
+torch::Tensor empty_bf16(const torch::Tensor& like) {
+  return torch::empty(like.sizes(), like.options().dtype(torch::kBFloat16));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> split_bf16_cuda(const torch::Tensor& v) {
+  TORCH_CHECK(v.defined() && v.scalar_type() == torch::kFloat32 && v.is_cuda(),
+              "fusedlinear::split_bf16: expected a float32 tensor on cuda, got ",
+              v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor", " on ",
+              v.defined() ? v.device().str() : "-");
+  const c10::cuda::CUDAGuard device_guard(v.device());
+  const torch::Tensor input = v.contiguous();
+  torch::Tensor hi = empty_bf16(input), lo = empty_bf16(input);
+  check_launch("fusedlinear::split_bf16",
+               launch_split_bf16(input.data_ptr<float>(), hi.data_ptr(), lo.data_ptr(),
+                                 input.numel(), at::cuda::getCurrentCUDAStream()));
+  return {hi, lo};
+}
+
+// How w lies in memory for cuBLAS: nn.Linear's row-major [out, in], the transpose of a row-major
+// [in, out], or neither (then a contiguous copy is made, as `keep` holds).
+WeightMajor weight_major(const torch::Tensor& w, torch::Tensor& keep) {
+  if (w.is_contiguous()) {
+    keep = w;
+    return WeightMajor::kOutput;
+  }
+  if (w.t().is_contiguous()) {
+    keep = w;
+    return WeightMajor::kInput;
+  }
+  keep = w.contiguous();
+  return WeightMajor::kOutput;
+}
+
+// x W^T's operands as cuBLAS takes them: x as a contiguous [rows, in] matrix and the output y
+// [rows, out] (returned in x's leading shape by `result`).
+struct LinearCall {
+  torch::Tensor x_rows, y;
+  std::vector<int64_t> shape;
+  int rows = 0, out_features = 0, in_features = 0;
+  torch::Tensor result() const { return y.view(shape); }
+};
+
+// false when there is nothing to multiply (no rows, no outputs, or in_features 0: y then holds
+// the result, zeros for the last); throws when a size does not fit cuBLAS's int.
+bool prepare_linear(const char* op, const torch::Tensor& x, int64_t out_features,
+                    LinearCall& call) {
+  const int64_t in_features = x.size(-1);
+  call.x_rows = detail::linear_rows(x);
+  const int64_t rows = call.x_rows.size(0);
+  call.y = torch::empty({rows, out_features}, x.options());
+  call.shape = detail::linear_output_shape(x, out_features);
+  if (rows == 0 || out_features == 0) return false;
+  if (in_features == 0) {
+    call.y.zero_();
+    return false;
+  }
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  TORCH_CHECK(rows <= kMax && out_features <= kMax && in_features <= kMax, op,
+              ": too large for one cuBLAS call: ", rows, " rows, ", in_features, " -> ",
+              out_features, " features (each must be below 2^31)");
+  call.rows = int(rows);
+  call.out_features = int(out_features);
+  call.in_features = int(in_features);
+  return true;
+}
+
+// x W^T from bfloat16 parts: x split per call (hi, and lo when w_lo is given), then the products.
+torch::Tensor linear_bf16_parts_cuda(const char* op, const torch::Tensor& x,
+                                     const torch::Tensor& w_hi, const torch::Tensor* w_lo) {
+  detail::check_linear_inputs(op, c10::DeviceType::CUDA, x, w_hi, torch::kBFloat16, w_lo);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  LinearCall call;
+  if (!prepare_linear(op, x, w_hi.size(0), call)) return call.result();
+
+  const torch::Tensor x_hi = empty_bf16(call.x_rows);
+  const torch::Tensor x_lo = w_lo ? empty_bf16(call.x_rows) : torch::Tensor();
+  check_launch(op, launch_split_bf16(call.x_rows.data_ptr<float>(), x_hi.data_ptr(),
+                                     w_lo ? x_lo.data_ptr() : nullptr, call.x_rows.numel(),
+                                     at::cuda::getCurrentCUDAStream()));
+  torch::Tensor hi, lo;
+  WeightMajor major = weight_major(w_hi, hi);
+  if (w_lo && weight_major(*w_lo, lo) != major) {  // parts in two layouts: both [out, in]
+    hi = w_hi.contiguous();
+    lo = w_lo->contiguous();
+    major = WeightMajor::kOutput;
+  }
+  check_cublas(op,
+               gemm_bf16_parts(at::cuda::getCurrentCUDABlasHandle(), call.rows, call.out_features,
+                               call.in_features, x_hi.data_ptr(), w_lo ? x_lo.data_ptr() : nullptr,
+                               hi.data_ptr(), w_lo ? lo.data_ptr() : nullptr, major,
+                               call.y.data_ptr<float>()));
+  return call.result();
+}
+
+torch::Tensor linear_bf16x3_cuda(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                 const torch::Tensor& w_lo) {
+  return linear_bf16_parts_cuda("fusedlinear::linear_bf16x3", x, w_hi, &w_lo);
+}
+
+torch::Tensor linear_bf16_cuda(const torch::Tensor& x, const torch::Tensor& w_hi) {
+  return linear_bf16_parts_cuda("fusedlinear::linear_bf16", x, w_hi, nullptr);
+}
+
+torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
+  const char* op = "fusedlinear::linear_tf32";
+  detail::check_linear_inputs(op, c10::DeviceType::CUDA, x, w, torch::kFloat32);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  LinearCall call;
+  if (!prepare_linear(op, x, w.size(0), call)) return call.result();
+  torch::Tensor weight;
+  const WeightMajor major = weight_major(w, weight);
+  check_cublas(op, gemm_tf32(at::cuda::getCurrentCUDABlasHandle(), call.rows, call.out_features,
+                             call.in_features, call.x_rows.data_ptr<float>(),
+                             weight.data_ptr<float>(), major, call.y.data_ptr<float>()));
+  return call.result();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
   m.impl("swish_chain", &swish_chain_cuda);
   m.impl("mish_mish", &mish_mish_cuda);
+  m.impl("split_bf16", &split_bf16_cuda);
+  m.impl("linear_bf16x3", &linear_bf16x3_cuda);
+  m.impl("linear_bf16", &linear_bf16_cuda);
+  m.impl("linear_tf32", &linear_tf32_cuda);
 }
 
 }  // namespace fusedlinear

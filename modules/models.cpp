@@ -7,11 +7,79 @@
 namespace fusedlinear {
 
 torch::Tensor LinearEpilogueModel::matmul_without_bias(const torch::Tensor& x) {
+  const int64_t rows = x.dim() > 0 && x.size(-1) > 0 ? x.numel() / x.size(-1) : 0;
+  switch (gemm_precision(rows)) {
+    case Precision::kIeee:
+      break;
+    case Precision::kBf16x3: {
+      const SplitWeight parts = split_weight();
+      return linear_bf16x3(x, parts.hi, parts.lo);
+    }
+    case Precision::kTf32:
+      return linear_tf32(x, linear()->weight);
+    case Precision::kBf16:
+      return linear_bf16(x, split_weight().hi);
+  }
   return torch::matmul(x, linear()->weight.t());
+}
+
+torch::Tensor LinearEpilogueModel::epilogue_fused(const torch::Tensor& matmul_out) {
+  return fused_chain(matmul_out, linear()->bias);
 }
 
 torch::Tensor LinearEpilogueModel::forward(const torch::Tensor& x) {
   return epilogue_fused(matmul_without_bias(x));
+}
+
+void LinearEpilogueModel::set_precision(Precision precision) {
+  const torch::Tensor& weight = linear()->weight;
+  TORCH_CHECK(precision == Precision::kIeee || weight.scalar_type() == torch::kFloat32,
+              "set_precision(", precision_name(precision), "): needs a float32 model (it splits ",
+              "or rounds float32 operands), this one holds ", weight.scalar_type(), "; use ieee");
+  {
+    const std::lock_guard<std::mutex> lock(split_mutex_);
+    precision_ = precision;
+    split_ = SplitWeight{};
+  }
+  if (precision == Precision::kBf16x3 || precision == Precision::kBf16) split_weight();
+}
+
+Precision LinearEpilogueModel::gemm_precision(int64_t rows) const {
+  if (precision_ == Precision::kBf16x3 && rows < bf16x3_min_rows_) return Precision::kIeee;
+  return precision_;
+}
+
+void LinearEpilogueModel::set_bf16x3_min_rows(int64_t rows) {
+  TORCH_CHECK(rows >= 0, "set_bf16x3_min_rows: expected a count >= 0, got ", rows);
+  bf16x3_min_rows_ = rows;
+}
+
+int64_t LinearEpilogueModel::split_weight_bytes() {
+  if (precision_ != Precision::kBf16x3 && precision_ != Precision::kBf16) return 0;
+  const SplitWeight parts = split_weight();
+  return int64_t(parts.hi.nbytes()) + (parts.lo.defined() ? int64_t(parts.lo.nbytes()) : 0);
+}
+
+LinearEpilogueModel::SplitWeight LinearEpilogueModel::split_weight() {
+  const torch::Tensor& weight = linear()->weight;
+  // Inference tensors keep no version counter; they cannot be changed in place either.
+  const int64_t version = weight.is_inference() ? 0 : weight._version();
+  const std::lock_guard<std::mutex> lock(split_mutex_);
+  const bool current = split_.source.defined() && split_.source.data_ptr() == weight.data_ptr() &&
+                       split_.source.strides() == weight.strides() &&
+                       split_.source_version == version;
+  if (!current) {
+    TORCH_CHECK(weight.scalar_type() == torch::kFloat32, precision_name(precision_),
+                " GEMM: needs a float32 weight, the model now holds ", weight.scalar_type(),
+                "; call set_precision(Precision::kIeee) before converting it");
+    torch::NoGradGuard no_grad;
+    auto [hi, lo] = split_bf16(weight.detach());
+    split_.hi = hi;
+    split_.lo = precision_ == Precision::kBf16x3 ? lo : torch::Tensor();
+    split_.source = weight.detach();  // holds the storage: its address stays this weight's
+    split_.source_version = version;
+  }
+  return split_;
 }
 
 torch::Tensor LinearEpilogueModel::forward_eager(const torch::Tensor& x) {
@@ -64,8 +132,9 @@ torch::Tensor SwishChainImpl::epilogue_eager(const torch::Tensor& linear_out) {
   return F::hardtanh(y, F::HardtanhFuncOptions().min_val(-1).max_val(1));
 }
 
-torch::Tensor SwishChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
-  return fused_swish_chain(matmul_out, add_value, matmul->bias);
+torch::Tensor SwishChainImpl::fused_chain(const torch::Tensor& y,
+                                          const c10::optional<torch::Tensor>& bias) {
+  return fused_swish_chain(y, add_value, bias);
 }
 
 MishMishImpl::MishMishImpl(int64_t in_features, int64_t out_features) {
@@ -77,8 +146,9 @@ torch::Tensor MishMishImpl::epilogue_eager(const torch::Tensor& linear_out) {
   return F::mish(F::mish(linear_out));
 }
 
-torch::Tensor MishMishImpl::epilogue_fused(const torch::Tensor& matmul_out) {
-  return fused_mish_mish(matmul_out, linear_->bias);
+torch::Tensor MishMishImpl::fused_chain(const torch::Tensor& y,
+                                        const c10::optional<torch::Tensor>& bias) {
+  return fused_mish_mish(y, bias);
 }
 
 const std::vector<std::string>& model_names() {

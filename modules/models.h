@@ -1,7 +1,8 @@
 // torch::nn::Module equivalents of the two reference models (shared/reference_models.py).
 //
 // Each registers its parameters under the Python state-dict keys and has two forwards:
-//   forward        the GEMM by libtorch (without bias), then one fused op for everything
+//   forward        the GEMM without bias, in the model's precision (float32 by libtorch, or
+//                  from tensor-core products: set_precision), then one fused op for everything
 //                  after it (bias, add_value and the activation chain: kernels/ops.h);
 //   forward_eager  the unfused libtorch ops, one per Python op, in the Python order: the
 //                  baseline the fused path is compared against.
@@ -11,8 +12,11 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
+
+#include "modules/precision.h"
 
 namespace fusedlinear {
 
@@ -25,15 +29,36 @@ class LinearEpilogueModel : public torch::nn::Module {
  public:
   // The Python ops after nn.Linear, unfused (input: the Linear's output, bias included).
   virtual torch::Tensor epilogue_eager(const torch::Tensor& linear_out) = 0;
-  // The same as one fused op; input: x @ W^T *without* the bias, which the op adds.
-  virtual torch::Tensor epilogue_fused(const torch::Tensor& matmul_out) = 0;
+  // The same as one fused op on y, adding `bias` first where given (none when y holds it).
+  virtual torch::Tensor fused_chain(const torch::Tensor& y,
+                                    const c10::optional<torch::Tensor>& bias) = 0;
   // The model's nn.Linear.
   virtual torch::nn::Linear& linear() = 0;
 
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor forward_eager(const torch::Tensor& x);
-  // x @ W^T, the GEMM of `forward` (no bias).
+  // x @ W^T, the GEMM of `forward` (no bias), in gemm_precision(rows of x).
   torch::Tensor matmul_without_bias(const torch::Tensor& x);
+  // fused_chain(matmul_out, the Linear's bias): what `forward` applies after its GEMM.
+  torch::Tensor epilogue_fused(const torch::Tensor& matmul_out);
+
+  // The GEMM's precision (modules/precision.h; default kIeee, PyTorch's float32 semantics).
+  // bf16x3 and bf16 split W into bfloat16 parts once, here, and keep them beside the float32
+  // weight on its device (bf16x3: hi and lo, as many bytes as W; bf16: hi, half as many); they
+  // are split again if the weight changes (a state-dict load, .to(), store_weight). The state
+  // dict stays float32. Needs a float32 model for any mode but ieee (TORCH_CHECK).
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
+  // What the GEMM runs for an input of `rows` rows: the precision, except bf16x3 below
+  // bf16x3_min_rows(), where its three products read the weight three times and ieee, reading
+  // it once, is faster (docs/RESULTS.md). ieee is the more accurate of the two.
+  Precision gemm_precision(int64_t rows) const;
+  void set_bf16x3_min_rows(int64_t rows);
+  int64_t bf16x3_min_rows() const { return bf16x3_min_rows_; }
+  // The smallest batch at which bf16x3 measured faster than ieee on an H200 at 8192 -> 8192.
+  static constexpr int64_t kDefaultBf16x3MinRows = 64;
+  // Bytes the split weight takes on the weight's device (0 for ieee and tf32).
+  int64_t split_weight_bytes();
 
   // The Linear's weight W [out, in] in `layout`: W itself when it is laid out so, else a copy.
   // Input-major is the same [out, in] tensor laid out as the transpose of a contiguous [in, out]
@@ -53,6 +78,22 @@ class LinearEpilogueModel : public torch::nn::Module {
 
   int64_t in_features();
   int64_t out_features();
+
+ private:
+  // W's bfloat16 parts (lo undefined for bf16), and the weight they were split from: a tensor
+  // on its storage, which keeps that address from being reused by a new weight, and the
+  // weight's version counter then (in-place changes such as a state-dict load bump it).
+  struct SplitWeight {
+    torch::Tensor hi, lo, source;
+    int64_t source_version = -1;
+  };
+  // The parts of the current weight, split again first if it changed. Thread-safe.
+  SplitWeight split_weight();
+
+  Precision precision_ = Precision::kIeee;
+  int64_t bf16x3_min_rows_ = kDefaultBf16x3MinRows;
+  std::mutex split_mutex_;
+  SplitWeight split_;
 };
 
 // Linear -> + add_value -> Swish -> Tanh -> GELU(erf) -> Hardtanh(-1, 1).
@@ -61,7 +102,8 @@ class SwishChainImpl : public LinearEpilogueModel {
  public:
   SwishChainImpl(int64_t in_features, int64_t out_features);
   torch::Tensor epilogue_eager(const torch::Tensor& linear_out) override;
-  torch::Tensor epilogue_fused(const torch::Tensor& matmul_out) override;
+  torch::Tensor fused_chain(const torch::Tensor& y,
+                            const c10::optional<torch::Tensor>& bias) override;
   torch::nn::Linear& linear() override { return matmul; }
 
   torch::nn::Linear matmul{nullptr};
@@ -74,7 +116,8 @@ class MishMishImpl : public LinearEpilogueModel {
  public:
   MishMishImpl(int64_t in_features, int64_t out_features);
   torch::Tensor epilogue_eager(const torch::Tensor& linear_out) override;
-  torch::Tensor epilogue_fused(const torch::Tensor& matmul_out) override;
+  torch::Tensor fused_chain(const torch::Tensor& y,
+                            const c10::optional<torch::Tensor>& bias) override;
   torch::nn::Linear& linear() override { return linear_; }
 
  private:

@@ -121,93 +121,60 @@ TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
   std::string out, err;
   const std::string args =
       "bench --device cpu --batches 1,4 --in-features 64 --out-features 48 "
-      "--iters 3 --warmup 1 --json '" +
+      "--iters 3 --warmup 1 --precision ieee,bf16x3 --bf16x3-min-batch 4 --json '" +
       json + "' --csv '" + csv + "' --plot '" + svg + "'";
   ASSERT_EQ(run_program(args, dir, &out, &err), 0) << out << err;
-  for (const char* text : {"swish_chain", "mish_mish", "float32", "chain speedup", "fwd speedup"}) {
+  for (const char* text : {"swish_chain", "mish_mish", "float32", "chain speedup", "fwd speedup",
+                           "bf16x3", "ieee (bf16x3 from 4 rows)"}) {
     EXPECT_NE(out.find(text), std::string::npos) << text << "\n" << out;
   }
   EXPECT_EQ(err.find('\r'), std::string::npos);  // no progress line when stderr is a file
-
   const auto doc = nlohmann::json::parse(read_all(json));
   for (const char* key : {"command_line", "date_utc", "device", "libtorch_version", "cuda_version",
-                          "dtypes", "batches", "iters", "warmup", "models"}) {
+                          "dtypes", "batches", "precisions", "iters", "warmup", "models"}) {
     EXPECT_TRUE(doc["header"].contains(key)) << key;
   }
   EXPECT_EQ(doc["header"]["iters"], 3);
   ASSERT_EQ(doc["results"].size(), 4u);  // 2 models x 2 batches x 1 dtype
+  const auto expect_timings = [](const nlohmann::json& timings, std::vector<const char*> names) {
+    for (const char* t : names) {
+      ASSERT_TRUE(timings.contains(t)) << t;
+      EXPECT_GT(timings[t]["median_us"].get<double>(), 0) << t;
+      EXPECT_EQ(timings[t]["samples"], 3) << t;
+      EXPECT_LE(timings[t]["p10_us"].get<double>(), timings[t]["p90_us"].get<double>());
+    }
+  };
   for (const auto& r : doc["results"]) {
     EXPECT_EQ(r["in_features"], 64);
     EXPECT_EQ(r["out_features"], 48);
-    EXPECT_TRUE(r["check"]["ok"].get<bool>());
-    for (const char* t : {"gemm_addmm", "gemm_matmul", "copy", "chain_eager", "chain_fused",
-                          "forward_eager", "forward_fused"}) {
-      ASSERT_TRUE(r["timings"].contains(t)) << t;
-      EXPECT_GT(r["timings"][t]["median_us"].get<double>(), 0) << t;
-      EXPECT_EQ(r["timings"][t]["samples"], 3) << t;
-      EXPECT_LE(r["timings"][t]["p10_us"].get<double>(), r["timings"][t]["p90_us"].get<double>());
-    }
-    EXPECT_FALSE(r["timings"].contains("graph_replay"));
-    for (const char* d :
-         {"chain_speedup", "forward_speedup", "chain_fused_x_copy", "chain_fused_gbps"}) {
+    EXPECT_TRUE(r["chain_check"]["ok"].get<bool>());
+    expect_timings(r["timings"],
+                   {"gemm_addmm", "copy", "chain_eager", "chain_fused", "forward_eager"});
+    for (const char* d : {"chain_speedup", "chain_fused_x_copy", "chain_fused_gbps"}) {
       EXPECT_GT(r["derived"][d].get<double>(), 0) << d;
     }
-    EXPECT_TRUE(r["derived"]["graph_speedup"].is_null());
+    ASSERT_EQ(r["fused"].size(), 2u);
+    EXPECT_EQ(r["fused"][0]["precision"], "ieee");
+    EXPECT_EQ(r["fused"][1]["precision"], "bf16x3");
+    EXPECT_EQ(r["fused"][1]["gemm_ran"], r["batch"] == 1 ? "ieee (bf16x3 from 4 rows)" : "bf16x3");
+    for (const auto& f : r["fused"]) {
+      expect_timings(f["timings"], {"gemm", "forward"});
+      EXPECT_FALSE(f["timings"].contains("graph_replay"));
+      EXPECT_GT(f["derived"]["forward_speedup"].get<double>(), 0);
+      EXPECT_TRUE(f["derived"]["graph_speedup"].is_null());
+      EXPECT_TRUE(f["vs_eager"]["allclose"].get<bool>());
+      EXPECT_LT(f["vs_float64"]["max_abs"].get<double>(), 1e-4);
+    }
   }
-
   std::istringstream lines(read_all(csv));
   std::vector<std::string> rows;
   for (std::string line; std::getline(lines, line);) rows.push_back(line);
-  ASSERT_EQ(rows.size(), 5u);  // header + 4
+  ASSERT_EQ(rows.size(), 9u);  // header + 4 configurations x 2 precisions
   const size_t columns = count_of(rows[0], ",");
   for (const auto& row : rows) EXPECT_EQ(count_of(row, ","), columns) << row;
   EXPECT_EQ(rows[0].rfind("model,dtype,batch,", 0), 0u);
-
   const std::string plot = read_all(svg);
   EXPECT_EQ(plot.rfind("<svg", 0), 0u);
   EXPECT_NE(plot.find("mish_mish  float32  batch 4"), std::string::npos);
-}
-
-TEST(BenchEndToEnd, RejectsBadValuesWithOneLine) {
-  TempDir dir;
-  std::string err;
-  EXPECT_EQ(run_program("bench --device cpu --batches 1,x", dir, nullptr, &err), 2);
-  EXPECT_NE(err.find("--batches: expected positive integers"), std::string::npos) << err;
-  EXPECT_EQ(count_of(err, "\n"), 1u) << err;
-  EXPECT_EQ(run_program("bench --device cpu --dtypes float64", dir, nullptr, &err), 2);
-  EXPECT_NE(err.find("--dtypes"), std::string::npos) << err;
-  EXPECT_EQ(run_program("bench --device cpu --cuda-graph", dir, nullptr, &err), 2);
-  EXPECT_NE(err.find("--cuda-graph needs a CUDA device"), std::string::npos) << err;
-}
-
-TEST(BenchEndToEnd, RefusesExistingOutputsBeforeRunning) {
-  TempDir dir;
-  const std::string csv = dir.file("exists.csv");
-  std::ofstream(csv) << "keep me\n";
-  std::string out, err;
-  EXPECT_EQ(run_program("bench --device cpu --csv '" + csv + "'", dir, &out, &err), 2);
-  EXPECT_NE(err.find("--overwrite"), std::string::npos) << err;
-  EXPECT_EQ(out, "");  // refused before any timing
-  EXPECT_EQ(read_all(csv), "keep me\n");
-}
-
-// The seeded default input continues the stream that drew the parameters, as Python's
-// `torch.manual_seed(seed); model = Model(...); x = torch.rand(...)` does, so x is independent
-// of W (a fresh seed would repeat the weight's first draws, and x @ W^T's diagonal would stand
-// out by ~in_features / 6 standard deviations).
-TEST(CommandHelpers, SeededInputFollowsTheParameters) {
-  Settings s;
-  s.command = "compare";
-  s.models = {"mish_mish"};
-  s.batch = 5;
-  s.in_features = 16;
-  s.out_features = 8;
-  s.seed = 3;
-  const auto model = build_model("mish_mish", s);
-  const torch::Tensor x = build_input(s, 16);
-  ASSERT_EQ(x.sizes(), (torch::IntArrayRef{5, 16}));
-  make_model("mish_mish", 16, 8, 3);  // seeds, then draws the parameters
-  EXPECT_TRUE(torch::equal(x, torch::rand({5, 16})));
-  torch::manual_seed(3);
-  EXPECT_FALSE(torch::equal(x, torch::rand({5, 16})));
+  EXPECT_NE(plot.find("whole forward, bf16x3"), std::string::npos);
 }

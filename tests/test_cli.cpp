@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "modules/torch_file.h"
 #include "tests/test_support.h"
@@ -76,14 +77,58 @@ TEST_F(Cli, CompareSmallShapePassesAndWritesJson) {
   EXPECT_NE(r.out.find("mish_mish"), std::string::npos);
   EXPECT_NE(r.out.find("PASS"), std::string::npos);
   const std::string json = read_file(path("c.json"));
-  EXPECT_NE(json.find("\"max_abs_err\""), std::string::npos);
-  EXPECT_NE(json.find("\"fused_forward\""), std::string::npos);
+  EXPECT_NE(json.find("\"vs_eager\""), std::string::npos);
+  EXPECT_NE(json.find("\"eager GEMM + fused chain\""), std::string::npos);
   // The JSON is never silently replaced.
   expect_usage_error(
       "compare --device cpu --batch 2 --in-features 4 --out-features 4 --iters 1 "
       "--json " +
           path("c.json"),
       "already exists; pass --overwrite to replace it");
+}
+
+TEST_F(Cli, ComparesEveryPrecision) {
+  // 70 rows and --bf16x3-min-batch 1: every mode runs its own GEMM (here the CPU emulations).
+  const Result r =
+      run("compare --device cpu --model mish_mish --batch 70 --in-features 64 --out-features 48 "
+          "--iters 2 --warmup 1 --precision all --bf16x3-min-batch 1 --json " +
+          path("p.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto doc = nlohmann::json::parse(read_file(path("p.json")));
+  const auto& paths = doc["models"][0]["paths"];
+  ASSERT_EQ(paths.size(), 6u);  // eager, eager GEMM + fused chain, four precisions
+  const std::vector<std::string> gemms = {"ieee", "ieee", "ieee", "bf16x3", "tf32", "bf16"};
+  for (size_t i = 0; i < paths.size(); ++i) {
+    EXPECT_EQ(paths[i]["gemm"], gemms[i]) << i;
+    EXPECT_GT(paths[i]["forward"]["median_us"].get<double>(), 0) << i;
+    EXPECT_LT(paths[i]["vs_float64"]["max_abs"].get<double>(), 0.1) << i;
+  }
+  EXPECT_EQ(paths[0]["path"], "eager");
+  EXPECT_TRUE(paths[3]["vs_eager"]["allclose"].get<bool>());  // bf16x3: within 1e-4
+  EXPECT_TRUE(paths[3]["counted_in_verdict"].get<bool>());
+  EXPECT_FALSE(paths[4]["counted_in_verdict"].get<bool>());  // tf32 and bf16: reported only
+  EXPECT_FALSE(paths[5]["counted_in_verdict"].get<bool>());
+  EXPECT_EQ(doc["models"][0]["input_shape"], (std::vector<int64_t>{70, 64}));
+  // Below the minimum batch bf16x3 runs ieee and says so.
+  const Result small =
+      run("compare --device cpu --model mish_mish --batch 3 --in-features 16 --out-features 8 "
+          "--iters 1 --warmup 0 --precision bf16x3");
+  ASSERT_EQ(small.exit_code, 0) << small.out << small.err;
+  EXPECT_NE(small.out.find("ieee (bf16x3 from 64 rows)"), std::string::npos) << small.out;
+}
+
+TEST_F(Cli, RunInEachPrecisionMatchesPyTorch) {
+  for (const std::string precision : {"bf16x3", "tf32", "bf16"}) {
+    const std::string out = path(precision + ".pt");
+    const Result r = run("run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
+                         kFixtures + "mish_mish_input.pt --output " + out + " --precision " +
+                         precision + " --bf16x3-min-batch 1");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("fused GEMM: " + precision), std::string::npos) << r.out;
+    const torch::Tensor want = read_tensor(kFixtures + "mish_mish_output.pt");
+    const double tolerance = precision == "bf16x3" ? 1e-4 : 5e-2;
+    EXPECT_TRUE(torch::allclose(read_tensor(out), want, tolerance, tolerance)) << precision;
+  }
 }
 
 TEST_F(Cli, CompareSaysEachLoaderNoteOnce) {
@@ -136,6 +181,14 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   expect_usage_error("--batch 0", "--batch: expected a positive integer");
   expect_usage_error("--batch many", "--batch");
   expect_usage_error("--no-such-option", "no-such-option");
+  expect_usage_error("--precision fp8", "--precision: expected ieee, bf16x3, tf32, bf16");
+  expect_usage_error("--precision bf16x3,", "--precision: expected");
+  expect_usage_error("--precision bf16x3 --dtype bfloat16",
+                     "the tensor-core modes take float32 models, got --dtype bfloat16");
+  expect_usage_error("run --precision all --weights " + weights + " --input " + input +
+                         " --output " + path("o.pt"),
+                     "--precision: run takes one precision, got 'all'");
+  expect_usage_error("--bf16x3-min-batch 0", "--bf16x3-min-batch: expected a positive integer");
   expect_usage_error("--iters 2 --weights " + path("missing.pt"), "missing.pt");
   expect_usage_error("run --weights " + weights + " --input " + input, "run needs --output");
   expect_usage_error("run --input " + input + " --output " + path("o.pt"), "run needs --weights");
