@@ -76,7 +76,7 @@ void run_in_context(const std::string& model, const Settings& settings,
 std::string detect_model(const Settings& settings);
 // Sets `precision` on the model (and the batch below which bf16x3 runs ieee, from settings).
 void configure_precision(LinearEpilogueModel& model, Precision precision, const Settings& settings);
-// What the fused GEMM runs for `rows` rows: "bf16x3", or "ieee (bf16x3 from 64 rows)" when the
+// What the fused GEMM runs for `rows` rows: "bf16x3", or "ieee (bf16x3 from 2 rows)" when the
 // model falls back, and so on.
 std::string gemm_description(const LinearEpilogueModel& model, int64_t rows);
 // Whether a path's allclose verdict counts toward the exit code: always for the float32-grade

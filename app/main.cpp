@@ -166,8 +166,9 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
       ("precision", "the fused GEMM: ieee (float32, default), bf16x3 (float32-grade from bf16 "
        "tensor cores), tf32 or bf16 (faster, less accurate); compare and bench: a "
        "comma-separated list or all", cxxopts::value<std::string>()->default_value("ieee"))
-      ("bf16x3-min-batch", "bf16x3 runs ieee below this many rows (default 64, where bf16x3 "
-       "measured faster on an H200)", cxxopts::value<std::string>())
+      ("bf16x3-min-batch", "bf16x3 runs ieee below this many rows (default 2: at one row "
+       "cuBLAS's float32 GEMM, reading W once, is faster on an H200)",
+       cxxopts::value<std::string>())
       ("json", "also write the results as JSON to this file", cxxopts::value<std::string>())
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());

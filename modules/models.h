@@ -50,13 +50,14 @@ class LinearEpilogueModel : public torch::nn::Module {
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
   // What the GEMM runs for an input of `rows` rows: the precision, except bf16x3 below
-  // bf16x3_min_rows(), where its three products read the weight three times and ieee, reading
-  // it once, is faster (docs/RESULTS.md). ieee is the more accurate of the two.
+  // bf16x3_min_rows(), where its three products, each reading its part of W, are slower than
+  // ieee reading W once (docs/RESULTS.md). ieee is the more accurate of the two.
   Precision gemm_precision(int64_t rows) const;
   void set_bf16x3_min_rows(int64_t rows);
   int64_t bf16x3_min_rows() const { return bf16x3_min_rows_; }
-  // The smallest batch at which bf16x3 measured faster than ieee on an H200 at 8192 -> 8192.
-  static constexpr int64_t kDefaultBf16x3MinRows = 64;
+  // The smallest batch at which bf16x3 measured faster than ieee on an H200 at 8192 -> 8192:
+  // 108 us against 119 at 2 rows; at 1 row cuBLAS's float32 kernel takes 66 us.
+  static constexpr int64_t kDefaultBf16x3MinRows = 2;
   // Bytes the split weight takes on the weight's device (0 for ieee and tf32).
   int64_t split_weight_bytes();
 
