@@ -1,7 +1,7 @@
 // epilogue_bench: the fused epilogue kernels alone, without libtorch, side by side in one run:
-// each model's chain as PyTorch writes it (act::literal) and as the kernels run it (act::*),
-// and several launch shapes, against a device-to-device copy of the same bytes, in float32,
-// bfloat16 and float16.
+// the kernel with no activations (its floor), each model's chain as PyTorch writes it
+// (act::literal) and as the kernels run it (act::*), and a sweep of launch shapes, against a
+// device-to-device copy of the same bytes, in float32, bfloat16 and float16.
 // Inputs rotate over enough buffers to exceed the L2 cache four times, every output is fresh,
 // and each variant's maximum error against a float64 evaluation is reported, absolute and in
 // units in the last place of the element type.
@@ -190,49 +190,18 @@ void run_variant(const std::string& name, const Buffers<T>& b, bool with_shift, 
   });
   const double bytes = 2.0 * double(b.rows * b.cols) * sizeof(T);
   char label[96];
-  std::snprintf(label, sizeof label, "%s [r%d t%d w%d%s]", name.c_str(), Shape::kRows,
-                Shape::kThreads, Shape::kWaves, Shape::kStreaming ? " cs" : "");
+  std::snprintf(label, sizeof label, "%s [r%d t%d w%d]", name.c_str(), Shape::kRows,
+                Shape::kThreads, Shape::kWaves);
   const Error err = max_error(b, with_shift, ref);
   std::printf("%-56s %9.1f %9.0f %8.2fx %12.2e %8.2f\n", label, us, bytes / us / 1e3,
               us / b.copy_us, err.abs, err.ulp);
 }
 
-// Candidates measured here and not (or no longer) used by the kernels.
-namespace candidate {
-// The swish_chain kernel before the GELU polynomial: erff for every element.
-using SwishChainErff = act::Chain<act::Swish, act::Tanh, act::literal::GeluErf, act::Hardtanh>;
-// The 16-bit swish_chain before session 3: the model's Hardtanh kept and the degree-5 GELU
-// polynomial.
-using SwishChainHalfBefore =
-    act::Chain<act::Swish, act::TanhHalfPrecision, act::GeluErfOnUnitInterval, act::Hardtanh>;
-// exp(x) on the FMA pipe instead of MUFU (mish_mish 16-bit issues 4 MUFU ops an element), for
-// x in [-0.31, 20): mish's own range, where its second application is evaluated. 2^t with
-// t = x log2(e) split as j + f, |f| <= 1/2 (j by the 1.5 * 2^23 rounding trick, in r's low
-// bits), 2^f by a degree-4 polynomial (relative error 2.7e-6), 2^j added to the exponent bits.
-__device__ float exp_on_fma_pipe(float x) {
-  constexpr float kLog2e = 1.442695041f, kRound = 12582912.0f;
-  const float r = fmaf(x, kLog2e, kRound);
-  const float f = fmaf(x, kLog2e, -(r - kRound));
-  const float p = act::polynomial(f, 9.999992847e-01f, 6.931217909e-01f, 2.402474433e-01f,
-                                  5.591783673e-02f, 9.570079856e-03f);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(r) << 23));
-}
-struct MishOfMish {
-  __device__ float operator()(float x) const {
-    if (x >= 20.0f) return x;
-    return x * act::tanh_softplus_from_exp(exp_on_fma_pipe(x));
-  }
-};
-using MishMishSecondExpOnFma = act::Chain<act::Mish, MishOfMish>;
-// The 16-bit mish_mish before session 4: the float32 chain (the x >= 20 branch).
-using MishMishHalfBefore = MishMishActivations;
-}  // namespace candidate
-
 template <typename T>
 void run_all(Buffers<T>& b, int iters) {
   using cuda::LaunchShape;
-  // Formulations at the production shape: PyTorch's (act::literal), earlier kernels, and the
-  // kernels' chains for float32 and for 16-bit results.
+  // Formulations at the production shape: PyTorch's (act::literal) and the kernels' chains for
+  // float32 and for 16-bit results. A new formulation goes here, beside the one it would replace.
   using SwishShape = cuda::ProductionShape<T, SwishChainActivations>;
   using MishShape = cuda::ProductionShape<T, MishMishActivations>;
   // No activations: the kernel's loads, adds and stores alone, its floor against the copy.
@@ -240,10 +209,6 @@ void run_all(Buffers<T>& b, int iters) {
                                         [](double x) { return x; });
   run_variant<SwishShape, literal::SwishChainActivations>("swish_chain literal", b, true, iters,
                                                           swish_chain_ref);
-  run_variant<SwishShape, candidate::SwishChainErff>("swish_chain erff (before)", b, true, iters,
-                                                     swish_chain_ref);
-  run_variant<SwishShape, candidate::SwishChainHalfBefore>("swish_chain half chain (before)", b,
-                                                           true, iters, swish_chain_ref);
   run_variant<SwishShape, SwishChainActivations>("swish_chain float32 chain", b, true, iters,
                                                  swish_chain_ref);
   run_variant<SwishShape, SwishChainActivationsHalf>("swish_chain half chain", b, true, iters,
@@ -254,41 +219,26 @@ void run_all(Buffers<T>& b, int iters) {
     run_variant<MishShape, decltype(activations)>("mish_mish kernel", b, false, iters,
                                                   mish_mish_ref);
   });
-  run_variant<MishShape, candidate::MishMishSecondExpOnFma>("mish_mish 2nd exp on FMA pipe", b,
-                                                            false, iters, mish_mish_ref);
   if constexpr (sizeof(T) == 2) {
-    // The identity at mish_mish's shape (bias only), the floor of that shape, and the 16-bit
-    // mish_mish before session 4 at the shapes closest for it (the sweep below has the
-    // kernel's chain at all of them).
+    // The identity at mish_mish's shape (bias only): the floor of that shape.
     run_variant<MishShape, act::Chain<>>("identity (bias only)", b, false, iters,
                                          [](double x) { return x; });
-    const auto mish_shapes = [&](auto activations, const char* name) {
-      using A = decltype(activations);
-      run_variant<LaunchShape<1, 128, 2, false>, A>(name, b, false, iters, mish_mish_ref);
-      run_variant<LaunchShape<1, 128, 3, false>, A>(name, b, false, iters, mish_mish_ref);
-      run_variant<LaunchShape<2, 128, 2, false>, A>(name, b, false, iters, mish_mish_ref);
-      run_variant<LaunchShape<2, 128, 4, false>, A>(name, b, false, iters, mish_mish_ref);
-    };
-    mish_shapes(candidate::MishMishHalfBefore{}, "mish_mish half: float32 chain (before)");
   }
-  // Launch shapes, on the chain each dtype runs.
+  // Launch shapes, on the chain each dtype runs: where a new chain finds its own.
   const auto shapes = [&](auto activations, const char* name, bool with_shift, auto ref) {
     using A = decltype(activations);
-    run_variant<LaunchShape<1, 256, 2, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 256, 2, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 128, 4, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 128, 2, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 128, 1, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 128, 1, true>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<4, 128, 1, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 64, 1, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<2, 256, 1, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<1, 128, 1, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<1, 128, 2, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<1, 128, 2, true>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<1, 128, 3, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<1, 64, 2, false>, A>(name, b, with_shift, iters, ref);
-    run_variant<LaunchShape<1, 64, 4, false>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 256, 2>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 256, 2>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 128, 4>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 128, 2>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 128, 1>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<4, 128, 1>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<2, 64, 1>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 128, 1>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 128, 2>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 128, 3>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 64, 2>, A>(name, b, with_shift, iters, ref);
+    run_variant<LaunchShape<1, 64, 4>, A>(name, b, with_shift, iters, ref);
   };
   dispatch_epilogue<kResultPrecisionOf<T>>(EpilogueKind::kSwishChain, [&](auto activations) {
     shapes(activations, "swish_chain", true, swish_chain_ref);
@@ -320,7 +270,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "%s, %d SMs, L2 %d MiB; [%lld, %lld]; median of %d; [r rows/thread, t threads, "
-      "w max waves (0: none), cs streaming hints]\n",
+      "w max waves (0: none)]\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)rows, (long long)cols,
       iters);
   std::printf("%-56s %9s %9s %9s %12s %8s\n", "variant", "us", "GB/s", "x copy", "err vs f64",

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "epilogues.h"
@@ -111,30 +113,6 @@ __device__ __forceinline__ Packed<T, kVec> round_to(const float (&v)[kVec]) {
   return out;
 }
 
-// Streaming (evict-first) cache hints for 16-byte accesses: each byte is touched once.
-template <bool kStreaming, class Pack>
-__device__ __forceinline__ Pack load_pack(const Pack* p) {
-  if constexpr (kStreaming && sizeof(Pack) == 16) {
-    const int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
-    Pack v;
-    memcpy(&v, &raw, sizeof v);
-    return v;
-  } else {
-    return *p;
-  }
-}
-
-template <bool kStreaming, class Pack>
-__device__ __forceinline__ void store_pack(Pack* p, const Pack& v) {
-  if constexpr (kStreaming && sizeof(Pack) == 16) {
-    int4 raw;
-    memcpy(&raw, &v, sizeof raw);
-    __stcs(reinterpret_cast<int4*>(p), raw);
-  } else {
-    *p = v;
-  }
-}
-
 __host__ __device__ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -148,13 +126,12 @@ __device__ __forceinline__ void load_column_terms(const T* p, int64_t col0, floa
 }
 
 // How the kernel is launched: rows per thread per step, threads per block, the grid capped at
-// that many waves of resident blocks (0: one step per thread, no cap), cache hints.
-template <int kRowsPerThread, int kThreadsPerBlock, int kMaxWaves, bool kStreamingHints>
+// that many waves of resident blocks (0: one step per thread, no cap).
+template <int kRowsPerThread, int kThreadsPerBlock, int kMaxWaves>
 struct LaunchShape {
   static constexpr int kRows = kRowsPerThread;
   static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kWaves = kMaxWaves;
-  static constexpr bool kStreaming = kStreamingHints;
 };
 
 // kHasBias, kHasShift: whether bias and shift are given (else null and unread). Compile-time, so
@@ -178,8 +155,7 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (row0 + r < rows) {
-        in[r] = load_pack<Shape::kStreaming>(
-            reinterpret_cast<const Pack*>(y + (row0 + r) * cols + col0));
+        in[r] = *reinterpret_cast<const Pack*>(y + (row0 + r) * cols + col0);
       }
     }
   };
@@ -205,14 +181,40 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
         if constexpr (kHasShift) v += col_shift[k];
         result[k] = activations(v);
       }
-      store_pack<Shape::kStreaming>(reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0),
-                                    round_to<T>(result));
+      *reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0) = round_to<T>(result);
     }
     row0 = next_row0;
   }
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The current device's multiprocessors and resident threads per multiprocessor (2048 on sm_80
+// and sm_90, 1536 on sm_86 and sm_89), asked of the runtime once per device.
+struct DeviceLimits {
+  int multiprocessors = 0, threads_per_multiprocessor = 0;
+};
+inline cudaError_t current_device_limits(DeviceLimits& limits) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  static std::mutex mutex;
+  static std::map<int, DeviceLimits> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(device);
+  if (it == known.end()) {
+    DeviceLimits asked;
+    err = cudaDeviceGetAttribute(&asked.multiprocessors, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&asked.threads_per_multiprocessor,
+                                   cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    }
+    if (err != cudaSuccess) return err;
+    it = known.emplace(device, asked).first;
+  }
+  limits = it->second;
+  return cudaSuccess;
+}
 
 // Launch shape: Shape::kThreads threads; narrow rows get several rows of threads per block so
 // no block is mostly idle; the grid's y dimension is capped at 65535 (the loop covers the rest).
@@ -227,10 +229,11 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shi
   int64_t grid_y = std::min<int64_t>(ceil_div(rows, int64_t(threads_y) * Shape::kRows), 65535);
   if (Shape::kWaves > 0) {
     // At most kWaves waves of resident blocks; each thread then loops over several steps.
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    const int64_t resident_blocks = int64_t(sms) * (2048 / kThreads) * Shape::kWaves;
+    DeviceLimits limits;
+    const cudaError_t err = current_device_limits(limits);
+    if (err != cudaSuccess) return err;
+    const int64_t resident_blocks = int64_t(limits.multiprocessors) *
+                                    (limits.threads_per_multiprocessor / kThreads) * Shape::kWaves;
     grid_y = std::max<int64_t>(1, std::min(grid_y, resident_blocks / grid_x));
   }
   const dim3 block(threads_x, threads_y);
@@ -259,10 +262,9 @@ template <class Activations>
 inline constexpr bool kIsMishMish = std::is_same_v<Activations, MishMishActivations> ||
                                     std::is_same_v<Activations, MishMishActivationsHalf>;
 template <typename T, class Activations>
-using ProductionShape =
-    std::conditional_t<sizeof(T) == 4, LaunchShape<1, 256, 2, false>,
-                       std::conditional_t<kIsMishMish<Activations>, LaunchShape<1, 128, 2, false>,
-                                          LaunchShape<2, 128, 1, false>>>;
+using ProductionShape = std::conditional_t<
+    sizeof(T) == 4, LaunchShape<1, 256, 2>,
+    std::conditional_t<kIsMishMish<Activations>, LaunchShape<1, 128, 2>, LaunchShape<2, 128, 1>>>;
 
 // Picks the vector width: 16-byte accesses when every access would be 16-byte aligned (y and
 // out are, and a row is whole vectors; bias and shift, where given, are), else 1. Decided here

@@ -11,6 +11,7 @@
 #include "modules/models.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -288,20 +289,34 @@ TEST_F(FusedOpsCuda, RejectsInputsOnDifferentDevices) {
 }
 
 #ifdef FUSEDLINEAR_WITH_CUDA
+// The whole fused forward (split kernel, cuBLAS products, epilogue kernel), in every precision,
+// captured into a CUDA graph on a side stream. A launch on any other stream either breaks the
+// capture (the legacy default stream) or is missing from the graph: then replaying it leaves
+// the poisoned output as it was.
 TEST_F(FusedOpsCuda, RunsOnTheCurrentStream) {
+  torch::NoGradGuard no_grad;
   torch::manual_seed(5);
-  const torch::Tensor y = torch::randn({64, 512}, torch::kCUDA);
-  auto model = make_model("swish_chain", 3, 512, 1);
-  model->to(torch::kCUDA);
-  const torch::Tensor want = model->epilogue_fused(y);
-  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
-  torch::Tensor got;
-  {
-    c10::cuda::CUDAStreamGuard guard(stream);
-    got = model->epilogue_fused(y);
+  const torch::Tensor x = torch::rand({64, 96}, torch::kCUDA);
+  for (const Precision precision : all_precisions()) {
+    auto model = make_model("swish_chain", 96, 512, 1);
+    model->to(torch::kCUDA);
+    model->set_bf16x3_min_rows(1);
+    model->set_precision(precision);
+    const torch::Tensor want = model->forward(x);
+    at::cuda::CUDAGraph graph;
+    torch::Tensor got;
+    {
+      const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
+      model->forward(x);  // cuBLAS's workspace for this stream, outside the capture
+      c10::cuda::getCurrentCUDAStream().synchronize();
+      graph.capture_begin();
+      got = model->forward(x);
+      graph.capture_end();
+    }
+    got.fill_(std::numeric_limits<float>::quiet_NaN());
+    graph.replay();
+    EXPECT_TRUE(torch::equal(got, want)) << precision_name(precision);
   }
-  stream.synchronize();
-  EXPECT_TRUE(torch::equal(got, want));
 }
 #endif
 
