@@ -395,9 +395,10 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
 
   // The table: medians in microseconds; "x copy" is the fused chain's time over the copy's.
   std::vector<std::string> header = {
-      "model",      "dtype",         "batch",          "gemm us",        "fused gemm us",
-      "fused W",    "copy us",       "eager chain us", "fused chain us", "fused x copy",
-      "fused GB/s", "chain speedup", "eager fwd us",   "fused fwd us",   "fwd speedup"};
+      "model",          "dtype",          "batch",        "gemm us",
+      "gemm GFLOP/s",   "fused gemm us",  "fused W",      "copy us",
+      "eager chain us", "fused chain us", "fused x copy", "fused GB/s",
+      "chain speedup",  "eager fwd us",   "fused fwd us", "fwd speedup"};
   if (cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
   Table table(header);
   int failures = 0;
@@ -406,6 +407,7 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
                                     dtype_name(r.dtype),
                                     std::to_string(r.batch),
                                     fixed(r.median("gemm_addmm"), 1),
+                                    fixed(r.figure("gemm_addmm_tflops") * 1e3, 1),
                                     fixed(r.median("gemm_matmul"), 1),
                                     r.fused_weight_input_major ? "in-major" : "out-major",
                                     fixed(r.median("copy"), 1),
@@ -436,7 +438,8 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
             << settings.warmup << " warm-up, medians in microseconds; rotating inputs, fresh "
             << "outputs\n\n";
   table.print(std::cout);
-  std::cout << "\ngemm: addmm with bias (eager's GEMM); fused gemm: x @ W^T without bias; fused "
+  std::cout << "\ngemm: addmm with bias (eager's GEMM), and its GFLOP/s; fused gemm: x @ W^T "
+               "without bias; fused "
                "W: its weight layout, the faster of the two at this batch (input- or output-"
                "major); x copy: fused chain time / copy time; "
                "GB/s: bytes read + written; speedups: eager time / fused time"
@@ -450,6 +453,8 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
         {"command_line", command_line()},
         {"date_utc", date},
         {"platform", platform},
+        {"threads", at::get_num_threads()},
+        {"blas", blas_description()},
         {"device", device_name(settings.device)},
         {"device_type", cuda ? "cuda" : "cpu"},
         {"libtorch_version", TORCH_VERSION},

@@ -1,4 +1,7 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
+#include <dlfcn.h>
+
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -7,6 +10,7 @@
 #include "app/cli.h"
 #include "app/report.h"
 #include "app/timing.h"
+#include "kernels/fused_epilogue_cpu.h"
 #include "modules/state_dict.h"
 #include "modules/torch_file.h"
 
@@ -174,6 +178,97 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features) {
   return x.to(settings.device, settings.dtype).contiguous();
 }
 
+namespace {
+
+// A function of the process's BLAS (or null), looked up by name as the dynamic linker binds it.
+template <class Fn>
+Fn blas_function(const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
+}
+
+// "model name" of /proc/cpuinfo (Linux), or "".
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      return line.substr(line.find_first_not_of(" \t", line.find(':') + 1));
+    }
+  }
+  return "";
+}
+
+// `key`=value from at::show_config()'s build settings ("BLAS_INFO" -> "mkl"), or "".
+std::string build_setting(const std::string& key) {
+  const std::string config = at::show_config();
+  const size_t at = config.find(key + "=");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size() + 1;
+  return config.substr(begin, config.find_first_of(", \n", begin) - begin);
+}
+
+}  // namespace
+
+std::string blas_description() {
+  // Which library libtorch's sgemm_ calls resolve to: the dynamic linker's choice (Debian's
+  // libblas.so.3 alternative, LD_LIBRARY_PATH, ...), asked for its own name and threads.
+  void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info where{};
+  const std::string library = sgemm && ::dladdr(sgemm, &where) && where.dli_fname
+                                  ? std::string(where.dli_fname)
+                                  : std::string();
+  std::string name;
+  int threads = 0;
+  if (const auto config = blas_function<char* (*)()>("openblas_get_config")) {
+    name = config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+    if (const auto parallel = blas_function<int (*)()>("openblas_get_parallel")) {
+      const int kind = parallel();
+      name += kind == 0 ? ", sequential" : kind == 1 ? ", pthreads" : ", OpenMP";
+    }
+    if (const auto core = blas_function<char* (*)()>("openblas_get_corename")) {
+      name += std::string(", ") + core() + " kernels";
+    }
+    if (const auto get = blas_function<int (*)()>("openblas_get_num_threads")) threads = get();
+  } else if (const auto version = blas_function<const char* (*)()>("bli_info_get_version_str")) {
+    name = std::string("BLIS ") + version();
+    if (const auto get = blas_function<long (*)()>("bli_thread_get_num_threads")) {
+      threads = int(get());
+    }
+  } else if (library.find("/blas/libblas.so") != std::string::npos) {
+    name = "reference BLAS";  // Debian's libblas3: Netlib's Fortran, one thread
+    threads = 1;
+  } else if (!library.empty() && library.find("libtorch") == std::string::npos) {
+    name = library.substr(library.rfind('/') + 1);
+  } else {
+    // Linked into libtorch (the PyTorch wheel's MKL): what the build says; MKL's threads follow
+    // at::set_num_threads.
+    const std::string blas = build_setting("BLAS_INFO");
+    name = "BLAS_INFO=" + (blas.empty() ? std::string("unknown") : blas) + " (built in)";
+    if (blas == "mkl") threads = at::get_num_threads();
+  }
+  if (name == "reference BLAS") {
+    static bool warned = false;
+    if (!warned) {
+      warned = true;
+      std::cerr << "fusedlinear: warning: libtorch's GEMM runs on the reference BLAS (" << library
+                << "), tens of times slower than an optimized one: install libopenblas0-pthread "
+                   "(.ci/setup does)\n";
+    }
+  }
+  std::ostringstream s;
+  s << name << ", " << (threads > 0 ? std::to_string(threads) : std::string("?"))
+    << (threads == 1 ? " thread" : " threads");
+  if (!library.empty()) s << " (" << library << ")";
+  return s.str();
+}
+
+void set_cpu_threads(int threads) {
+  if (threads <= 0) return;
+  at::set_num_threads(threads);
+  // OpenBLAS and BLIS built with pthreads keep threads of their own.
+  if (const auto set = blas_function<void (*)(int)>("openblas_set_num_threads")) set(threads);
+  if (const auto set = blas_function<void (*)(long)>("bli_thread_set_num_threads")) set(threads);
+}
+
 std::string platform_description(const torch::Device& device) {
   std::ostringstream s;
   s << "libtorch " << TORCH_VERSION;
@@ -187,7 +282,10 @@ std::string platform_description(const torch::Device& device) {
   }
 #endif
   const int threads = at::get_num_threads();
-  s << ", CPU (" << threads << (threads == 1 ? " thread)" : " threads)");
+  const std::string model = cpu_model();
+  s << ", CPU " << (model.empty() ? "" : model + " ") << "(" << threads
+    << (threads == 1 ? " thread" : " threads") << "); GEMM: " << blas_description()
+    << "; fused ops: " << cpu::capability_name(cpu::capability()) << " loop";
   return s.str();
 }
 

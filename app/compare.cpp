@@ -15,8 +15,9 @@ struct ModelResult {
   double max_abs_err = 0, max_rel_err = 0;
   bool within_tolerance = false;
   double eager_err_vs_fp64 = 0, fused_err_vs_fp64 = 0;
-  std::string weight_layout;  // the fused model's (choose_weight_layout)
-  TimingStats eager, fused;
+  std::string weight_layout;       // the fused model's (choose_weight_layout)
+  TimingStats eager, fused, gemm;  // gemm: eager's GEMM alone (addmm with the bias)
+  double gemm_flops = 0;
 };
 
 double max_abs(const torch::Tensor& t) { return t.numel() ? t.abs().max().item<double>() : 0.0; }
@@ -52,12 +53,15 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   r.eager_err_vs_fp64 = max_abs(eager - reference);
   r.fused_err_vs_fp64 = max_abs(fused - reference);
 
-  // In turns, so drifts of the device's clocks weigh on both alike.
+  // In turns, so drifts of the device's clocks weigh on all alike.
   const auto times = time_interleaved(
       settings.device, settings.warmup, settings.iters,
-      {[&](int) { model->forward_eager(x); }, [&](int) { fused_model->forward(x); }});
+      {[&](int) { model->forward_eager(x); }, [&](int) { fused_model->forward(x); },
+       [&](int) { model->linear()->forward(x); }});
   r.eager = times[0];
   r.fused = times[1];
+  r.gemm = times[2];
+  r.gemm_flops = 2.0 * double(x.numel()) * double(model->out_features());
   return r;
 }
 
@@ -104,6 +108,10 @@ int run_compare(const Settings& settings) {
   }
   table.print(std::cout);
   std::cout << "\n";
+  for (const auto& r : results) {
+    std::cout << r.name << " GEMM (eager's addmm): " << fixed(r.gemm.median_us / 1000, 3) << " ms, "
+              << fixed(r.gemm_flops / r.gemm.median_us / 1e3, 1) << " GFLOP/s\n";
+  }
   for (const auto& r : results) std::cout << r.name << " fused path: " << r.weight_layout << "\n";
   std::cout << (all_pass ? "PASS: every model's fused output is within tolerance of eager"
                          : "FAIL: a fused output differs from eager beyond tolerance")
@@ -120,11 +128,15 @@ int run_compare(const Settings& settings) {
                         {"fused_err_vs_fp64", r.fused_err_vs_fp64},
                         {"eager_forward", timing_json(r.eager)},
                         {"fused_forward", timing_json(r.fused)},
+                        {"gemm_addmm", timing_json(r.gemm)},
+                        {"gemm_gflops", r.gemm_flops / r.gemm.median_us / 1e3},
                         {"fused_weight_layout", r.weight_layout},
                         {"speedup", r.eager.median_us / r.fused.median_us}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
                                         {"platform", platform_description(settings.device)},
+                                        {"threads", at::get_num_threads()},
+                                        {"blas", blas_description()},
                                         {"device", settings.device.str()},
                                         {"dtype", dtype_name(settings.dtype)},
                                         {"batch", settings.batch},
