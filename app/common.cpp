@@ -180,11 +180,33 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features) {
 
 namespace {
 
-// A function of the process's BLAS (or null), looked up by name as the dynamic linker binds it.
+// A function of a loaded library (`library` a dlopen handle, or RTLD_DEFAULT), or null.
 template <class Fn>
-Fn blas_function(const char* name) {
-  return reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
+Fn blas_function(void* library, const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(library, name));
 }
+
+// The library the process's sgemm_ comes from, as the dynamic linker binds it; "" where none is
+// exported (a BLAS linked into libtorch).
+std::string sgemm_library() {
+  void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info where{};
+  return sgemm && ::dladdr(sgemm, &where) && where.dli_fname ? where.dli_fname : "";
+}
+
+// A handle to the library sgemm_ comes from, so that its own functions are asked (another BLAS
+// may be loaded as well: Debian's liblapack.so.3 can load OpenBLAS beside the reference BLAS).
+struct BlasLibrary {
+  explicit BlasLibrary(const std::string& path)
+      : handle(path.empty() ? nullptr : ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {}
+  ~BlasLibrary() {
+    if (handle) ::dlclose(handle);
+  }
+  BlasLibrary(const BlasLibrary&) = delete;
+  BlasLibrary& operator=(const BlasLibrary&) = delete;
+  void* get() const { return handle ? handle : RTLD_DEFAULT; }
+  void* handle;
+};
 
 // "model name" of /proc/cpuinfo (Linux), or "".
 std::string cpu_model() {
@@ -211,33 +233,35 @@ std::string build_setting(const std::string& key) {
 std::string blas_description() {
   // Which library libtorch's sgemm_ calls resolve to: the dynamic linker's choice (Debian's
   // libblas.so.3 alternative, LD_LIBRARY_PATH, ...), asked for its own name and threads.
-  void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
-  Dl_info where{};
-  const std::string library = sgemm && ::dladdr(sgemm, &where) && where.dli_fname
-                                  ? std::string(where.dli_fname)
-                                  : std::string();
+  const std::string library = sgemm_library();
+  const BlasLibrary blas(library);
   std::string name;
   int threads = 0;
-  if (const auto config = blas_function<char* (*)()>("openblas_get_config")) {
+  if (const auto config = blas_function<char* (*)()>(blas.get(), "openblas_get_config")) {
     name = config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
-    if (const auto parallel = blas_function<int (*)()>("openblas_get_parallel")) {
+    if (const auto parallel = blas_function<int (*)()>(blas.get(), "openblas_get_parallel")) {
       const int kind = parallel();
       name += kind == 0 ? ", sequential" : kind == 1 ? ", pthreads" : ", OpenMP";
     }
-    if (const auto core = blas_function<char* (*)()>("openblas_get_corename")) {
+    if (const auto core = blas_function<char* (*)()>(blas.get(), "openblas_get_corename")) {
       name += std::string(", ") + core() + " kernels";
     }
-    if (const auto get = blas_function<int (*)()>("openblas_get_num_threads")) threads = get();
-  } else if (const auto version = blas_function<const char* (*)()>("bli_info_get_version_str")) {
+    if (const auto get = blas_function<int (*)()>(blas.get(), "openblas_get_num_threads"))
+      threads = get();
+  } else if (const auto version =
+                 blas_function<const char* (*)()>(blas.get(), "bli_info_get_version_str")) {
     name = std::string("BLIS ") + version();
-    if (const auto get = blas_function<long (*)()>("bli_thread_get_num_threads")) {
+    if (const auto get = blas_function<long (*)()>(blas.get(), "bli_thread_get_num_threads")) {
       threads = int(get());
     }
   } else if (library.find("/blas/libblas.so") != std::string::npos) {
     name = "reference BLAS";  // Debian's libblas3: Netlib's Fortran, one thread
     threads = 1;
   } else if (!library.empty() && library.find("libtorch") == std::string::npos) {
-    name = library.substr(library.rfind('/') + 1);
+    // Another BLAS (BLIS's libblas.so.3 exports only the BLAS functions): its folder and name.
+    const size_t file = library.rfind('/');
+    const size_t folder = file == 0 || file == std::string::npos ? 0 : library.rfind('/', file - 1);
+    name = library.substr(folder == std::string::npos ? 0 : folder + 1);
   } else {
     // Linked into libtorch (the PyTorch wheel's MKL): what the build says; MKL's threads follow
     // at::set_num_threads.
@@ -265,8 +289,13 @@ void set_cpu_threads(int threads) {
   if (threads <= 0) return;
   at::set_num_threads(threads);
   // OpenBLAS and BLIS built with pthreads keep threads of their own.
-  if (const auto set = blas_function<void (*)(int)>("openblas_set_num_threads")) set(threads);
-  if (const auto set = blas_function<void (*)(long)>("bli_thread_set_num_threads")) set(threads);
+  const BlasLibrary blas(sgemm_library());
+  if (const auto set = blas_function<void (*)(int)>(blas.get(), "openblas_set_num_threads")) {
+    set(threads);
+  }
+  if (const auto set = blas_function<void (*)(long)>(blas.get(), "bli_thread_set_num_threads")) {
+    set(threads);
+  }
 }
 
 std::string platform_description(const torch::Device& device) {

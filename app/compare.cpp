@@ -80,8 +80,8 @@ int run_compare(const Settings& settings) {
                             (settings.in_features ? std::to_string(settings.in_features) : "?") +
                             " -> " +
                             (settings.out_features ? std::to_string(settings.out_features) : "?");
-  std::cout << "fusedlinear compare: " << platform_description(settings.device) << "; "
-            << dtype_name(settings.dtype) << "; "
+  const std::string platform = platform_description(settings.device);  // may warn: before
+  std::cout << "fusedlinear compare: " << platform << "; " << dtype_name(settings.dtype) << "; "
             << (settings.input.empty() ? "input torch.rand " + shape : "input " + settings.input)
             << "; " << (settings.weights.empty() ? "seeded-random parameters" : settings.weights)
             << "; seed " << settings.seed << "\n";
@@ -134,7 +134,7 @@ int run_compare(const Settings& settings) {
                         {"speedup", r.eager.median_us / r.fused.median_us}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
-                                        {"platform", platform_description(settings.device)},
+                                        {"platform", platform},
                                         {"threads", at::get_num_threads()},
                                         {"blas", blas_description()},
                                         {"device", settings.device.str()},
