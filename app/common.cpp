@@ -1,6 +1,7 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -186,12 +187,17 @@ Fn blas_function(void* library, const char* name) {
   return reinterpret_cast<Fn>(::dlsym(library, name));
 }
 
-// The library the process's sgemm_ comes from, as the dynamic linker binds it; "" where none is
-// exported (a BLAS linked into libtorch).
+// The file the process's sgemm_ comes from, as the dynamic linker binds it, links resolved
+// (Debian's /lib/x86_64-linux-gnu/libblas.so.3 is an alternative pointing into
+// openblas-pthread/, blas/, ...); "" where none is exported (a BLAS linked into libtorch).
 std::string sgemm_library() {
   void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
   Dl_info where{};
-  return sgemm && ::dladdr(sgemm, &where) && where.dli_fname ? where.dli_fname : "";
+  if (!sgemm || !::dladdr(sgemm, &where) || !where.dli_fname) return "";
+  char* resolved = ::realpath(where.dli_fname, nullptr);
+  const std::string path = resolved ? resolved : where.dli_fname;
+  std::free(resolved);
+  return path;
 }
 
 // A handle to the library sgemm_ comes from, so that its own functions are asked (another BLAS
