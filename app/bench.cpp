@@ -511,10 +511,11 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
   chains.print(std::cout);
 
   std::cout << "\nwhole forward:\n";
-  std::vector<std::string> header = {
-      "model",       "dtype",         "batch",         "precision",    "GEMM ran",
-      "W",           "eager gemm us", "fused gemm us", "eager fwd us", "fused fwd us",
-      "fwd speedup", "err vs eager",  "err vs fp64",   "allclose"};
+  std::vector<std::string> header = {"model",         "dtype",        "batch",
+                                     "precision",     "GEMM ran",     "W",
+                                     "eager gemm us", "GFLOP/s",      "fused gemm us",
+                                     "eager fwd us",  "fused fwd us", "fwd speedup",
+                                     "err vs eager",  "err vs fp64",  "allclose"};
   if (plan.cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
   Table forwards(header);
   for (const auto& r : results) {
@@ -528,6 +529,7 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
           f.gemm,
           f.weight_input_major ? "in-major" : "out-major",
           fixed(r.median("gemm_addmm"), 1),
+          fixed(figure(chain_figures(r), "gemm_addmm_tflops") * 1e3, 1),
           fixed(median_of(f.timings, "gemm"), 1),
           fixed(r.median("forward_eager"), 1),
           fixed(median_of(f.timings, "forward"), 1),
@@ -543,7 +545,8 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
     }
   }
   forwards.print(std::cout);
-  std::cout << "\neager gemm: addmm with bias (eager's GEMM); fused gemm: x @ W^T without bias in "
+  std::cout << "\neager gemm: addmm with bias (eager's GEMM), and its GFLOP/s; fused gemm: x @ W^T "
+               "without bias in "
                "the precision, with the weight layout W (the faster of input- and output-major "
                "at this batch); GEMM ran: what ran at this batch; x copy: fused chain time / copy "
                "time; GB/s: bytes read + written; speedups: eager time / fused time; errors: max "
@@ -587,6 +590,8 @@ nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan
       {"command_line", command_line()},
       {"date_utc", date},
       {"platform", platform},
+      {"threads", at::get_num_threads()},
+      {"blas", blas_description()},
       {"device", device_name(settings.device)},
       {"device_type", cuda ? "cuda" : "cpu"},
       {"libtorch_version", TORCH_VERSION},
@@ -698,8 +703,8 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
     for (const auto& name : plan.models) check_dtype_runs(name, s);
   }
   const std::string date = utc_now();
+  const std::string platform = platform_description(settings.device);  // may warn: first
   const std::vector<Result> results = run_sweep(plan, settings);
-  const std::string platform = platform_description(settings.device);
   print_tables(results, plan, platform, settings);
   const int failures = report_failures(results);
   if (!settings.json.empty()) {

@@ -35,6 +35,7 @@ struct Settings {
   torch::ScalarType dtype = torch::kFloat32;
   uint64_t seed = 0;
   int iters = 0, warmup = 0;
+  int threads = 0;  // --threads; 0: libtorch's default
   double atol = 0, rtol = 0;
   bool tolerance_given = false;  // --atol or --rtol set: every path's verdict counts
   std::string json;
@@ -103,7 +104,16 @@ std::string nonfinite_cell(const OutputDifference& d);
 
 // "float32", "float16", "bfloat16".
 std::string dtype_name(torch::ScalarType dtype);
-// "libtorch 2.11.0, CUDA 13.0, NVIDIA H200" or "libtorch 1.13.1, CPU (2 threads)".
+// "libtorch 2.11.0, CUDA 13.0, NVIDIA H200" or, on the CPU, "libtorch 1.13.1, CPU AMD EPYC (2
+// threads); GEMM: <blas_description()>; fused ops: avx512 loop".
 std::string platform_description(const torch::Device& device);
+// The BLAS that libtorch's CPU GEMM calls and the threads it may use, e.g. "OpenBLAS 0.3.21
+// DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64, pthreads, Haswell kernels, 2 threads
+// (/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3)". The first call warns on stderr, in
+// one line, when it is the reference BLAS.
+std::string blas_description();
+// --threads N: libtorch's threads (at::set_num_threads) and, where the BLAS keeps threads of its
+// own (OpenBLAS, BLIS), the BLAS's. 0 changes nothing.
+void set_cpu_threads(int threads);
 
 }  // namespace fusedlinear

@@ -1,4 +1,8 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -7,6 +11,7 @@
 #include "app/cli.h"
 #include "app/report.h"
 #include "app/timing.h"
+#include "kernels/fused_epilogue_cpu.h"
 #include "modules/state_dict.h"
 #include "modules/torch_file.h"
 
@@ -219,6 +224,131 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features) {
   return x.to(settings.device, settings.dtype).contiguous();
 }
 
+namespace {
+
+// A function of a loaded library (`library` a dlopen handle, or RTLD_DEFAULT), or null.
+template <class Fn>
+Fn blas_function(void* library, const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(library, name));
+}
+
+// The file the process's sgemm_ comes from, as the dynamic linker binds it, links resolved
+// (Debian's /lib/x86_64-linux-gnu/libblas.so.3 is an alternative pointing into
+// openblas-pthread/, blas/, ...); "" where none is exported (a BLAS linked into libtorch).
+std::string sgemm_library() {
+  void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info where{};
+  if (!sgemm || !::dladdr(sgemm, &where) || !where.dli_fname) return "";
+  char* resolved = ::realpath(where.dli_fname, nullptr);
+  const std::string path = resolved ? resolved : where.dli_fname;
+  std::free(resolved);
+  return path;
+}
+
+// A handle to the library sgemm_ comes from, so that its own functions are asked (another BLAS
+// may be loaded as well: Debian's liblapack.so.3 can load OpenBLAS beside the reference BLAS).
+struct BlasLibrary {
+  explicit BlasLibrary(const std::string& path)
+      : handle(path.empty() ? nullptr : ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {}
+  ~BlasLibrary() {
+    if (handle) ::dlclose(handle);
+  }
+  BlasLibrary(const BlasLibrary&) = delete;
+  BlasLibrary& operator=(const BlasLibrary&) = delete;
+  void* get() const { return handle ? handle : RTLD_DEFAULT; }
+  void* handle;
+};
+
+// "model name" of /proc/cpuinfo (Linux), or "".
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      return line.substr(line.find_first_not_of(" \t", line.find(':') + 1));
+    }
+  }
+  return "";
+}
+
+// `key`=value from at::show_config()'s build settings ("BLAS_INFO" -> "mkl"), or "".
+std::string build_setting(const std::string& key) {
+  const std::string config = at::show_config();
+  const size_t at = config.find(key + "=");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size() + 1;
+  return config.substr(begin, config.find_first_of(", \n", begin) - begin);
+}
+
+}  // namespace
+
+std::string blas_description() {
+  // Which library libtorch's sgemm_ calls resolve to: the dynamic linker's choice (Debian's
+  // libblas.so.3 alternative, LD_LIBRARY_PATH, ...), asked for its own name and threads.
+  const std::string library = sgemm_library();
+  const BlasLibrary blas(library);
+  std::string name;
+  int threads = 0;
+  if (const auto config = blas_function<char* (*)()>(blas.get(), "openblas_get_config")) {
+    name = config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+    if (const auto parallel = blas_function<int (*)()>(blas.get(), "openblas_get_parallel")) {
+      const int kind = parallel();
+      name += kind == 0 ? ", sequential" : kind == 1 ? ", pthreads" : ", OpenMP";
+    }
+    if (const auto core = blas_function<char* (*)()>(blas.get(), "openblas_get_corename")) {
+      name += std::string(", ") + core() + " kernels";
+    }
+    if (const auto get = blas_function<int (*)()>(blas.get(), "openblas_get_num_threads"))
+      threads = get();
+  } else if (const auto version =
+                 blas_function<const char* (*)()>(blas.get(), "bli_info_get_version_str")) {
+    name = std::string("BLIS ") + version();
+    if (const auto get = blas_function<long (*)()>(blas.get(), "bli_thread_get_num_threads")) {
+      threads = int(get());
+    }
+  } else if (library.find("/blas/libblas.so") != std::string::npos) {
+    name = "reference BLAS";  // Debian's libblas3: Netlib's Fortran, one thread
+    threads = 1;
+  } else if (!library.empty() && library.find("libtorch") == std::string::npos) {
+    // Another BLAS (BLIS's libblas.so.3 exports only the BLAS functions): its folder and name.
+    const size_t file = library.rfind('/');
+    const size_t folder = file == 0 || file == std::string::npos ? 0 : library.rfind('/', file - 1);
+    name = library.substr(folder == std::string::npos ? 0 : folder + 1);
+  } else {
+    // Linked into libtorch (the PyTorch wheel's MKL): what the build says; MKL's threads follow
+    // at::set_num_threads.
+    const std::string blas = build_setting("BLAS_INFO");
+    name = "BLAS_INFO=" + (blas.empty() ? std::string("unknown") : blas) + " (built in)";
+    if (blas == "mkl") threads = at::get_num_threads();
+  }
+  if (name == "reference BLAS") {
+    static bool warned = false;
+    if (!warned) {
+      warned = true;
+      std::cerr << "fusedlinear: warning: libtorch's GEMM runs on the reference BLAS (" << library
+                << "), tens of times slower than an optimized one: install libopenblas0-pthread "
+                   "(.ci/setup does)\n";
+    }
+  }
+  std::ostringstream s;
+  s << name << ", " << (threads > 0 ? std::to_string(threads) : std::string("?"))
+    << (threads == 1 ? " thread" : " threads");
+  if (!library.empty()) s << " (" << library << ")";
+  return s.str();
+}
+
+void set_cpu_threads(int threads) {
+  if (threads <= 0) return;
+  at::set_num_threads(threads);
+  // OpenBLAS and BLIS built with pthreads keep threads of their own.
+  const BlasLibrary blas(sgemm_library());
+  if (const auto set = blas_function<void (*)(int)>(blas.get(), "openblas_set_num_threads")) {
+    set(threads);
+  }
+  if (const auto set = blas_function<void (*)(long)>(blas.get(), "bli_thread_set_num_threads")) {
+    set(threads);
+  }
+}
+
 std::string platform_description(const torch::Device& device) {
   std::ostringstream s;
   s << "libtorch " << TORCH_VERSION;
@@ -232,7 +362,10 @@ std::string platform_description(const torch::Device& device) {
   }
 #endif
   const int threads = at::get_num_threads();
-  s << ", CPU (" << threads << (threads == 1 ? " thread)" : " threads)");
+  const std::string model = cpu_model();
+  s << ", CPU " << (model.empty() ? "" : model + " ") << "(" << threads
+    << (threads == 1 ? " thread" : " threads") << "); GEMM: " << blas_description()
+    << "; fused ops: " << cpu::capability_name(cpu::capability()) << " loop";
   return s.str();
 }
 

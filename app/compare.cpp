@@ -32,6 +32,9 @@ struct ModelResult {
   std::vector<int64_t> input_shape;
   int64_t in_features = 0, out_features = 0;
   std::vector<PathResult> paths;  // eager first
+  TimingStats gemm;               // eager's GEMM alone (addmm with the bias)
+  double gemm_flops = 0;
+  double gemm_gflops() const { return gemm_flops / gemm.median_us / 1e3; }
 };
 
 std::string split_memory(LinearEpilogueModel& model) {
@@ -80,6 +83,7 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   for (const auto& fused_model : fused_models) {
     calls.push_back([&, fused_model](int) { fused_model->forward(x); });
   }
+  calls.push_back([&](int) { model->linear()->forward(x); });
 
   // Outputs: eager's is the reference of the verdict; a float64 evaluation of the same
   // parameters (as the model holds them) and input is the reference of accuracy.
@@ -102,6 +106,8 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   // In turns, so drifts of the device's clocks weigh on every path alike.
   const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
   for (size_t i = 0; i < r.paths.size(); ++i) r.paths[i].time = times[i];
+  r.gemm = times.back();
+  r.gemm_flops = 2.0 * double(rows) * double(r.in_features) * double(r.out_features);
   return r;
 }
 
@@ -135,8 +141,8 @@ int run_compare(const Settings& settings) {
                             (settings.in_features ? std::to_string(settings.in_features) : "?") +
                             " -> " +
                             (settings.out_features ? std::to_string(settings.out_features) : "?");
-  std::cout << "fusedlinear compare: " << platform_description(settings.device) << "; "
-            << dtype_name(settings.dtype) << "; "
+  const std::string platform = platform_description(settings.device);  // may warn: first
+  std::cout << "fusedlinear compare: " << platform << "; " << dtype_name(settings.dtype) << "; "
             << (settings.input.empty() ? "input torch.rand " + shape : "input " + settings.input)
             << "; " << (settings.weights.empty() ? "seeded-random parameters" : settings.weights)
             << "; seed " << settings.seed << "\n";
@@ -171,6 +177,10 @@ int run_compare(const Settings& settings) {
   std::cout << "\nerrors: max abs and rel err against eager's output (PyTorch float32), err vs "
                "fp64 against a float64 evaluation; NaN/inf: count in the output (same positions "
                "as the float64 evaluation's, or its count); speedup: eager ms / path ms\n";
+  for (const auto& r : results) {
+    std::cout << r.name << " eager GEMM (addmm): " << fixed(r.gemm.median_us / 1000, 3) << " ms, "
+              << fixed(r.gemm_gflops(), 1) << " GFLOP/s\n";
+  }
   for (const auto& r : results) {
     for (const auto& p : r.paths) {
       if (p.path == "fused") {
@@ -209,10 +219,14 @@ int run_compare(const Settings& settings) {
                         {"input_shape", r.input_shape},
                         {"in_features", r.in_features},
                         {"out_features", r.out_features},
+                        {"gemm_addmm", timing_json(r.gemm)},
+                        {"gemm_gflops", r.gemm_gflops()},
                         {"paths", paths}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
-                                        {"platform", platform_description(settings.device)},
+                                        {"platform", platform},
+                                        {"threads", at::get_num_threads()},
+                                        {"blas", blas_description()},
                                         {"device", settings.device.str()},
                                         {"dtype", dtype_name(settings.dtype)},
                                         {"weights", settings.weights},

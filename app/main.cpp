@@ -160,6 +160,8 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
        cxxopts::value<std::string>())
       ("iters", "timed runs (GPU default 50, CPU 10)", cxxopts::value<std::string>())
       ("warmup", "untimed runs first (GPU default 10, CPU 2)", cxxopts::value<std::string>())
+      ("threads", "CPU threads of libtorch's ops and the BLAS (default: libtorch's)",
+       cxxopts::value<std::string>())
       ("atol", "absolute tolerance (default 1e-4; float16 1e-2, bfloat16 5e-2)",
        cxxopts::value<std::string>())
       ("rtol", "relative tolerance (default as --atol)", cxxopts::value<std::string>())
@@ -213,6 +215,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   s.out_features = positive(parsed, "out-features", from_file ? 0 : d.out_features);
   s.iters = int(positive(parsed, "iters", d.iters));
   s.warmup = int(integer(parsed, "warmup", d.warmup, 0));
+  s.threads = int(positive(parsed, "threads", 0));
   s.atol = tolerance(parsed, "atol", default_tolerance(s.dtype));
   s.rtol = tolerance(parsed, "rtol", parsed.count("atol") ? s.atol : default_tolerance(s.dtype));
   s.tolerance_given = parsed.count("atol") || parsed.count("rtol");
@@ -250,6 +253,7 @@ int main(int argc, char** argv) {
       std::cout << options.help({"", "bench"}) << "\n";
       return 0;
     }
+    set_cpu_threads(settings.threads);
     if (settings.command == "run") return run_run(settings);
     if (settings.command == "bench") return run_bench(settings, parsed);
     return run_compare(settings);

@@ -1,9 +1,16 @@
 // Elementwise activations as tiny functors, shared by the CUDA kernels and the CPU path.
 //
-// Each functor maps one float to one float, computes PyTorch's function (erf GELU; mish with
+// Each functor maps a value to a value, computes PyTorch's function (erf GELU; mish with
 // softplus(x) = log1p(exp(x))) and gives what PyTorch gives for NaN and +-Inf. A model's
 // activation chain is a composition of them (`Chain<...>`) in the order the Python model applies
 // them; each formula is written once and compiled for host and device.
+//
+// The value is a float, or on the CPU a SIMD vector of floats (at::vec::Vectorized<float>): the
+// functors that the kernels run are templates over the value type V and reach the special
+// functions only through the primitives below (fast_exp, fast_div, ...). Each primitive has its
+// float form here and its vector form in activations_vec.h (CPU only: this header stays free of
+// torch so that the CUDA kernels compile without it). For V = float every functor is the same
+// code as a plain float functor.
 //
 // Two families:
 //   act::*          what the kernels run: algebraically identical rewrites that need fewer and
@@ -27,6 +34,24 @@
 namespace fusedlinear {
 namespace act {
 
+// The primitives for other value types (SIMD vectors: activations_vec.h specializes these).
+// Declared here so that the functors' unqualified calls find them whenever they are
+// instantiated; a float argument takes the float overloads below.
+template <class V>
+V fast_exp(V x);
+template <class V>
+V fast_div(V a, V b);
+template <class V>
+V negate(V x);
+template <class V>
+V min_or_bound(V x, float bound);
+template <class V>
+V clamp_keep_nan(V x, float lo, float hi);
+template <class V>
+V accurate_tanh(V x);
+template <class V>
+V half_precision_tanh(V x);
+
 FL_HOST_DEVICE float fast_exp(float x) {
 #if defined(__CUDA_ARCH__)
   return __expf(x);
@@ -48,12 +73,30 @@ FL_HOST_DEVICE float fast_div(float a, float b) {
 #endif
 }
 
+FL_HOST_DEVICE float negate(float x) { return -x; }
+
+// x where x >= bound, otherwise otherwise(): for a float a branch (otherwise() is evaluated only
+// below the bound); for a vector, both and a blend, lane by lane. NaN is below any bound. (The
+// vector form is an overload that the call finds through its lambda, whose type belongs to this
+// namespace.)
+template <class F>
+FL_HOST_DEVICE float x_where_at_least(float bound, float x, F otherwise) {
+  if (x >= bound) return x;
+  return otherwise();
+}
+
+// fminf(x, bound): the smaller of the two, and `bound` when x is NaN.
+FL_HOST_DEVICE float min_or_bound(float x, float bound) { return fminf(x, bound); }
+
 // c0 + w (c1 + w (c2 + ...)): Horner's rule, coefficients from the constant term up; nvcc
-// contracts each step into one FMA.
-FL_HOST_DEVICE float polynomial(float /*w*/, float c0) { return c0; }
-template <class... Cs>
-FL_HOST_DEVICE float polynomial(float w, float c0, Cs... rest) {
-  return polynomial(w, rest...) * w + c0;
+// contracts each step into one FMA (and so does g++ for vectors, where built with FMA).
+template <class V>
+FL_HOST_DEVICE V polynomial(V /*w*/, float c0) {
+  return V(c0);
+}
+template <class V, class... Cs>
+FL_HOST_DEVICE V polynomial(V w, float c0, Cs... rest) {
+  return polynomial(w, rest...) * w + V(c0);
 }
 
 // min(max(x, lo), hi) with NaN passed through, as PyTorch's clamp does (fminf/fmaxf would
@@ -66,6 +109,22 @@ FL_HOST_DEVICE float clamp_keep_nan(float x, float lo, float hi) {
   return y;
 #else
   return x < lo ? lo : (x > hi ? hi : x);
+#endif
+}
+
+// tanh within a few ulp: libm's tanhf on the host, CUDA's tanhf (~2 ulp) on the GPU.
+FL_HOST_DEVICE float accurate_tanh(float x) { return ::tanhf(x); }
+
+// tanh for results kept in bfloat16 or float16: on the GPU the hardware's tanh
+// (tanh.approx.f32, one MUFU instruction, relative error below 2^-10.99, tanh(NaN) = NaN,
+// tanh(+-inf) = +-1); on the host, libm's. Not for float32 results.
+FL_HOST_DEVICE float half_precision_tanh(float x) {
+#if defined(__CUDA_ARCH__)
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
+  return t;
+#else
+  return ::tanhf(x);
 #endif
 }
 
@@ -98,26 +157,26 @@ struct GeluErf {
 // GPU's division gives 0 where the true value is below 1e-35 in magnitude; x = -inf gives
 // -inf * 0 = NaN, as PyTorch's 0 * -inf does.
 struct Swish {
-  FL_HOST_DEVICE float operator()(float x) const { return fast_div(x, 1.0f + fast_exp(-x)); }
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return fast_div(x, V(1.0f) + fast_exp(negate(x)));
+  }
 };
 
-// torch.tanh, libm's (on the GPU, CUDA's tanhf: ~2 ulp).
+// torch.tanh (accurate_tanh: libm's; on the GPU, CUDA's tanhf: ~2 ulp).
 struct Tanh {
-  FL_HOST_DEVICE float operator()(float x) const { return ::tanhf(x); }
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return accurate_tanh(x);
+  }
 };
 
-// torch.tanh for results kept in bfloat16 or float16: on the GPU the hardware's tanh
-// (tanh.approx.f32, one MUFU instruction, relative error below 2^-10.99, tanh(NaN) = NaN,
-// tanh(+-inf) = +-1); on the host, libm's. Not for float32 results.
+// torch.tanh for results kept in bfloat16 or float16 (half_precision_tanh: the GPU's hardware
+// tanh). Not for float32 results.
 struct TanhHalfPrecision {
-  FL_HOST_DEVICE float operator()(float x) const {
-#if defined(__CUDA_ARCH__)
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
-    return t;
-#else
-    return ::tanhf(x);
-#endif
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return half_precision_tanh(x);
   }
 };
 
@@ -125,7 +184,10 @@ struct TanhHalfPrecision {
 //   gelu(x) = x * (1/2 + x * Q(x^2)),  Q(w) = erf(sqrt(w/2)) / (2 sqrt(w)),
 // and Q, smooth on [0, 1], is fitted by a polynomial (the two functors below). Keeps the sign
 // of -0; NaN gives NaN.
-FL_HOST_DEVICE float gelu_from_q(float x, float q) { return x * (x * q + 0.5f); }
+template <class V>
+FL_HOST_DEVICE V gelu_from_q(V x, V q) {
+  return x * (x * q + V(0.5f));
+}
 
 // F.gelu(x) with approximate='none', for x in [-1, 1] only: where it follows Tanh, as in
 // swish_chain. A polynomial instead of erff (8 instructions against erff's ~20 and one MUFU op,
@@ -133,9 +195,10 @@ FL_HOST_DEVICE float gelu_from_q(float x, float q) { return x * (x * q + 0.5f); 
 // within 1.4 ulp of 0.84 on [-1, 1]). Outside [-1, 1] the polynomial is wrong: compose
 // literal::GeluErf there instead.
 struct GeluErfOnUnitInterval {
-  FL_HOST_DEVICE float operator()(float x) const {
-    const float q = polynomial(x * x, 3.989422917e-01f, -6.649035960e-02f, 9.973322973e-03f,
-                               -1.186329988e-03f, 1.134863633e-04f, -7.654205547e-06f);
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    const V q = polynomial(x * x, 3.989422917e-01f, -6.649035960e-02f, 9.973322973e-03f,
+                           -1.186329988e-03f, 1.134863633e-04f, -7.654205547e-06f);
     return gelu_from_q(x, q);
   }
 };
@@ -143,8 +206,9 @@ struct GeluErfOnUnitInterval {
 // The same for results kept in bfloat16 or float16: Q of degree 3 (relative error 4.4e-6, under
 // 0.02 of float16's last place; two instructions fewer). Not for float32 results.
 struct GeluErfOnUnitIntervalHalfPrecision {
-  FL_HOST_DEVICE float operator()(float x) const {
-    const float q =
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    const V q =
         polynomial(x * x, 3.989414871e-01f, -6.646524370e-02f, 9.847345762e-03f, -9.795246879e-04f);
     return gelu_from_q(x, q);
   }
@@ -152,15 +216,19 @@ struct GeluErfOnUnitIntervalHalfPrecision {
 
 // F.hardtanh(x, -1, 1), NaN kept as in PyTorch.
 struct Hardtanh {
-  FL_HOST_DEVICE float operator()(float x) const { return clamp_keep_nan(x, -1.0f, 1.0f); }
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return clamp_keep_nan(x, -1.0f, 1.0f);
+  }
 };
 
 // mish's factor tanh(softplus(x)) from e = exp(x), with one division instead of log1p and
 // tanh: tanh(log(1 + e)) = ((1+e)^2 - 1) / ((1+e)^2 + 1) = n / (n + 2) with n = e * (e + 2).
 // Needs e below ~1.8e19 (n finite); callers bound x.
-FL_HOST_DEVICE float tanh_softplus_from_exp(float e) {
-  const float n = e * (e + 2.0f);
-  return fast_div(n, n + 2.0f);
+template <class V>
+FL_HOST_DEVICE V tanh_softplus_from_exp(V e) {
+  const V n = e * (e + V(2.0f));
+  return fast_div(n, n + V(2.0f));
 }
 
 // F.mish(x) = x * tanh(log1p(exp(x))), with one exponential and one division instead of
@@ -168,9 +236,9 @@ FL_HOST_DEVICE float tanh_softplus_from_exp(float e) {
 // (and n would overflow), so the result is x, as in PyTorch. x = -inf gives -inf * 0 = NaN, as
 // in PyTorch.
 struct Mish {
-  FL_HOST_DEVICE float operator()(float x) const {
-    if (x >= 20.0f) return x;
-    return x * tanh_softplus_from_exp(fast_exp(x));
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return x_where_at_least(20.0f, x, [&] { return x * tanh_softplus_from_exp(fast_exp(x)); });
   }
 };
 
@@ -179,11 +247,12 @@ struct Mish {
 // shape (docs/PERFORMANCE.md, row 18). From 9.5 on n >= e^19, so n / (n + 2) is within 1.2e-8
 // of 1 and rounds to 1 in float, as from 20; on the GPU the hardware reciprocal leaves x * ...
 // up to a few float ulp off x there, invisible after rounding to 16 bits: not for float32
-// results. fminf(NaN, 9.5) is 9.5, so NaN gives x * ... = NaN; -inf gives -inf * 0 = NaN and
-// +inf gives +inf, as in PyTorch.
+// results. min_or_bound(NaN, 9.5) is 9.5, so NaN gives x * ... = NaN; -inf gives -inf * 0 = NaN
+// and +inf gives +inf, as in PyTorch.
 struct MishHalfPrecision {
-  FL_HOST_DEVICE float operator()(float x) const {
-    return x * tanh_softplus_from_exp(fast_exp(fminf(x, 9.5f)));
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return x * tanh_softplus_from_exp(fast_exp(min_or_bound(x, 9.5f)));
   }
 };
 
@@ -193,12 +262,18 @@ struct Chain;
 
 template <>
 struct Chain<> {
-  FL_HOST_DEVICE float operator()(float x) const { return x; }
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return x;
+  }
 };
 
 template <class First, class... Rest>
 struct Chain<First, Rest...> {
-  FL_HOST_DEVICE float operator()(float x) const { return Chain<Rest...>{}(First{}(x)); }
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return Chain<Rest...>{}(First{}(x));
+  }
 };
 
 }  // namespace act

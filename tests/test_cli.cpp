@@ -180,6 +180,7 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   expect_usage_error("--model mlp", "--model: expected swish_chain, mish_mish or all");
   expect_usage_error("--batch 0", "--batch: expected a positive integer");
   expect_usage_error("--batch many", "--batch");
+  expect_usage_error("--threads 0", "--threads: expected a positive integer");
   expect_usage_error("--no-such-option", "no-such-option");
   expect_usage_error("--precision fp8", "--precision: expected ieee, bf16x3, tf32, bf16");
   expect_usage_error("--precision bf16x3,", "--precision: expected");
@@ -222,6 +223,26 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
     expect_usage_error("--device cpu --dtype float16 --batch 2 --in-features 8 --out-features 8",
                        "swish_chain in float16 on cpu: libtorch 1.13");
   }
+}
+
+// The CPU headers say what the GEMM runs on and with how many threads, and which loop the fused
+// ops take (FUSEDLINEAR_CPU_CAPABILITY picks it for them alone); the JSON too.
+TEST_F(Cli, CpuHeaderNamesBlasThreadsAndLoop) {
+  ::setenv("FUSEDLINEAR_CPU_CAPABILITY", "default", 1);
+  const Result r =
+      run("compare --device cpu --threads 1 --batch 3 --in-features 16 "
+          "--out-features 8 --iters 2 --warmup 0 --json " +
+          path("c.json"));
+  ::unsetenv("FUSEDLINEAR_CPU_CAPABILITY");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string header = r.out.substr(0, r.out.find('\n'));
+  EXPECT_NE(header.find("(1 thread); GEMM: "), std::string::npos) << header;
+  EXPECT_NE(header.find("; fused ops: scalar loop"), std::string::npos) << header;
+  EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos) << r.out;
+  const std::string json = read_file(path("c.json"));
+  EXPECT_NE(json.find("\"threads\": 1,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"blas\": \""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"gemm_gflops\""), std::string::npos) << json;
 }
 
 TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {

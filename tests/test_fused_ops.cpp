@@ -1,12 +1,15 @@
-// The fused ops against the eager libtorch ops they replace, on CPU and (where there is one)
-// CUDA: many shapes, all three dtypes, non-contiguous and misaligned inputs, NaN/Inf, and bad
+// The fused ops against the eager libtorch ops they replace, on CPU (each of its loops: scalar,
+// AVX2, AVX-512, as far as this CPU runs them) and (where there is one) CUDA: many shapes, all
+// three dtypes, non-contiguous and misaligned inputs, NaN/Inf, float64 on a dense grid, and bad
 // arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <tuple>
 
+#include "kernels/fused_epilogue_cpu.h"
 #include "kernels/ops.h"
 #include "modules/models.h"
 
@@ -131,11 +134,135 @@ void run_special_values(torch::Device device) {
   }
 }
 
-TEST(FusedOpsCpu, MatchEagerAcrossShapesAndDtypes) { run_shapes_and_dtypes(torch::kCPU); }
-TEST(FusedOpsCpu, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCPU); }
-TEST(FusedOpsCpu, NanAndInfinityAsEager) { run_special_values(torch::kCPU); }
+// Both ops on y (on the CPU; run on `device`) against float64 PyTorch ops: float32 within 1e-6
+// relative to max(1, |value|), as the host functors are held to; bfloat16 and float16 within one
+// unit in their last place of the float64 value, so every result is one of the two values of the
+// type around it. One allowance: the CUDA kernels flush intermediates below 2^-126 to zero
+// (-ftz=true), so results below ~1e-36 in magnitude (mish(-88) = -5e-37, which bfloat16 holds)
+// may come out as 0. NaN exactly where float64 has NaN.
+void expect_within_an_ulp_of_float64(const torch::Tensor& y, const torch::Device& device,
+                                     bool verbose = true) {
+  namespace F = torch::nn::functional;
+  const auto dtype = y.scalar_type();
+  const torch::Tensor y64 = y.to(torch::kFloat64);
+  const torch::Tensor zeros = torch::zeros({y.size(-1)}, torch::TensorOptions(dtype));
+  const torch::Tensor mish64 = F::mish(F::mish(y64));
+  const torch::Tensor swish64 = F::hardtanh(torch::gelu(torch::tanh(torch::sigmoid(y64) * y64)),
+                                            F::HardtanhFuncOptions().min_val(-1).max_val(1));
+  const struct {
+    const char* name;
+    torch::Tensor got, want;
+  } cases[] = {
+      {"mish_mish", fused_mish_mish(y.to(device)).cpu(), mish64},
+      {"swish_chain", fused_swish_chain(y.to(device), zeros.to(device)).cpu(), swish64},
+  };
+  for (const auto& c : cases) {
+    EXPECT_TRUE(torch::equal(c.got.isnan(), c.want.isnan())) << c.name << " NaN positions differ";
+    const torch::Tensor err = (c.got.to(torch::kFloat64) - c.want).abs().nan_to_num(0);
+    torch::Tensor bound;
+    if (dtype == torch::kFloat32) {
+      bound = 1e-6 * c.want.abs().clamp_min(1.0);
+    } else {
+      // ulp(v) = 2^(max(floor(log2 |v|), smallest normal exponent) - significand bits)
+      const bool half = dtype == torch::kFloat16;
+      bound =
+          torch::exp2(c.want.abs().log2().floor().clamp_min(half ? -14 : -126) - (half ? 10 : 7)) +
+          1e-36;
+    }
+    const torch::Tensor bad = (err > bound).view(-1);
+    const int64_t n_bad = bad.sum().item<int64_t>();
+    if (n_bad > 0) {
+      const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+      ADD_FAILURE() << c.name << " " << dtype << " " << y.sizes() << " on " << device << ": "
+                    << n_bad << " values off, first at y = " << y64.view(-1)[i].item<double>()
+                    << ": " << c.got.view(-1)[i].item<double>() << ", float64 gives "
+                    << c.want.view(-1)[i].item<double>();
+    }
+    if (verbose) {
+      std::cout << "  " << c.name << " " << dtype << " " << y.sizes() << ": max error "
+                << err.max().item<double>() << ", "
+                << (err / bound).nan_to_num(0).max().item<double>() << " of the bound\n";
+    }
+  }
+}
 
-TEST(FusedOpsCpu, WithoutBiasIsTheChainAlone) {
+// The same on a dense grid of [-30, 30] and the values where the formulas change, in each
+// dtype. Each grid runs twice: as a row of 600016 values (on the GPU 16-byte accesses, 4 or 8
+// values a thread) and of 600015 (one value a thread; on the CPU a partial vector at the end).
+void expect_accurate_against_float64(const torch::Device& device) {
+  const torch::Tensor grid =
+      torch::cat({torch::linspace(-30, 30, 600001),
+                  torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f,
+                                 -1e4f, 9.5f, -9.5f, 9.4999f, 9.5001f, 19.99f})});
+  ASSERT_EQ(grid.numel() % 8, 0);
+  for (const auto dtype : kDtypes) {
+    for (const int64_t first : {0, 1}) {
+      const torch::Tensor y = grid.narrow(0, first, grid.numel() - first).to(dtype).view({1, -1});
+      expect_within_an_ulp_of_float64(y, device);
+    }
+  }
+}
+
+// --- CPU: every test once per loop this CPU runs (the others report themselves skipped). ---
+
+class FusedOpsCpu : public ::testing::TestWithParam<cpu::Capability> {
+ protected:
+  void SetUp() override {
+    const auto supported = cpu::supported_capabilities();
+    if (std::find(supported.begin(), supported.end(), GetParam()) == supported.end()) {
+      GTEST_SKIP() << "this CPU or build has no " << cpu::capability_name(GetParam()) << " loop";
+    }
+    previous_ = cpu::capability();
+    cpu::set_capability(GetParam());
+  }
+  void TearDown() override { cpu::set_capability(previous_); }
+
+ private:
+  cpu::Capability previous_ = cpu::Capability::kScalar;
+};
+
+INSTANTIATE_TEST_SUITE_P(Loop, FusedOpsCpu,
+                         ::testing::Values(cpu::Capability::kScalar, cpu::Capability::kAvx2,
+                                           cpu::Capability::kAvx512),
+                         [](const auto& info) { return cpu::capability_name(info.param); });
+
+TEST_P(FusedOpsCpu, MatchEagerAcrossShapesAndDtypes) { run_shapes_and_dtypes(torch::kCPU); }
+TEST_P(FusedOpsCpu, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCPU); }
+TEST_P(FusedOpsCpu, NanAndInfinityAsEager) { run_special_values(torch::kCPU); }
+TEST_P(FusedOpsCpu, AccurateAgainstFloat64OnDenseGrid) {
+  expect_accurate_against_float64(torch::kCPU);
+}
+
+// Rows of 1 to 33 elements (2 x 16 + 1: up to two whole AVX-512 vectors and a partial one) in
+// each dtype, values from [-30, 30] with NaN and +-inf among them: within the float64 bounds,
+// NaN where eager has NaN, and each element the same bits as when it sits elsewhere in a vector.
+TEST_P(FusedOpsCpu, VectorTailsAccurateAndIndependentOfPosition) {
+  torch::manual_seed(8);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto dtype : kDtypes) {
+    for (int64_t cols = 1; cols <= 33; ++cols) {
+      torch::Tensor y = torch::rand({3, cols}) * 60 - 30;
+      y.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+      y.view(-1)[-1] = cols % 2 ? inf : -inf;
+      y = y.to(dtype);
+      expect_within_an_ulp_of_float64(y, torch::kCPU, /*verbose=*/false);
+      expect_fused_matches_eager("mish_mish", y);
+      expect_fused_matches_eager("swish_chain", y);
+      // The same values one element further on in a longer row: other lanes, other vectors.
+      const torch::Tensor shifted = torch::cat({torch::zeros({3, 1}, dtype), y}, 1);
+      const torch::Tensor zeros = torch::zeros({cols}, dtype);
+      const torch::Tensor zeros1 = torch::zeros({cols + 1}, dtype);
+      EXPECT_TRUE(torch::equal(fused_mish_mish(y).nan_to_num(0),
+                               fused_mish_mish(shifted).narrow(1, 1, cols).nan_to_num(0)))
+          << dtype << " " << cols;
+      EXPECT_TRUE(torch::equal(fused_swish_chain(y, zeros).nan_to_num(0),
+                               fused_swish_chain(shifted, zeros1).narrow(1, 1, cols).nan_to_num(0)))
+          << dtype << " " << cols;
+    }
+  }
+}
+
+TEST_P(FusedOpsCpu, WithoutBiasIsTheChainAlone) {
   torch::manual_seed(2);
   const torch::Tensor y = torch::randn({6, 10});
   const torch::Tensor add = torch::randn({10});
@@ -158,7 +285,44 @@ void expect_error(const std::function<void()>& call, const std::string& expected
   }
 }
 
-TEST(FusedOpsCpu, RejectsBadInputsWithClearMessages) {
+// Every loop the CPU runs gives the same results as the scalar one, to a few float ulp (their
+// exp and tanh are Sleef's where the scalar loop's are libm's).
+TEST(FusedOpsCpuLoops, AgreeWithTheScalarLoop) {
+  torch::manual_seed(9);
+  const cpu::Capability previous = cpu::capability();
+  for (const auto dtype : kDtypes) {
+    const torch::Tensor y = (torch::randn({37, 1000}) * 4).to(dtype);
+    const torch::Tensor add = torch::randn({1000}).to(dtype);
+    cpu::set_capability(cpu::Capability::kScalar);
+    const torch::Tensor mish = fused_mish_mish(y).to(torch::kFloat32);
+    const torch::Tensor swish = fused_swish_chain(y, add).to(torch::kFloat32);
+    for (const auto capability : cpu::supported_capabilities()) {
+      cpu::set_capability(capability);
+      // float32: a few ulp; 16 bits: at most one unit of the type where the float results sit
+      // on either side of a rounding boundary.
+      const double tol = dtype == torch::kFloat32 ? 1e-6 : dtype == torch::kFloat16 ? 2e-3 : 1.6e-2;
+      EXPECT_TRUE(torch::allclose(fused_mish_mish(y).to(torch::kFloat32), mish, tol, tol))
+          << cpu::capability_name(capability) << " " << dtype;
+      EXPECT_TRUE(torch::allclose(fused_swish_chain(y, add).to(torch::kFloat32), swish, tol, tol))
+          << cpu::capability_name(capability) << " " << dtype;
+    }
+  }
+  cpu::set_capability(previous);
+}
+
+TEST(FusedOpsCpuLoops, ScalarAlwaysSupportedAndUnsupportedRefused) {
+  const auto supported = cpu::supported_capabilities();
+  ASSERT_FALSE(supported.empty());
+  EXPECT_EQ(supported.back(), cpu::Capability::kScalar);
+  EXPECT_NE(std::find(supported.begin(), supported.end(), cpu::capability()), supported.end());
+  for (const auto capability : {cpu::Capability::kAvx2, cpu::Capability::kAvx512}) {
+    if (std::find(supported.begin(), supported.end(), capability) == supported.end()) {
+      EXPECT_THROW(cpu::set_capability(capability), std::invalid_argument);
+    }
+  }
+}
+
+TEST(FusedOpsCpuInputs, RejectsBadInputsWithClearMessages) {
   const torch::Tensor y = torch::randn({4, 8});
   expect_error([&] { fused_mish_mish(y.to(torch::kFloat64)); },
                "expected y of dtype float32, float16 or bfloat16, got Double");
@@ -211,61 +375,9 @@ TEST_F(FusedOpsCuda, MatchesTheCpuImplementation) {
 }
 
 // The GPU's formulas (hardware exp, reciprocal and, for 16-bit results, tanh) against float64
-// on a dense grid: float32 within 1e-6 relative to max(1, |value|), as the host functors are
-// held to; bfloat16 and float16 within one unit in their last place of the float64 value, so
-// every result is one of the two values of the type around it. One allowance: the kernels
-// flush intermediates below 2^-126 to zero (-ftz=true), so results below ~1e-36 in magnitude
-// (mish(-88) = -5e-37, which bfloat16 holds) may come out as 0. Each grid runs twice: as a row
-// of 600016 values (16-byte accesses, 4 or 8 values a thread) and of 600015 (one value a thread).
+// on the dense grid (expect_accurate_against_float64).
 TEST_F(FusedOpsCuda, AccurateAgainstFloat64OnDenseGrid) {
-  namespace F = torch::nn::functional;
-  const torch::Tensor grid =
-      torch::cat({torch::linspace(-30, 30, 600001),
-                  torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f,
-                                 -1e4f, 9.5f, -9.5f, 9.4999f, 9.5001f, 19.99f})});
-  ASSERT_EQ(grid.numel() % 8, 0);
-  for (const auto dtype : kDtypes) {
-    for (const int64_t first : {0, 1}) {
-      const torch::Tensor y = grid.narrow(0, first, grid.numel() - first).to(dtype).view({1, -1});
-      const torch::Tensor y64 = y.to(torch::kFloat64);
-      const torch::Tensor zeros = torch::zeros({y.size(1)}, torch::TensorOptions(dtype));
-      const torch::Tensor mish64 = F::mish(F::mish(y64));
-      const torch::Tensor swish64 = F::hardtanh(torch::gelu(torch::tanh(torch::sigmoid(y64) * y64)),
-                                                F::HardtanhFuncOptions().min_val(-1).max_val(1));
-      const struct {
-        const char* name;
-        torch::Tensor got, want;
-      } cases[] = {
-          {"mish_mish", fused_mish_mish(y.cuda()).cpu(), mish64},
-          {"swish_chain", fused_swish_chain(y.cuda(), zeros.cuda()).cpu(), swish64},
-      };
-      for (const auto& c : cases) {
-        const torch::Tensor err = (c.got.to(torch::kFloat64) - c.want).abs();
-        torch::Tensor bound;
-        if (dtype == torch::kFloat32) {
-          bound = 1e-6 * c.want.abs().clamp_min(1.0);
-        } else {
-          // ulp(v) = 2^(max(floor(log2 |v|), smallest normal exponent) - significand bits)
-          const bool half = dtype == torch::kFloat16;
-          bound = torch::exp2(c.want.abs().log2().floor().clamp_min(half ? -14 : -126) -
-                              (half ? 10 : 7)) +
-                  1e-36;
-        }
-        const torch::Tensor bad = (err > bound).view(-1);
-        const int64_t n_bad = bad.sum().item<int64_t>();
-        if (n_bad > 0) {
-          const int64_t i = bad.nonzero()[0][0].item<int64_t>();
-          ADD_FAILURE() << c.name << " " << dtype << ": " << n_bad
-                        << " values off, first at y = " << y64.view(-1)[i].item<double>() << ": "
-                        << c.got.view(-1)[i].item<double>() << ", float64 gives "
-                        << c.want.view(-1)[i].item<double>();
-        }
-        std::cout << "  " << c.name << " " << dtype << " [1, " << y.size(1) << "]: max error "
-                  << err.max().item<double>() << ", " << (err / bound).max().item<double>()
-                  << " of the bound\n";
-      }
-    }
-  }
+  expect_accurate_against_float64(torch::kCUDA);
 }
 
 TEST_F(FusedOpsCuda, EveryElementWrittenForOddSizes) {

@@ -1,0 +1,71 @@
+// The CPU implementation of the fused epilogues: one loop per instruction set, chosen at run
+// time. A scalar loop runs the activation functors on floats with libm; SIMD loops run the same
+// functors on at::vec::Vectorized<float> (activations_vec.h), compiled once with AVX2 and once
+// with AVX-512 (fused_epilogue_cpu_isa.h), since ATen's vector headers compile their scalar
+// fallbacks unless built with those flags. fused_epilogue_cpu.cpp splits the elements across
+// threads (at::parallel_for) and calls the chosen loop on each part.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "epilogues.h"
+
+namespace fusedlinear {
+namespace cpu {
+
+// The instruction sets there are loops for, in increasing order.
+enum class Capability { kScalar, kAvx2, kAvx512 };
+
+// "scalar", "avx2", "avx512" (the last two as ATEN_CPU_CAPABILITY spells them).
+const char* capability_name(Capability capability);
+
+// The loops this build has and this CPU can run, best first; kScalar is always there. AVX2 needs
+// AVX2, FMA and F16C; AVX-512 needs AVX-512 F, BW, VL and DQ (as ATen's AVX512 kernels do), FMA
+// and F16C.
+std::vector<Capability> supported_capabilities();
+
+// The loop the ops use. Chosen on first use as ATen chooses its own: the best supported one, or
+// what the environment variable ATEN_CPU_CAPABILITY names ("default" is the scalar loop,
+// "avx2", "avx512"), lowered to the best supported one at or below it.
+// FUSEDLINEAR_CPU_CAPABILITY, with the same values, chooses for the fused ops alone.
+Capability capability();
+
+// Makes the ops use `capability` from now on (tests force each one in turn). Throws
+// std::invalid_argument when it is not among supported_capabilities().
+void set_capability(Capability capability);
+
+// The element types of y, bias, shift and out (all the same).
+enum class Element { kFloat32, kFloat16, kBFloat16 };
+
+// out[i] = Activations((y[i] + bias[c]) + shift[c]), c = i % cols, for the elements i in
+// [begin, end) of a row-major tensor whose rows have `cols` elements. bias and shift may be
+// null; out must not overlap y. One function per instruction set, each in its own namespace.
+#define FUSEDLINEAR_DECLARE_EPILOGUE_SPAN                                                 \
+  void epilogue_span(EpilogueKind kind, Element element, const void* y, const void* bias, \
+                     const void* shift, void* out, int64_t cols, int64_t begin, int64_t end)
+namespace scalar {
+FUSEDLINEAR_DECLARE_EPILOGUE_SPAN;
+}
+namespace avx2 {
+FUSEDLINEAR_DECLARE_EPILOGUE_SPAN;
+}
+namespace avx512 {
+FUSEDLINEAR_DECLARE_EPILOGUE_SPAN;
+}
+
+// Calls fn(first, col, n) for each run of elements [first, first + n) of [begin, end) that lies
+// in one row, starting at column `col`: the per-column terms of a run are contiguous.
+template <class Fn>
+inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) {
+  for (int64_t first = begin; first < end;) {
+    const int64_t col = first % cols;
+    const int64_t n = std::min(cols - col, end - first);
+    fn(first, col, n);
+    first += n;
+  }
+}
+
+}  // namespace cpu
+}  // namespace fusedlinear
