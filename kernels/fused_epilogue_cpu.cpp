@@ -60,21 +60,6 @@ std::atomic<Capability>& current() {
   return capability;
 }
 
-// One element at a time, on floats, with libm (on the host both tanh functors are libm's).
-template <typename T, class Activations>
-void scalar_span(const T* y, const T* bias, const T* shift, T* out, int64_t cols, int64_t begin,
-                 int64_t end) {
-  const Activations activations;
-  for_each_row_run(cols, begin, end, [&](int64_t first, int64_t col, int64_t n) {
-    for (int64_t k = 0; k < n; ++k) {
-      float v = static_cast<float>(y[first + k]);
-      if (bias) v += static_cast<float>(bias[col + k]);
-      if (shift) v += static_cast<float>(shift[col + k]);
-      out[first + k] = static_cast<T>(activations(v));
-    }
-  });
-}
-
 // A multiple of every vector length: the parts the threads take start on a vector of the
 // tensor's elements, so only the ends of rows leave partial vectors.
 constexpr int64_t kBlock = 64;

@@ -67,5 +67,23 @@ inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) 
   }
 }
 
+// out[i] = Activations((y[i] + bias[c]) + shift[c]) for the elements [begin, end), one at a time
+// on floats (on the host both tanh functors are libm's): the scalar loop, and what a chain
+// defined outside this library runs on the CPU. T is float or a 16-bit type that converts to and
+// from float (c10::Half, c10::BFloat16); bias and shift may be null.
+template <typename T, class Activations>
+void scalar_span(const T* y, const T* bias, const T* shift, T* out, int64_t cols, int64_t begin,
+                 int64_t end) {
+  const Activations activations;
+  for_each_row_run(cols, begin, end, [&](int64_t first, int64_t col, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) {
+      float v = static_cast<float>(y[first + k]);
+      if (bias) v += static_cast<float>(bias[col + k]);
+      if (shift) v += static_cast<float>(shift[col + k]);
+      out[first + k] = static_cast<T>(activations(v));
+    }
+  });
+}
+
 }  // namespace cpu
 }  // namespace fusedlinear

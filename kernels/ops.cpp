@@ -1,6 +1,9 @@
-// Declares the ops (one schema each) and registers their CPU implementations.
+// Declares the ops (one schema each), registers their CPU implementations, and refuses calls
+// that would need a backward (the ops are inference-only).
 #include "ops.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/stack.h>
 #include <torch/library.h>
 
 namespace fusedlinear {
@@ -94,6 +97,22 @@ torch::Tensor mish_mish_cpu(const torch::Tensor& y, const c10::optional<torch::T
   return detail::fused_epilogue_cpu(EpilogueKind::kMishMish, y, bias, c10::nullopt);
 }
 
+// The ops compute values only, with no backward. Registered for the Autograd key, this refuses a
+// call in grad mode on a tensor that requires grad (which could not be differentiated), and
+// passes every other call on to the CPU or CUDA implementation.
+void inference_only(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (at::GradMode::is_enabled()) {
+    for (const c10::IValue& value : torch::jit::last(*stack, op.schema().arguments().size())) {
+      TORCH_CHECK(!value.isTensor() || !value.toTensor().requires_grad(), op.schema().name(),
+                  " is inference-only (it has no backward) and was called on a tensor that "
+                  "requires grad: call it under torch.no_grad() (torch::NoGradGuard in C++) or "
+                  "on tensors that do not require grad");
+    }
+  }
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  op.callBoxed(stack);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(fusedlinear, m) {
@@ -103,6 +122,13 @@ TORCH_LIBRARY(fusedlinear, m) {
   m.def("linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w_hi) -> Tensor");
   m.def("linear_tf32(Tensor x, Tensor w) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(fusedlinear, Autograd, m) {
+  for (const char* op :
+       {"swish_chain", "mish_mish", "split_bf16", "linear_bf16x3", "linear_bf16", "linear_tf32"}) {
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&inference_only>());
+  }
 }
 
 TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {

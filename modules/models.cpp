@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "../kernels/ops.h"
+#include "kernels/ops.h"
 
 namespace fusedlinear {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "modules/precision.h"
+#include "precision.h"
 
 namespace fusedlinear {
 

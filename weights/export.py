@@ -53,7 +53,13 @@ class MishMish(nn.Module):
         return x
 
 
-MODELS = ("swish_chain", "mish_mish")
+# The models by the names fusedlinear gives them (its registry, modules/registry.cpp; a test
+# checks that the two agree, names and state-dict keys).
+MODELS = {
+    "swish_chain": lambda in_features, out_features: SwishChain(in_features, out_features,
+                                                                (out_features,)),
+    "mish_mish": MishMish,
+}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -71,9 +77,7 @@ FORMS = {
 
 
 def build(name, in_features, out_features):
-    if name == "swish_chain":
-        return SwishChain(in_features, out_features, (out_features,))
-    return MishMish(in_features, out_features)
+    return MODELS[name](in_features, out_features)
 
 
 def export(name, args):
@@ -101,7 +105,7 @@ def export(name, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=MODELS + ("all",), default="all")
+    parser.add_argument("--model", choices=tuple(MODELS) + ("all",), default="all")
     parser.add_argument("--batch", type=int, default=5)
     parser.add_argument("--in-features", type=int, default=64)
     parser.add_argument("--out-features", type=int, default=48)
@@ -110,9 +114,18 @@ def main():
     parser.add_argument("--device", default="cpu", help="where PyTorch computes the output")
     parser.add_argument("--form", choices=sorted(FORMS), default="ordereddict",
                         help="how the state dict is saved (default: ordereddict)")
-    parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    parser.add_argument("--out", help="output folder (created if missing)")
+    parser.add_argument("--list", action="store_true",
+                        help="print each model's name and state-dict keys, one model a line, "
+                             "and exit")
     parser.add_argument("--overwrite", action="store_true", help="replace existing files")
     args = parser.parse_args()
+    if args.list:
+        for name in MODELS:
+            print(name, " ".join(build(name, 2, 3).state_dict().keys()))
+        return
+    if not args.out:
+        parser.error("--out is required")
     if min(args.batch, args.in_features, args.out_features) <= 0:
         parser.error("--batch, --in-features and --out-features must be positive")
     os.makedirs(args.out, exist_ok=True)
