@@ -495,9 +495,9 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
                         {"graph_ok", r.graph_ok}}}});
     }
     nlohmann::ordered_json doc = {{"header", header_json}, {"results", rows}};
-    write_text_file(settings.json, doc.dump(2) + "\n");
+    write_output_file(settings.json, doc.dump(2) + "\n", settings.overwrite);
   }
-  if (!csv_path.empty()) write_text_file(csv_path, render_csv(results));
+  if (!csv_path.empty()) write_output_file(csv_path, render_csv(results), settings.overwrite);
   if (!plot_path.empty()) {
     std::vector<std::string> groups, series = {"activation chain", "whole forward"};
     if (cuda_graph) series.push_back("CUDA Graph vs launches");
@@ -512,8 +512,10 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
         platform + "  |  " + date + "  |  medians of " + std::to_string(settings.iters) + " runs";
     chart.axis_label =
         "speedup of fused over eager (eager time / fused time; right of the dashed line: faster)";
-    write_text_file(plot_path, render_bar_chart("fusedlinear bench: fused vs eager", groups, series,
-                                                values, chart));
+    write_output_file(
+        plot_path,
+        render_bar_chart("fusedlinear bench: fused vs eager", groups, series, values, chart),
+        settings.overwrite);
   }
   return failures > 0 ? 1 : 0;
 }

@@ -137,7 +137,7 @@ int run_compare(const Settings& settings) {
                                         {"rtol", settings.rtol},
                                         {"pass", all_pass},
                                         {"models", models}};
-    write_text_file(settings.json, doc.dump(2) + "\n");
+    write_output_file(settings.json, doc.dump(2) + "\n", settings.overwrite);
   }
   return all_pass ? 0 : 1;
 }

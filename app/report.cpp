@@ -1,12 +1,7 @@
 #include "report.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-
-#include "cli.h"
 
 namespace fusedlinear {
 
@@ -55,42 +50,6 @@ std::string scientific(double value, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*e", decimals, value);
   return buffer;
-}
-
-// POSIX stat rather than std::filesystem: libtorch 2.11's libtorch.so exports its own copies of
-// some std::filesystem functions, which crash when called from here (tests/test_support.h).
-void check_output_path(const std::string& path, bool overwrite,
-                       const std::vector<std::string>& inputs) {
-  struct stat out;
-  if (::stat(path.c_str(), &out) != 0) return;  // a new file
-  for (const auto& input : inputs) {
-    struct stat in;
-    if (!input.empty() && ::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev &&
-        in.st_ino == out.st_ino) {
-      throw UsageError(path + ": is also an input of this run; choose another output path");
-    }
-  }
-  if (S_ISDIR(out.st_mode)) throw UsageError(path + ": is a directory, expected a file path");
-  if (!overwrite) {
-    throw UsageError(path + ": already exists; pass --overwrite to replace it");
-  }
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp-fusedlinear";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(temp.c_str());
-      throw UsageError(path + ": cannot write");
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw UsageError(path + ": cannot write");
-  }
 }
 
 }  // namespace fusedlinear

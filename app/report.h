@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/timing.h"
+#include "modules/output_file.h"
 
 namespace fusedlinear {
 
@@ -28,14 +29,5 @@ nlohmann::ordered_json timing_json(const TimingStats& t);
 // printf-style "%.*g" / "%.*f" / "%.*e" helpers returning std::string.
 std::string fixed(double value, int decimals);
 std::string scientific(double value, int decimals);
-
-// Output files (--output, --json, ...): an existing file is replaced only with --overwrite, and
-// never when it is one of the run's inputs. Throws UsageError naming the path otherwise.
-void check_output_path(const std::string& path, bool overwrite,
-                       const std::vector<std::string>& inputs);
-
-// Writes `text` to `path` through a temporary file and a rename, so a failed write leaves
-// whatever was there intact. Call check_output_path first. Throws UsageError on failure.
-void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace fusedlinear

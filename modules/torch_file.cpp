@@ -13,6 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "output_file.h"
 #include "pickle_reader.h"
 #include "safetensors.h"
 #include "zip_reader.h"
@@ -468,62 +469,15 @@ torch::Tensor read_tensor(const std::string& path) {
 }
 
 void write_tensor(const torch::Tensor& tensor, const std::string& path, bool overwrite) {
-  if (!tensor.defined()) fail(path, "cannot write an undefined tensor");
+  if (!tensor.defined()) throw OutputError(path + ": cannot write an undefined tensor");
+  OutputFile out(path, overwrite);  // refusals first, before the tensor is serialised
   // A contiguous CPU copy whose storage holds exactly its elements (a view would drag along
   // the whole storage it views).
   torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
   if (t.storage_offset() != 0 || t.storage().nbytes() != t.nbytes()) t = t.clone();
   const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(t));
-
-  // Written to a temporary file in the same folder, then moved into place in one step, so a
-  // reader never sees half a file and a failure leaves no partial file behind.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  std::string temp = (slash == std::string::npos ? "" : dir) + ".fusedlinear-tmp-XXXXXX";
-  const int fd = ::mkstemp(temp.data());
-  if (fd < 0) fail(path, std::string("cannot write: ") + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      fail(path, std::string("cannot write: ") + std::strerror(error));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fchmod(fd, 0644);
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    fail(path, std::string("cannot write: ") + std::strerror(error));
-  }
-  if (overwrite) {
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
-      const int error = errno;
-      ::unlink(temp.c_str());
-      fail(path, std::string("cannot write: ") + std::strerror(error));
-    }
-    return;
-  }
-  // link() fails if the name exists, so "no overwrite" holds even against a concurrent writer.
-  int error = ::link(temp.c_str(), path.c_str()) == 0 ? 0 : errno;
-  if (error == EPERM || error == ENOTSUP || error == EXDEV || error == EMLINK) {
-    // A file system without hard links: check, then rename (not atomic against a race).
-    struct stat st {};
-    error = ::lstat(path.c_str(), &st) == 0             ? EEXIST
-            : ::rename(temp.c_str(), path.c_str()) == 0 ? 0
-                                                        : errno;
-    if (error == 0) return;
-  }
-  if (error != 0) {
-    ::unlink(temp.c_str());
-    if (error == EEXIST) fail(path, "already exists (not overwritten)");
-    fail(path, std::string("cannot write: ") + std::strerror(error));
-  }
-  ::unlink(temp.c_str());
+  out.write(bytes.data(), bytes.size());
+  out.commit();
 }
 
 }  // namespace fusedlinear

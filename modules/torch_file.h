@@ -35,8 +35,9 @@ NamedTensors read_state_dict(const std::string& path, const std::string& weights
 // Reads a single tensor written by torch.save(tensor, path). Throws LoadError.
 torch::Tensor read_tensor(const std::string& path);
 
-// Writes `tensor` so that torch.load(path) in Python returns it. Refuses (LoadError) to
-// replace an existing file unless `overwrite` is set.
+// Writes `tensor` so that torch.load(path) in Python returns it, through an OutputFile
+// (output_file.h): an existing regular file is replaced only when `overwrite` is set, anything
+// else never. Throws OutputError.
 void write_tensor(const torch::Tensor& tensor, const std::string& path, bool overwrite = false);
 
 }  // namespace fusedlinear

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "modules/output_file.h"
 #include "modules/torch_file.h"
 #include "tests/test_support.h"
 
@@ -81,13 +82,24 @@ void expect_one_line(const std::string& message, const std::string& path) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
-std::string load_error(const std::function<void()>& load) {
+// The message of the Error that `call` throws, or `none` when it throws none.
+template <typename Error>
+std::string message_of(const std::function<void()>& call, const std::string& none) {
   try {
-    load();
-  } catch (const LoadError& e) {
+    call();
+  } catch (const Error& e) {
     return e.what();
   }
-  return "(loaded without error)";
+  return none;
+}
+
+std::string load_error(const std::function<void()>& load) {
+  return message_of<LoadError>(load, "(loaded without error)");
+}
+
+// write_tensor's refusals and failures (OutputError, modules/output_file.h).
+std::string write_error(const std::function<void()>& write) {
+  return message_of<OutputError>(write, "(written without error)");
 }
 
 // Every case of one manifest.json; returns how many were checked.
@@ -239,7 +251,7 @@ TEST(TorchFile, WriteTensorKeepsAnExistingFileUnlessTold) {
   TempDir dir;
   const std::string path = dir.file("t.pt");
   write_tensor(torch::ones({2}), path);
-  const std::string message = load_error([&] { write_tensor(torch::zeros({3}), path); });
+  const std::string message = write_error([&] { write_tensor(torch::zeros({3}), path); });
   EXPECT_NE(message.find("already exists"), std::string::npos) << message;
   expect_one_line(message, path);
   EXPECT_TRUE(read_tensor(path).equal(torch::ones({2})));
@@ -247,10 +259,10 @@ TEST(TorchFile, WriteTensorKeepsAnExistingFileUnlessTold) {
   EXPECT_TRUE(read_tensor(path).equal(torch::zeros({3})));
   EXPECT_EQ(list_dir(dir.path()).size(), 1u);
 
-  EXPECT_NE(load_error([&] { write_tensor(torch::Tensor(), dir.file("u.pt")); }).find("undefined"),
+  EXPECT_NE(write_error([&] { write_tensor(torch::Tensor(), dir.file("u.pt")); }).find("undefined"),
             std::string::npos);
   const std::string missing = dir.file("no/such/folder/t.pt");
-  const std::string error = load_error([&] { write_tensor(torch::ones({2}), missing); });
+  const std::string error = write_error([&] { write_tensor(torch::ones({2}), missing); });
   EXPECT_NE(error.find("cannot write"), std::string::npos) << error;
   expect_one_line(error, missing);
 }
