@@ -49,20 +49,24 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
 // Helpers the commands share (common.cpp).
 // The model `name` for this run: seeded-random parameters, or those of settings.weights (read
 // once, strictness per settings), on the run's device and in its dtype, the weight laid out as
-// nn.Linear lays it out. Prints the loader's notices to stderr, once.
-std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings);
+// nn.Linear lays it out. Prints the loader's notices to stderr, once. The parameters are drawn
+// from a generator of its own, seeded with settings.seed (PyTorch's global one is not touched);
+// `rest_of_stream`, if given, receives that generator where the draws left it, for
+// build_input.
+std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings,
+                                                 at::Generator* rest_of_stream = nullptr);
 // For the fused path on a GPU: times the bias-free GEMM x @ W^T with the weight as it is and
 // re-laid (output-major <-> input-major, LinearEpilogueModel::weight_in), in
 // turns, 10 calls each after 3 warm-up, and keeps the faster layout. Returns a line saying
 // which and the two median times. On the CPU it changes nothing and says so.
 std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x);
 // The run's input: settings.input when given (checked against in_features), otherwise
-// torch.rand(batch, in_features) drawn from the CPU generator where build_model left it, as
-// `torch.manual_seed(seed); model = Model(...); x = torch.rand(batch, in_features)` does in
-// Python. Call it right after build_model. (Reseeding here would draw x from the same numbers
-// as the weight's first rows, which makes x @ W^T's diagonal ~15 instead of ~0.3.) On the run's
+// torch.rand(batch, in_features) drawn from `stream`, the generator build_model drew the
+// parameters from, as `torch.manual_seed(seed); model = Model(...); x = torch.rand(batch,
+// in_features)` does in Python. (A fresh seed would draw x from the same numbers as the
+// weight's first rows, which makes x @ W^T's diagonal ~15 instead of ~0.3.) On the run's
 // device and dtype.
-torch::Tensor build_input(const Settings& settings, int64_t in_features);
+torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Generator stream);
 // Runs fn; a c10::Error from libtorch (typically an op with no kernel for this dtype on this
 // device, e.g. float16 matmul on the CPU in libtorch 1.13) becomes a UsageError saying which
 // model, dtype and device could not run and why.

@@ -98,8 +98,8 @@ std::string detect_model(const Settings& settings) {
   return best;
 }
 
-std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
-                                                 const Settings& settings) {
+std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings,
+                                                 at::Generator* rest_of_stream) {
   int64_t in_features = settings.in_features, out_features = settings.out_features;
   const NamedTensors* file = settings.weights.empty() ? nullptr : &weights_file(settings);
   if (file && (in_features == 0 || out_features == 0)) {
@@ -119,7 +119,9 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
     if (in_features == 0) in_features = weight->size(1);
     if (out_features == 0) out_features = weight->size(0);
   }
-  auto model = make_model(name, in_features, out_features, settings.seed);
+  at::Generator stream = at::detail::createCPUGenerator(settings.seed);
+  auto model = make_model(name, in_features, out_features, stream);
+  if (rest_of_stream) *rest_of_stream = stream;
   if (file) {
     // compare and bench build each model twice (eager's and the fused path's): say things once.
     static std::set<std::string> shown;
@@ -155,7 +157,7 @@ std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor
          fixed(output_major_us, 1) + " us output-major)";
 }
 
-torch::Tensor build_input(const Settings& settings, int64_t in_features) {
+torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Generator stream) {
   torch::Tensor x;
   if (!settings.input.empty()) {
     x = read_tensor(settings.input);
@@ -168,8 +170,8 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features) {
     }
   } else {
     // torch.rand(batch, in_features): uniform in [0, 1), as the reference workload, continuing
-    // the stream build_model seeded (see cli.h).
-    x = torch::rand({settings.batch, in_features});
+    // the stream the parameters were drawn from (see cli.h).
+    x = torch::rand({settings.batch, in_features}, stream);
   }
   return x.to(settings.device, settings.dtype).contiguous();
 }

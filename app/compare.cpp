@@ -25,9 +25,10 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   torch::NoGradGuard no_grad;
   // Two copies of the model, the same parameters: eager's with the weight as nn.Linear lays it
   // out, the fused one's laid out for its GEMM (choose_weight_layout).
-  const auto model = build_model(name, settings);
+  at::Generator stream;
+  const auto model = build_model(name, settings, &stream);
   const auto fused_model = build_model(name, settings);
-  const torch::Tensor x = build_input(settings, model->in_features());
+  const torch::Tensor x = build_input(settings, model->in_features(), stream);
 
   ModelResult r;
   r.name = name;

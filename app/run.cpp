@@ -18,8 +18,9 @@ int run_run(const Settings& settings) {
 
   torch::NoGradGuard no_grad;
   const std::string& name = settings.models.front();
-  auto model = build_model(name, settings);
-  const torch::Tensor x = build_input(settings, model->in_features());
+  at::Generator stream;
+  auto model = build_model(name, settings, &stream);
+  const torch::Tensor x = build_input(settings, model->in_features(), stream);
   const std::string layout = choose_weight_layout(*model, x);
   torch::Tensor y;
   run_in_context(name, settings, [&] { y = model->forward(x); });

@@ -203,11 +203,17 @@ TEST(CommandHelpers, SeededInputFollowsTheParameters) {
   s.in_features = 16;
   s.out_features = 8;
   s.seed = 3;
-  const auto model = build_model("mish_mish", s);
-  const torch::Tensor x = build_input(s, 16);
+  at::Generator stream;
+  const auto model = build_model("mish_mish", s, &stream);
+  const torch::Tensor x = build_input(s, 16, stream);
   ASSERT_EQ(x.sizes(), (torch::IntArrayRef{5, 16}));
-  make_model("mish_mish", 16, 8, 3);  // seeds, then draws the parameters
+  torch::manual_seed(3);  // Python: torch.manual_seed(3); MishMish(16, 8); torch.rand(5, 16)
+  MishMish python_model(16, 8);
   EXPECT_TRUE(torch::equal(x, torch::rand({5, 16})));
   torch::manual_seed(3);
   EXPECT_FALSE(torch::equal(x, torch::rand({5, 16})));
+  // Built again, the same model and input: no state is carried from one call to the next.
+  at::Generator again;
+  build_model("mish_mish", s, &again);
+  EXPECT_TRUE(torch::equal(x, build_input(s, 16, again)));
 }

@@ -52,6 +52,50 @@ TEST(Models, InitialisedLikePyTorch) {
   EXPECT_FALSE(torch::equal(m->matmul->weight, other->matmul->weight));
 }
 
+// make_model draws from a generator of its own the very values Python's
+// `torch.manual_seed(seed); Model(in, out)` draws from the global one (what the fixtures and
+// weights/export.py rely on), and leaves the global generator alone.
+TEST(Models, SeededLikePythonWithoutTouchingTheGlobalGenerator) {
+  torch::NoGradGuard no_grad;
+  for (const uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{123}, uint64_t{1} << 40}) {
+    for (const auto& [in, out] :
+         {std::pair<int64_t, int64_t>{64, 48}, {3, 1000}, {1, 1}, {37, 29}}) {
+      // What the constructors did before they took a generator: nn.Linear, then randn.
+      torch::manual_seed(seed);
+      const torch::nn::Linear linear(in, out);
+      const torch::Tensor add_value = torch::randn({out});
+      torch::manual_seed(seed);
+      const torch::nn::Linear mish_linear(in, out);
+
+      torch::manual_seed(7);
+      const torch::Tensor untouched = torch::rand({4});
+      torch::manual_seed(7);
+      auto swish =
+          std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, seed));
+      auto mish = make_model("mish_mish", in, out, seed);
+      EXPECT_TRUE(torch::equal(torch::rand({4}), untouched)) << "the global generator was used";
+
+      ASSERT_TRUE(swish);
+      const std::string at =
+          "seed " + std::to_string(seed) + ", " + std::to_string(in) + " -> " + std::to_string(out);
+      EXPECT_TRUE(torch::equal(swish->matmul->weight, linear->weight)) << at;
+      EXPECT_TRUE(torch::equal(swish->matmul->bias, linear->bias)) << at;
+      EXPECT_TRUE(torch::equal(swish->add_value, add_value)) << at;
+      EXPECT_TRUE(torch::equal(mish->linear()->weight, mish_linear->weight)) << at;
+      EXPECT_TRUE(torch::equal(mish->linear()->bias, mish_linear->bias)) << at;
+      EXPECT_EQ(swish->matmul->options.in_features(), in);
+      EXPECT_EQ(swish->matmul->options.out_features(), out);
+    }
+  }
+  // A caller's generator is left where the draws end: what follows continues the stream.
+  at::Generator stream = at::detail::createCPUGenerator(5);
+  make_model("mish_mish", 16, 8, stream);
+  const torch::Tensor next = torch::rand({3}, stream);
+  torch::manual_seed(5);
+  MishMish python_order(16, 8);
+  EXPECT_TRUE(torch::equal(next, torch::rand({3})));
+}
+
 TEST(Models, FusedForwardMatchesEagerForward) {
   torch::NoGradGuard no_grad;
   for (const auto& name : model_names()) {
