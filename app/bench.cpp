@@ -115,23 +115,6 @@ std::string command_line() {
   return out;
 }
 
-std::string device_name(const torch::Device& device) {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getCurrentDeviceProperties()->name;
-#endif
-  return "CPU (" + std::to_string(at::get_num_threads()) + " threads)";
-}
-
-std::string cuda_version() {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  int runtime = 0;
-  cudaRuntimeGetVersion(&runtime);
-  return std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
-#else
-  return "";
-#endif
-}
-
 int64_t cache_bytes(const torch::Device& device) {
 #ifdef FUSEDLINEAR_WITH_CUDA
   if (device.is_cuda()) {
@@ -169,7 +152,7 @@ class Progress {
 // Fails early, with one line, for a dtype the device's libtorch cannot run (float16 matrix
 // products on an old CPU libtorch), instead of minutes into the sweep.
 void check_dtype_runs(const std::string& model_name, const Settings& settings) {
-  try {
+  run_in_context(model_name, settings, [&] {
     torch::NoGradGuard no_grad;
     auto model = make_model(model_name, 8, 8, 0);
     model->to(settings.device, settings.dtype);
@@ -177,12 +160,7 @@ void check_dtype_runs(const std::string& model_name, const Settings& settings) {
     model->forward(x);
     model->forward_eager(x);
     synchronize(settings.device);
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    throw UsageError(dtype_name(settings.dtype) + " does not run on " + settings.device.str() +
-                     " with this libtorch (" + model_name +
-                     "): " + what.substr(0, what.find('\n')));
-  }
+  });
 }
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -385,8 +363,8 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
       for (const int64_t batch : batches) {
         progress.show(int(results.size()),
                       name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
-        const double atol = user_tolerance ? settings.atol : bench::chain_tolerance(dtype);
-        const double rtol = user_tolerance ? settings.rtol : bench::chain_tolerance(dtype);
+        const double atol = user_tolerance ? settings.atol : default_tolerance(dtype);
+        const double rtol = user_tolerance ? settings.rtol : default_tolerance(dtype);
         results.push_back(bench_one(*model, *fused_model, name, batch, s, cuda_graph, atol, rtol));
       }
     }

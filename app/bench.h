@@ -48,17 +48,13 @@ inline std::vector<torch::ScalarType> parse_dtypes(const std::string& text,
                                                    const std::string& option = "--dtypes") {
   std::vector<torch::ScalarType> dtypes;
   for (const auto& part : split_commas(text)) {
-    if (part == "float32") {
-      dtypes.push_back(torch::kFloat32);
-    } else if (part == "float16") {
-      dtypes.push_back(torch::kFloat16);
-    } else if (part == "bfloat16") {
-      dtypes.push_back(torch::kBFloat16);
-    } else {
+    const auto dtype = dtype_named(part);
+    if (!dtype) {
       throw UsageError(option +
                        ": expected float32, float16 or bfloat16 separated by commas, got '" + text +
                        "'");
     }
+    dtypes.push_back(*dtype);
   }
   return dtypes;
 }
@@ -70,15 +66,6 @@ inline int rotation_count(int64_t bytes, int64_t cache_bytes) {
   int64_t n = (4 * cache_bytes + per - 1) / per;
   n = std::min<int64_t>(n, (int64_t{1} << 30) / per);
   return int(std::clamp<int64_t>(n, 2, 64));
-}
-
-// allclose-style tolerances of the fused-vs-eager chain check, per dtype: 1e-4 in float32
-// (shared/SPEC.md); the half types differ by design, since eager rounds after every op and the
-// fused op once at the end: a few units in the last place of 11 (fp16) or 8 (bf16) bits.
-inline double chain_tolerance(torch::ScalarType dtype) {
-  if (dtype == torch::kFloat16) return 1e-2;
-  if (dtype == torch::kBFloat16) return 5e-2;
-  return 1e-4;
 }
 
 }  // namespace bench

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cxxopts.hpp>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,6 +48,15 @@ void add_bench_options(cxxopts::Options& options);
 int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
 
 // Helpers the commands share (common.cpp).
+// The dtype named "float32", "float16" or "bfloat16" (dtype_name's names); nullopt otherwise.
+std::optional<torch::ScalarType> dtype_named(const std::string& name);
+// "float32", "float16", "bfloat16".
+std::string dtype_name(torch::ScalarType dtype);
+// Default atol = rtol of the fused-vs-eager check, per dtype: 1e-4 in float32 (shared/SPEC.md);
+// the half types differ by design, since eager rounds after every op and the fused op once at
+// the end: a few units in the last place of 11 (float16) or 8 (bfloat16) bits.
+double default_tolerance(torch::ScalarType dtype);
+
 // The model `name` for this run: seeded-random parameters, or those of settings.weights (read
 // once, strictness per settings), on the run's device and in its dtype, the weight laid out as
 // nn.Linear lays it out. Prints the loader's notices to stderr, once. The parameters are drawn
@@ -67,15 +77,22 @@ std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor
 // weight's first rows, which makes x @ W^T's diagonal ~15 instead of ~0.3.) On the run's
 // device and dtype.
 torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Generator stream);
-// Runs fn; a c10::Error from libtorch (typically an op with no kernel for this dtype on this
-// device, e.g. float16 matmul on the CPU in libtorch 1.13) becomes a UsageError saying which
-// model, dtype and device could not run and why.
+// A c10::Error from libtorch as a UsageError. Out of memory (CPU or GPU) says how much was
+// asked for and what to lower; anything else (typically an op with no kernel for this dtype on
+// this device, e.g. float16 matmul on the CPU in libtorch 1.13) says that `what` (e.g.
+// "swish_chain in float16 on cpu"; may be empty) could not run, and libtorch's first line.
+UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what);
+// std::bad_alloc as a UsageError: out of memory, and what to lower.
+UsageError out_of_memory_error(const Settings& settings, const std::string& requested = "");
+// Runs fn; a c10::Error becomes usage_error(..., "<model> in <dtype> on <device>").
 void run_in_context(const std::string& model, const Settings& settings,
                     const std::function<void()>& fn);
 // The model whose keys settings.weights holds (swish_chain has add_value, mish_mish linear.*).
 std::string detect_model(const Settings& settings);
-// "float32", "float16", "bfloat16".
-std::string dtype_name(torch::ScalarType dtype);
+// "NVIDIA H200" on a GPU, "CPU (2 threads)" on the CPU.
+std::string device_name(const torch::Device& device);
+// The CUDA runtime's version, "13.0"; "" without CUDA.
+std::string cuda_version();
 // "libtorch 2.11.0, CUDA 13.0, NVIDIA H200" or "libtorch 1.13.1, CPU (2 threads)".
 std::string platform_description(const torch::Device& device);
 

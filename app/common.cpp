@@ -1,4 +1,6 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <set>
@@ -52,6 +54,13 @@ std::string keys_of(const NamedTensors& file) {
 
 }  // namespace
 
+std::optional<torch::ScalarType> dtype_named(const std::string& name) {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+    if (name == dtype_name(dtype)) return dtype;
+  }
+  return std::nullopt;
+}
+
 std::string dtype_name(torch::ScalarType dtype) {
   switch (dtype) {
     case torch::kFloat32:
@@ -65,15 +74,81 @@ std::string dtype_name(torch::ScalarType dtype) {
   }
 }
 
+double default_tolerance(torch::ScalarType dtype) {
+  if (dtype == torch::kFloat16) return 1e-2;
+  if (dtype == torch::kBFloat16) return 5e-2;
+  return 1e-4;
+}
+
+namespace {
+
+// "7.50 GiB".
+std::string byte_size(double bytes) {
+  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 6) bytes /= 1024, ++unit;
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, unit ? "%.2f %s" : "%.0f %s", bytes, kUnits[unit]);
+  return buffer;
+}
+
+// How much an out-of-memory error from libtorch's allocators asked for ("7.50 GiB"; "" when it
+// does not say), or nullopt for any other error. CPU: "... can't allocate memory: you tried to
+// allocate 123 bytes ..."; CUDA: "CUDA out of memory. Tried to allocate 2.00 GiB ...".
+std::optional<std::string> requested_memory(const std::string& message) {
+  static const std::string kCpu = "you tried to allocate ", kCuda = "Tried to allocate ";
+  if (const size_t at = message.find(kCpu); at != std::string::npos) {
+    return byte_size(std::strtod(message.c_str() + at + kCpu.size(), nullptr));
+  }
+  if (const size_t at = message.find(kCuda); at != std::string::npos) {
+    // "20.00 GiB", followed by "." or " (" and more about the device.
+    std::istringstream words(message.substr(at + kCuda.size()));
+    std::string number, unit;
+    words >> number >> unit;
+    while (!unit.empty() && (unit.back() == '.' || unit.back() == ',')) unit.pop_back();
+    return number + " " + unit;
+  }
+  if (message.find("out of memory") != std::string::npos ||
+      message.find("can't allocate memory") != std::string::npos) {
+    return "";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+UsageError out_of_memory_error(const Settings& settings, const std::string& requested) {
+  // What sets the sizes: --input's rows or --batch(es); the file's features or the options.
+  const std::string batch = settings.command == "bench" ? "--batches" : "--batch";
+  const std::string advice =
+      !settings.input.empty() ? "use a smaller --input" +
+                                    std::string(!settings.weights.empty()
+                                                    ? " or a smaller model than --weights"
+                                                    : ", or lower --in-features or --out-features")
+      : !settings.weights.empty() ? "lower " + batch + ", or use a smaller model than --weights"
+                                  : "lower " + batch + ", --in-features or --out-features";
+  return UsageError("out of memory on " + settings.device.str() +
+                    (requested.empty() ? "" : ": tried to allocate " + requested) + "; " + advice);
+}
+
+UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what) {
+  const std::string message = error.what_without_backtrace();
+  if (const auto requested = requested_memory(message)) {
+    return out_of_memory_error(settings, *requested);
+  }
+  const std::string first_line = message.substr(0, message.find('\n'));
+  return UsageError((what.empty() ? "libtorch " TORCH_VERSION ": "
+                                  : what + ": libtorch " TORCH_VERSION " cannot run it: ") +
+                    first_line);
+}
+
 void run_in_context(const std::string& model, const Settings& settings,
                     const std::function<void()>& fn) {
   try {
     fn();
   } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    throw UsageError(model + " in " + dtype_name(settings.dtype) + " on " + settings.device.str() +
-                     ": libtorch " + TORCH_VERSION +
-                     " cannot run it: " + what.substr(0, what.find('\n')));
+    throw usage_error(e, settings,
+                      model + " in " + dtype_name(settings.dtype) + " on " + settings.device.str());
   }
 }
 
@@ -176,21 +251,27 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Gen
   return x.to(settings.device, settings.dtype).contiguous();
 }
 
-std::string platform_description(const torch::Device& device) {
-  std::ostringstream s;
-  s << "libtorch " << TORCH_VERSION;
+std::string device_name(const torch::Device& device) {
 #ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) {
-    const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-    int runtime = 0;
-    cudaRuntimeGetVersion(&runtime);
-    s << ", CUDA " << runtime / 1000 << "." << (runtime % 1000) / 10 << ", " << prop->name;
-    return s.str();
-  }
+  if (device.is_cuda()) return at::cuda::getCurrentDeviceProperties()->name;
 #endif
   const int threads = at::get_num_threads();
-  s << ", CPU (" << threads << (threads == 1 ? " thread)" : " threads)");
-  return s.str();
+  return "CPU (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+}
+
+std::string cuda_version() {
+#ifdef FUSEDLINEAR_WITH_CUDA
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  return std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
+#else
+  return "";
+#endif
+}
+
+std::string platform_description(const torch::Device& device) {
+  const std::string cuda = device.is_cuda() ? "CUDA " + cuda_version() + ", " : "";
+  return std::string("libtorch ") + TORCH_VERSION + ", " + cuda + device_name(device);
 }
 
 }  // namespace fusedlinear

@@ -6,6 +6,7 @@
 //   fusedlinear bench [options]       timings over models x batch sizes x dtypes
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include "app/cli.h"
@@ -26,9 +27,7 @@ constexpr Defaults kCudaDefaults{1024, 8192, 8192, 50, 10};
 constexpr Defaults kCpuDefaults{128, 1024, 1024, 10, 2};
 
 torch::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float32") return torch::kFloat32;
-  if (name == "float16") return torch::kFloat16;
-  if (name == "bfloat16") return torch::kBFloat16;
+  if (const auto dtype = dtype_named(name)) return *dtype;
   throw UsageError("--dtype: expected float32, float16 or bfloat16, got '" + name + "'");
 }
 
@@ -87,15 +86,6 @@ double tolerance(const cxxopts::ParseResult& parsed, const std::string& name, do
     throw UsageError("--" + name + ": expected a number >= 0, got '" + text + "'");
   }
   return value;
-}
-
-// Default atol = rtol per dtype: 1e-4 for float32 (shared/SPEC.md); the half types round each
-// eager op's result to 8 (bf16) or 11 (fp16) bits while the fused op rounds once, so the two
-// legitimately differ by a few units in the last place.
-double default_tolerance(torch::ScalarType dtype) {
-  if (dtype == torch::kFloat16) return 1e-2;
-  if (dtype == torch::kBFloat16) return 5e-2;
-  return 1e-4;
 }
 
 std::vector<std::string> parse_models(const std::string& name) {
@@ -201,9 +191,10 @@ int main(int argc, char** argv) {
   using namespace fusedlinear;
   cxxopts::Options options("fusedlinear",
                            "Eager vs fused epilogues of two Linear models, on CPU or CUDA");
+  Settings settings;  // what is known of the run, for errors after parsing (out of memory)
   try {
     cxxopts::ParseResult parsed;
-    const Settings settings = parse_command_line(argc, argv, options, parsed);
+    settings = parse_command_line(argc, argv, options, parsed);
     if (parsed.count("help")) {
       std::cout << options.help({"", "bench"}) << "\n";
       return 0;
@@ -218,7 +209,9 @@ int main(int argc, char** argv) {
   } catch (const cxxopts::exceptions::exception& e) {
     return fail(std::string(e.what()) + " (see --help)");
   } catch (const c10::Error& e) {
-    return fail(e.what_without_backtrace());
+    return fail(usage_error(e, settings, "").what());
+  } catch (const std::bad_alloc&) {
+    return fail(out_of_memory_error(settings).what());
   } catch (const std::exception& e) {
     return fail(e.what());
   }

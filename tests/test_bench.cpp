@@ -217,3 +217,39 @@ TEST(CommandHelpers, SeededInputFollowsTheParameters) {
   build_model("mish_mish", s, &again);
   EXPECT_TRUE(torch::equal(x, build_input(s, 16, again)));
 }
+
+// libtorch's errors become one usage error: out of memory (CPU or GPU, libtorch 1.13's and 2.x's
+// wording) says how much was asked for and what to lower; anything else, what could not run.
+TEST(CommandHelpers, TorchErrorsSayWhatToChange) {
+  Settings s;
+  s.command = "compare";
+  s.device = torch::Device(torch::kCUDA, 0);
+  const auto message = [&](const std::string& what) {
+    return std::string(
+        usage_error(c10::Error(what, ""), s, "mish_mish in float32 on cuda:0").what());
+  };
+  EXPECT_EQ(message("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
+                    "of 139.81 GiB of which 1.20 GiB is free."),
+            "out of memory on cuda:0: tried to allocate 20.00 GiB; lower --batch, --in-features or "
+            "--out-features");
+  EXPECT_EQ(message("CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 79.35 GiB total "
+                    "capacity; 78.1 GiB already allocated)"),
+            "out of memory on cuda:0: tried to allocate 2.00 MiB; lower --batch, --in-features or "
+            "--out-features");
+  s.device = torch::kCPU;
+  s.command = "bench";
+  s.weights = "w.pt";
+  EXPECT_EQ(message("[enforce fail at alloc_cpu.cpp:75] . DefaultCPUAllocator: can't allocate "
+                    "memory: you tried to allocate 4000000000000 bytes. Error code 12 (Cannot "
+                    "allocate memory)"),
+            "out of memory on cpu: tried to allocate 3.64 TiB; lower --batches, or use a smaller "
+            "model than --weights");
+  s.command = "run";
+  s.input = "x.pt";
+  EXPECT_EQ(message("DefaultCPUAllocator: not enough memory: you tried to allocate 1024 bytes."),
+            "out of memory on cpu: tried to allocate 1.00 KiB; use a smaller --input or a smaller "
+            "model than --weights");
+  EXPECT_EQ(message("Could not run 'aten::mm' with arguments from the 'CPU' backend.\nmore"),
+            "mish_mish in float32 on cuda:0: libtorch " TORCH_VERSION
+            " cannot run it: Could not run 'aten::mm' with arguments from the 'CPU' backend.");
+}

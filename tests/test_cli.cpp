@@ -171,6 +171,18 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   }
 }
 
+// Out of memory: one line saying how much was asked for and what to lower; nothing written.
+TEST_F(Cli, OutOfMemorySaysHowMuchAndWhatToLower) {
+  // Far beyond any address space (8 PiB), so the allocation fails at once everywhere.
+  expect_usage_error(
+      "--device cpu --model mish_mish --batch 2147483647 --in-features 1048576 "
+      "--out-features 1 --iters 1 --json " +
+          path("c.json"),
+      "out of memory on cpu: tried to allocate 8.00 PiB; lower --batch, "
+      "--in-features or --out-features");
+  EXPECT_FALSE(file_exists(path("c.json")));
+}
+
 TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {
   const std::string out = path("out.pt");
   std::ofstream(out) << "precious";
