@@ -25,6 +25,7 @@ struct Settings {
   std::vector<std::string> models;  // from --model, `all` expanded, or the model --weights holds
   std::string weights;              // empty: seeded random parameters
   std::string weights_key;
+  std::string strip_prefix;  // --strip-prefix: removed from the file's keys before matching
   bool strict = true;
   std::string input, output;
   bool overwrite = false;

@@ -19,14 +19,37 @@
 namespace fusedlinear {
 namespace {
 
-// The --weights file, read once however many times a run needs it.
+// Every model's name and state-dict keys.
+const std::vector<ModelKeys>& all_model_keys() {
+  static const std::vector<ModelKeys> keys = [] {
+    std::vector<ModelKeys> out;
+    for (const auto& name : model_names())
+      out.emplace_back(name, state_dict_keys(*make_model(name, 1, 1, 0)));
+    return out;
+  }();
+  return keys;
+}
+
+// A LoadError about a file the user gave with `option`, saying so: "--input x.pt: ...".
+LoadError about(const std::string& option, const std::exception& e) {
+  return LoadError(option + " " + e.what());
+}
+
+// The --weights file, read once however many times a run needs it: --strip-prefix, else a
+// training wrapper's attribute prefix that makes the keys one model's (strip_attribute_prefix).
 const NamedTensors& weights_file(const Settings& settings) {
   static std::map<std::string, NamedTensors> cache;
   auto it = cache.find(settings.weights);
   if (it == cache.end()) {
     // Its notices reach the user through apply_state_dict, with the model's.
-    it = cache.emplace(settings.weights, read_state_dict(settings.weights, settings.weights_key))
-             .first;
+    try {
+      NamedTensors file =
+          read_state_dict(settings.weights, settings.weights_key, settings.strip_prefix);
+      if (settings.strip_prefix.empty()) strip_attribute_prefix(file, all_model_keys());
+      it = cache.emplace(settings.weights, std::move(file)).first;
+    } catch (const LoadError& e) {
+      throw about("--weights", e);
+    }
   }
   return it->second;
 }
@@ -165,10 +188,10 @@ std::string detect_model(const Settings& settings) {
     if (matches > best_matches) best = name, best_matches = matches;
   }
   if (best.empty()) {
-    throw LoadError(settings.weights +
+    throw LoadError("--weights " + settings.weights +
                     ": holds neither model's Linear weight (swish_chain: matmul.weight, "
                     "mish_mish: linear.weight); its keys: " +
-                    keys_of(file));
+                    keys_of(file) + strip_prefix_hint(file, all_model_keys()));
   }
   return best;
 }
@@ -182,12 +205,13 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
     const std::string key = linear_weight_key(*make_model(name, 1, 1, 0));
     const torch::Tensor* weight = find_tensor(*file, key);
     if (!weight) {
-      throw LoadError(settings.weights + ": missing key " + key + " (model " + name +
-                      "); the file has " + keys_of(*file));
+      throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " + name +
+                      "); the file has " + keys_of(*file) +
+                      strip_prefix_hint(*file, all_model_keys()));
     }
     if (weight->dim() != 2) {
       std::ostringstream s;
-      s << settings.weights << ": " << key << " has shape " << weight->sizes()
+      s << "--weights " << settings.weights << ": " << key << " has shape " << weight->sizes()
         << ", expected [out_features, in_features]";
       throw LoadError(s.str());
     }
@@ -200,7 +224,13 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
   if (file) {
     // compare and bench build each model twice (eager's and the fused path's): say things once.
     static std::set<std::string> shown;
-    for (const auto& notice : apply_state_dict(*model, *file, settings.weights, settings.strict)) {
+    std::vector<std::string> notices;
+    try {
+      notices = apply_state_dict(*model, *file, settings.weights, settings.strict);
+    } catch (const LoadError& e) {
+      throw about("--weights", e);
+    }
+    for (const auto& notice : notices) {
       const std::string line = "fusedlinear: note: " + name + ": " + notice;
       if (shown.insert(line).second) std::cerr << line << "\n";
     }
@@ -235,11 +265,15 @@ std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor
 torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Generator stream) {
   torch::Tensor x;
   if (!settings.input.empty()) {
-    x = read_tensor(settings.input);
+    try {
+      x = read_tensor(settings.input);
+    } catch (const LoadError& e) {
+      throw about("--input", e);
+    }
     if (x.dim() < 1 || x.size(-1) != in_features || !x.is_floating_point()) {
       std::ostringstream s;
-      s << settings.input << ": input has shape " << x.sizes() << " and dtype " << x.scalar_type()
-        << ", expected a floating-point tensor [..., " << in_features
+      s << "--input " << settings.input << ": the input has shape " << x.sizes() << " and dtype "
+        << x.scalar_type() << ", expected a floating-point tensor [..., " << in_features
         << "] (in_features of the model)";
       throw UsageError(s.str());
     }

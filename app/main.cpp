@@ -106,6 +106,8 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
        "seeded-random parameters", cxxopts::value<std::string>())
       ("weights-key", "the key of the state dict inside a checkpoint dict",
        cxxopts::value<std::string>())
+      ("strip-prefix", "remove this prefix from the keys of --weights (e.g. model.)",
+       cxxopts::value<std::string>())
       ("no-strict", "load the keys that match; list missing and unexpected ones")
       ("input", "input tensor saved with torch.save (default: torch.rand, seeded)",
        cxxopts::value<std::string>())
@@ -146,6 +148,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   }
   s.weights = parsed.count("weights") ? parsed["weights"].as<std::string>() : "";
   s.weights_key = parsed.count("weights-key") ? parsed["weights-key"].as<std::string>() : "";
+  s.strip_prefix = parsed.count("strip-prefix") ? parsed["strip-prefix"].as<std::string>() : "";
   s.strict = !parsed.count("no-strict");
   s.input = parsed.count("input") ? parsed["input"].as<std::string>() : "";
   s.output = parsed.count("output") ? parsed["output"].as<std::string>() : "";

@@ -2,6 +2,7 @@
 // the no-argument default, Python round trips, and every bad input giving one line + exit 2.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -181,6 +182,82 @@ TEST_F(Cli, OutOfMemorySaysHowMuchAndWhatToLower) {
       "out of memory on cpu: tried to allocate 8.00 PiB; lower --batch, "
       "--in-features or --out-features");
   EXPECT_FALSE(file_exists(path("c.json")));
+}
+
+// Which file is wrong, and the advice that fits it: an input is a tensor, weights a state dict.
+TEST_F(Cli, MessagesSayWhichFileAndWhatIsWrong) {
+  std::ofstream(path("empty.pt")).close();
+  const std::string weights = kFixtures + "mish_mish.pt";
+  const Result r = run("run --weights " + weights + " --input " + path("empty.pt") + " --output " +
+                       path("o.pt"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--input " + path("empty.pt") + ": the file is empty (0 bytes)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("torch.save(tensor, path)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("state_dict"), std::string::npos) << r.err;
+}
+
+// Keys as torch.compile, DataParallel and PyTorch Lightning save them load, each prefix with a
+// notice; what cannot be told apart gets the longest common prefix and --strip-prefix.
+TEST_F(Cli, PrefixesOfCompiledAndLightningModelsAreStripped) {
+  const NamedTensors fixture = read_state_dict(kFixtures + "mish_mish.pt");
+  const auto save = [&](const std::string& name, const std::string& prefix,
+                        const std::string& under, bool extra) {
+    c10::Dict<std::string, at::Tensor> dict;
+    for (const auto& [key, tensor] : fixture.tensors) dict.insert(prefix + key, tensor);
+    if (extra) dict.insert("loss.pos_weight", torch::ones({3}));
+    c10::IValue value(dict);
+    if (!under.empty()) {
+      c10::impl::GenericDict checkpoint(c10::StringType::get(), c10::AnyType::get());
+      checkpoint.insert(under, value);
+      checkpoint.insert("epoch", int64_t{3});
+      value = c10::IValue(checkpoint);
+    }
+    const std::vector<char> bytes = torch::jit::pickle_save(value);
+    std::ofstream(path(name), std::ios::binary).write(bytes.data(), bytes.size());
+    return path(name);
+  };
+  const torch::Tensor want = read_tensor(kFixtures + "mish_mish_output.pt");
+  const auto run_on = [&](const std::string& weights, const std::string& more = "") {
+    ::unlink(path("o.pt").c_str());
+    return run("run --device cpu --weights " + weights + " --input " + kFixtures +
+               "mish_mish_input.pt --output " + path("o.pt") + more);
+  };
+  struct Case {
+    std::string file, prefix, under;
+    std::vector<std::string> notes;
+  };
+  for (const Case& c :
+       std::vector<Case>{{"compiled_ddp.pt",
+                          "module._orig_mod.",
+                          "",
+                          {"'module.' from every key",
+                           "'_orig_mod.' from every key (saved from a torch.compile"}},
+                         {"lightning_compiled.pt",
+                          "model._orig_mod.",
+                          "state_dict",
+                          {"took the state dict under key 'state_dict'",
+                           "stripped the prefix 'model.'", "'_orig_mod.'"}}}) {
+    const Result r = run_on(save(c.file, c.prefix, c.under, false));
+    ASSERT_EQ(r.exit_code, 0) << c.file << ": " << r.err;
+    EXPECT_TRUE(torch::allclose(read_tensor(path("o.pt")), want, 1e-4, 1e-4)) << c.file;
+    for (const auto& note : c.notes) {
+      EXPECT_NE(r.err.find(note), std::string::npos) << c.file << ": " << r.err;
+    }
+  }
+  // Beside another key, the prefix is not removed by itself: the error names it, and
+  // --strip-prefix with --no-strict loads the model.
+  const std::string extra = save("lightning_extra.pt", "model.", "state_dict", true);
+  expect_usage_error("run --device cpu --weights " + extra + " --input " + kFixtures +
+                         "mish_mish_input.pt --output " + path("e.pt"),
+                     "under the prefix 'model.'; pass --strip-prefix model. and --no-strict");
+  const Result r = run_on(extra, " --strip-prefix model --no-strict");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(torch::allclose(read_tensor(path("o.pt")), want, 1e-4, 1e-4));
+  EXPECT_NE(r.err.find("stripped the prefix 'model.' (--strip-prefix) from 2 of 3 keys"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {

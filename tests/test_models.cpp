@@ -199,6 +199,68 @@ TEST(Models, ReproduceThePythonFixtures) {
   }
 }
 
+// Prefixes of training wrappers: DataParallel's "module." and torch.compile's "_orig_mod.",
+// nested in any order, when every key has them; an attribute prefix (Lightning's "model.") only
+// when removing it makes the keys exactly one model's.
+TEST(Models, WrapperAndAttributePrefixes) {
+  using Keys = std::vector<std::string>;
+  Keys keys = {"module._orig_mod.module.a.w", "module._orig_mod.module.b"};
+  EXPECT_EQ(strip_wrapper_prefixes(keys).size(), 3u);
+  EXPECT_EQ(keys, (Keys{"a.w", "b"}));
+  for (const Keys& kept :
+       {Keys{"module.a", "b"}, Keys{"module."}, Keys{"_orig_mod.x", "module.y"}}) {
+    keys = kept;
+    EXPECT_TRUE(strip_wrapper_prefixes(keys).empty());
+    EXPECT_EQ(keys, kept);
+  }
+
+  const auto file_with = [](const Keys& names) {
+    NamedTensors file;
+    for (const auto& name : names) file.tensors.emplace_back(name, torch::zeros({1}));
+    return file;
+  };
+  const auto keys_of = [](const NamedTensors& file) {
+    Keys out;
+    for (const auto& item : file.tensors) out.push_back(item.first);
+    return out;
+  };
+  const std::vector<ModelKeys> models = {{"mish", {"linear.weight", "linear.bias"}},
+                                         {"swish", {"matmul.weight", "matmul.bias", "add_value"}}};
+  NamedTensors lightning =
+      file_with({"model._orig_mod.linear.weight", "model._orig_mod.linear.bias"});
+  EXPECT_EQ(strip_attribute_prefix(lightning, models), "model.");
+  EXPECT_EQ(keys_of(lightning), (Keys{"linear.weight", "linear.bias"}));
+  EXPECT_EQ(lightning.notices.size(), 2u);  // the attribute, then torch.compile's prefix
+  // Two components of attributes, removed together.
+  NamedTensors nested =
+      file_with({"net.body.matmul.weight", "net.body.matmul.bias", "net.body.add_value"});
+  EXPECT_EQ(strip_attribute_prefix(nested, models), "net.body.");
+  // Nothing to remove, no model matched exactly, or two matched: the keys stay.
+  for (const Keys& kept : {Keys{"linear.weight", "linear.bias"},
+                           Keys{"model.linear.weight", "model.linear.bias", "model.extra"},
+                           Keys{"model.linear.weight"}}) {
+    NamedTensors file = file_with(kept);
+    EXPECT_EQ(strip_attribute_prefix(file, models), "");
+    EXPECT_EQ(keys_of(file), kept);
+    EXPECT_TRUE(file.notices.empty());
+  }
+  NamedTensors twice = file_with({"model.linear.weight", "model.linear.bias"});
+  EXPECT_EQ(strip_attribute_prefix(twice, {models[0], {"copy", models[0].second}}), "");
+
+  EXPECT_EQ(
+      strip_prefix_hint(file_with({"model.linear.weight", "model.linear.bias", "loss.w"}), models),
+      " (mish's keys are all there under the prefix 'model.'; pass --strip-prefix model. "
+      "and --no-strict)");
+  EXPECT_EQ(strip_prefix_hint(file_with({"enc.l.w", "enc.l.b"}), models),
+            " (every key starts with 'enc.l.'; if a wrapper added it, pass --strip-prefix enc.l.)");
+  EXPECT_EQ(strip_prefix_hint(file_with({"linear.weight", "matmul.bias"}), models), "");
+  // The common prefix is of whole components, and never a whole key.
+  EXPECT_EQ(strip_prefix_hint(file_with({"enc.ab", "enc.ac"}), models).find("'enc.a"),
+            std::string::npos);
+  EXPECT_EQ(strip_prefix_hint(file_with({"enc.a", "enc.a.b"}), models).find("'enc.a.'"),
+            std::string::npos);
+}
+
 TEST(Models, LoadErrorsNameTheFileAndTheProblem) {
   const std::string path = kFixtures + "swish_chain.pt";
   auto expect_load_error = [&](torch::nn::Module& m, const std::string& expected,

@@ -247,6 +247,39 @@ TEST(TorchFile, UnreadablePathsSayWhy) {
   }
 }
 
+// The advice fits what was read: a state dict, or a single tensor (the CLI's --input).
+TEST(TorchFile, RefusalsAdviseForWhatWasRead) {
+  TempDir dir;
+  write_file(dir.file("empty.pt"), "");
+  write_file(dir.file("text.pt"), "not a tensor\n");
+  write_file(dir.file("pickle.pkl"), "\x80\x04K\x01.");
+  const auto message = [&](const std::string& name, bool tensor) {
+    return load_error([&] {
+      if (tensor) {
+        read_tensor(dir.file(name));
+      } else {
+        read_state_dict(dir.file(name));
+      }
+    });
+  };
+  EXPECT_EQ(message("empty.pt", false),
+            dir.file("empty.pt") +
+                ": the file is empty (0 bytes), not a torch.save archive; re-save with "
+                "torch.save(model.state_dict(), path)");
+  EXPECT_EQ(message("empty.pt", true),
+            dir.file("empty.pt") +
+                ": the file is empty (0 bytes), not a torch.save archive; re-save with "
+                "torch.save(tensor, path)");
+  EXPECT_NE(message("text.pt", true).find("save the tensor with torch.save(tensor, path)"),
+            std::string::npos);
+  EXPECT_NE(message("text.pt", false).find("save the weights with torch.save(model.state_dict()"),
+            std::string::npos);
+  EXPECT_NE(message("pickle.pkl", true)
+                .find("plain pickle file, not a torch.save archive; "
+                      "re-save with torch.save(tensor, path)"),
+            std::string::npos);
+}
+
 TEST(TorchFile, WriteTensorKeepsAnExistingFileUnlessTold) {
   TempDir dir;
   const std::string path = dir.file("t.pt");
