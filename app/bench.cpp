@@ -313,8 +313,6 @@ void add_bench_options(cxxopts::Options& options) {
 
 int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   const bool cuda = settings.device.is_cuda();
-  if (!settings.input.empty()) throw UsageError("--input: bench draws its own random inputs");
-  if (!settings.output.empty()) throw UsageError("--output: bench writes --json, --csv or --plot");
   const bool cuda_graph = parsed.count("cuda-graph") > 0;
   if (cuda_graph && !cuda) throw UsageError("--cuda-graph needs a CUDA device");
 
@@ -337,10 +335,6 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   }
   const std::string csv_path = parsed.count("csv") ? parsed["csv"].as<std::string>() : "";
   const std::string plot_path = parsed.count("plot") ? parsed["plot"].as<std::string>() : "";
-  const std::vector<std::string> inputs = {settings.weights};
-  for (const auto* path : {&settings.json, &csv_path, &plot_path}) {
-    if (!path->empty()) check_output_path(*path, settings.overwrite, inputs);
-  }
   const bool user_tolerance = parsed.count("atol") || parsed.count("rtol");
   std::vector<std::string> models = settings.models;
   if (models.empty()) models = {detect_model(settings)};

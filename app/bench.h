@@ -23,22 +23,17 @@ inline std::vector<std::string> split_commas(const std::string& text) {
   }
 }
 
-// "1,8,64" -> {1, 8, 64}. Throws UsageError naming `option` on anything else.
+// "1,8,64" -> {1, 8, 64}, each in 1..kMaxCount. Throws UsageError naming `option` otherwise.
 inline std::vector<int64_t> parse_batches(const std::string& text,
                                           const std::string& option = "--batches") {
-  const auto bad = [&] {
-    return UsageError(option + ": expected positive integers separated by commas, got '" + text +
-                      "'");
-  };
   std::vector<int64_t> batches;
   for (const auto& part : split_commas(text)) {
-    if (part.empty() || part.size() > 12 ||
-        !std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      throw bad();
+    try {
+      batches.push_back(parse_integer(option, part, 1, kMaxCount));
+    } catch (const UsageError&) {
+      throw UsageError(option + ": expected positive integers up to " + std::to_string(kMaxCount) +
+                       ", separated by commas, got '" + text + "'");
     }
-    const int64_t value = std::stoll(part);
-    if (value <= 0) throw bad();
-    batches.push_back(value);
   }
   return batches;
 }

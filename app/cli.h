@@ -36,7 +36,7 @@ struct Settings {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat32;
   uint64_t seed = 0;
-  int iters = 0, warmup = 0;
+  int iters = 0, warmup = 0;  // at most kMaxCount (checked when parsed)
   double atol = 0, rtol = 0;
   std::string json;
 };
@@ -47,6 +47,31 @@ int run_run(const Settings& settings);
 // bench has options of its own: added to the parser by add_bench_options, read from `parsed`.
 void add_bench_options(cxxopts::Options& options);
 int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
+
+// The largest batch, feature count, --iters and --warmup: GEMM dimensions are 32-bit in
+// cuBLAS, and a count of runs needs no more.
+constexpr int64_t kMaxCount = 2147483647;
+
+// Checking the command line (options.cpp), before any work; each throws a UsageError naming
+// the option.
+// `text` as a base-10 integer in [min_value, max_value], without wrapping ("--iters: expected
+// a positive integer up to 2147483647, got '4294967296'").
+int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
+                      int64_t max_value);
+// The same for the full range of uint64_t (--seed).
+uint64_t parse_unsigned(const std::string& option, const std::string& text);
+// A tolerance: a finite number >= 0.
+double parse_tolerance(const std::string& option, const std::string& text);
+// Each option's value is given once, is not empty and is not the next option (cxxopts takes
+// `--batch --iters 3` as --batch "--iters").
+void check_option_values(const cxxopts::ParseResult& parsed);
+// Each option is one `command` uses, and means something with the others given (--batch not
+// with --input, --weights-key only with --weights, ...).
+void check_option_uses(const cxxopts::ParseResult& parsed, const std::string& command);
+// The output files (--output, --json, --csv, --plot): no two the same, and each one
+// check_output_path accepts (modules/output_file.h), the run's inputs being --weights and
+// --input.
+void check_output_files(const cxxopts::ParseResult& parsed, const Settings& settings);
 
 // Helpers the commands share (common.cpp).
 // The dtype named "float32", "float16" or "bfloat16" (dtype_name's names); nullopt otherwise.

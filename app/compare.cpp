@@ -70,9 +70,6 @@ std::string time_cell(const TimingStats& t) {
 }  // namespace
 
 int run_compare(const Settings& settings) {
-  if (!settings.json.empty()) {
-    check_output_path(settings.json, settings.overwrite, {settings.weights, settings.input});
-  }
   const std::string shape = std::to_string(settings.batch) + "x" +
                             (settings.in_features ? std::to_string(settings.in_features) : "?") +
                             " -> " +

@@ -4,7 +4,9 @@
 //   fusedlinear [compare] [options]   eager vs fused on one input: errors, verdict, timings
 //   fusedlinear run --weights W --input X --output Y   fused forward of W on X, saved to Y
 //   fusedlinear bench [options]       timings over models x batch sizes x dtypes
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <new>
 #include <sstream>
@@ -48,46 +50,6 @@ torch::Device parse_device(const std::string& name) {
   throw UsageError("--device: expected auto, cpu or cuda, got '" + name + "'");
 }
 
-// Numbers are read as text and converted here, so a bad value's message names its option.
-int64_t integer(const cxxopts::ParseResult& parsed, const std::string& name, int64_t fallback,
-                int64_t min_value) {
-  if (!parsed.count(name)) return fallback;
-  const std::string text = parsed[name].as<std::string>();
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || value < min_value) {
-    throw UsageError("--" + name + ": expected " +
-                     (min_value > 0 ? "a positive integer" : "an integer >= 0") + ", got '" + text +
-                     "'");
-  }
-  return value;
-}
-
-int64_t positive(const cxxopts::ParseResult& parsed, const std::string& name, int64_t fallback) {
-  return integer(parsed, name, fallback, 1);
-}
-
-double tolerance(const cxxopts::ParseResult& parsed, const std::string& name, double fallback) {
-  if (!parsed.count(name)) return fallback;
-  const std::string text = parsed[name].as<std::string>();
-  size_t used = 0;
-  double value = -1;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !(value >= 0)) {
-    throw UsageError("--" + name + ": expected a number >= 0, got '" + text + "'");
-  }
-  return value;
-}
-
 std::vector<std::string> parse_models(const std::string& name) {
   if (name == "all") return model_names();
   for (const auto& known : model_names()) {
@@ -96,8 +58,18 @@ std::vector<std::string> parse_models(const std::string& name) {
   throw UsageError("--model: expected swish_chain, mish_mish or all, got '" + name + "'");
 }
 
-Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
-                            cxxopts::ParseResult& parsed) {
+bool given(const cxxopts::ParseResult& parsed, const char* option) {
+  return parsed.count(option) > 0;
+}
+
+// A number option: absent, the fallback; otherwise an integer in [min_value, kMaxCount].
+int64_t count_option(const cxxopts::ParseResult& parsed, const std::string& name, int64_t fallback,
+                     int64_t min_value) {
+  if (!parsed.count(name)) return fallback;
+  return parse_integer("--" + name, parsed[name].as<std::string>(), min_value, kMaxCount);
+}
+
+void add_options(cxxopts::Options& options) {
   // clang-format off
   options.add_options()
       ("model", "swish_chain, mish_mish or all (default: all, or the model --weights holds)",
@@ -109,12 +81,13 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
       ("strip-prefix", "remove this prefix from the keys of --weights (e.g. model.)",
        cxxopts::value<std::string>())
       ("no-strict", "load the keys that match; list missing and unexpected ones")
-      ("input", "input tensor saved with torch.save (default: torch.rand, seeded)",
-       cxxopts::value<std::string>())
+      ("input", "compare, run: input tensor saved with torch.save (default: torch.rand, "
+       "seeded)", cxxopts::value<std::string>())
       ("output", "run: where to save the output (torch.load reads it)",
        cxxopts::value<std::string>())
-      ("overwrite", "replace output files that already exist")
-      ("batch", "rows of the input (GPU default 1024, CPU 128)", cxxopts::value<std::string>())
+      ("overwrite", "replace output files that already exist (regular files only)")
+      ("batch", "compare, bench: rows of the input (GPU default 1024, CPU 128)",
+       cxxopts::value<std::string>())
       ("in-features", "GPU default 8192, CPU 1024; with --weights: from the file",
        cxxopts::value<std::string>())
       ("out-features", "GPU default 8192, CPU 1024; with --weights: from the file",
@@ -124,58 +97,74 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
        cxxopts::value<std::string>()->default_value("float32"))
       ("seed", "seed of the random parameters and input (default 0)",
        cxxopts::value<std::string>())
-      ("iters", "timed runs (GPU default 50, CPU 10)", cxxopts::value<std::string>())
-      ("warmup", "untimed runs first (GPU default 10, CPU 2)", cxxopts::value<std::string>())
-      ("atol", "absolute tolerance (default 1e-4; float16 1e-2, bfloat16 5e-2)",
+      ("iters", "compare, bench: timed runs (GPU default 50, CPU 10)",
        cxxopts::value<std::string>())
-      ("rtol", "relative tolerance (default as --atol)", cxxopts::value<std::string>())
-      ("json", "also write the results as JSON to this file", cxxopts::value<std::string>())
+      ("warmup", "compare, bench: untimed runs first (GPU default 10, CPU 2)",
+       cxxopts::value<std::string>())
+      ("atol", "compare, bench: absolute tolerance (default 1e-4; float16 1e-2, bfloat16 5e-2)",
+       cxxopts::value<std::string>())
+      ("rtol", "compare, bench: relative tolerance (default as --atol)",
+       cxxopts::value<std::string>())
+      ("json", "compare, bench: also write the results as JSON to this file",
+       cxxopts::value<std::string>())
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());
   // clang-format on
   add_bench_options(options);
   options.parse_positional({"command"});
   options.positional_help("[compare|run|bench]");
+}
+
+Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
+                            cxxopts::ParseResult& parsed) {
   parsed = options.parse(argc, argv);
   if (!parsed.unmatched().empty()) {
     throw UsageError("unexpected argument '" + parsed.unmatched().front() + "'");
   }
-
   Settings s;
   s.command = parsed.count("command") ? parsed["command"].as<std::string>() : "compare";
+  // The values first: in `--batch --iters 3` the fault is the missing value, not a command "3".
+  check_option_values(parsed);
   if (std::find(std::begin(kCommands), std::end(kCommands), s.command) == std::end(kCommands)) {
     throw UsageError("unknown command '" + s.command + "' (expected compare, run or bench)");
   }
-  s.weights = parsed.count("weights") ? parsed["weights"].as<std::string>() : "";
-  s.weights_key = parsed.count("weights-key") ? parsed["weights-key"].as<std::string>() : "";
-  s.strip_prefix = parsed.count("strip-prefix") ? parsed["strip-prefix"].as<std::string>() : "";
-  s.strict = !parsed.count("no-strict");
-  s.input = parsed.count("input") ? parsed["input"].as<std::string>() : "";
-  s.output = parsed.count("output") ? parsed["output"].as<std::string>() : "";
-  s.overwrite = parsed.count("overwrite") > 0;
-  s.json = parsed.count("json") ? parsed["json"].as<std::string>() : "";
+  check_option_uses(parsed, s.command);
+
+  const auto text = [&](const char* name) {
+    return given(parsed, name) ? parsed[name].as<std::string>() : "";
+  };
+  s.weights = text("weights");
+  s.weights_key = text("weights-key");
+  s.strip_prefix = text("strip-prefix");
+  s.strict = !given(parsed, "no-strict");
+  s.input = text("input");
+  s.output = text("output");
+  s.overwrite = given(parsed, "overwrite");
+  s.json = text("json");
   s.device = parse_device(parsed["device"].as<std::string>());
   s.dtype = parse_dtype(parsed["dtype"].as<std::string>());
-  s.seed = uint64_t(integer(parsed, "seed", 0, 0));
-  if (parsed.count("model")) {
+  s.seed = given(parsed, "seed") ? parse_unsigned("--seed", text("seed")) : 0;
+
+  const Defaults& d = s.device.is_cuda() ? kCudaDefaults : kCpuDefaults;
+  s.shape_defaulted =
+      !given(parsed, "batch") && !given(parsed, "in-features") && !given(parsed, "out-features");
+  s.batch = count_option(parsed, "batch", d.batch, 1);
+  const bool from_file = !s.weights.empty();
+  s.in_features = count_option(parsed, "in-features", from_file ? 0 : d.in_features, 1);
+  s.out_features = count_option(parsed, "out-features", from_file ? 0 : d.out_features, 1);
+  s.iters = int(count_option(parsed, "iters", d.iters, 1));
+  s.warmup = int(count_option(parsed, "warmup", d.warmup, 0));
+  s.atol =
+      given(parsed, "atol") ? parse_tolerance("--atol", text("atol")) : default_tolerance(s.dtype);
+  s.rtol = given(parsed, "rtol") ? parse_tolerance("--rtol", text("rtol")) : s.atol;
+  check_output_files(parsed, s);
+  if (given(parsed, "model")) {
     s.models = parse_models(parsed["model"].as<std::string>());
   } else if (!s.weights.empty()) {
     s.models = {detect_model(s)};
   } else {
     s.models = model_names();
   }
-
-  const Defaults& d = s.device.is_cuda() ? kCudaDefaults : kCpuDefaults;
-  s.shape_defaulted =
-      !parsed.count("batch") && !parsed.count("in-features") && !parsed.count("out-features");
-  s.batch = positive(parsed, "batch", d.batch);
-  const bool from_file = !s.weights.empty();
-  s.in_features = positive(parsed, "in-features", from_file ? 0 : d.in_features);
-  s.out_features = positive(parsed, "out-features", from_file ? 0 : d.out_features);
-  s.iters = int(positive(parsed, "iters", d.iters));
-  s.warmup = int(integer(parsed, "warmup", d.warmup, 0));
-  s.atol = tolerance(parsed, "atol", default_tolerance(s.dtype));
-  s.rtol = tolerance(parsed, "rtol", parsed.count("atol") ? s.atol : default_tolerance(s.dtype));
   return s;
 }
 
@@ -196,12 +185,16 @@ int main(int argc, char** argv) {
                            "Eager vs fused epilogues of two Linear models, on CPU or CUDA");
   Settings settings;  // what is known of the run, for errors after parsing (out of memory)
   try {
+    add_options(options);
+    // Help before anything is parsed or checked, so that a bad value does not hide it.
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+        std::cout << options.help({"", "bench"}) << "\n";
+        return 0;
+      }
+    }
     cxxopts::ParseResult parsed;
     settings = parse_command_line(argc, argv, options, parsed);
-    if (parsed.count("help")) {
-      std::cout << options.help({"", "bench"}) << "\n";
-      return 0;
-    }
     if (settings.command == "run") return run_run(settings);
     if (settings.command == "bench") return run_bench(settings, parsed);
     return run_compare(settings);

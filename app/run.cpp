@@ -14,8 +14,6 @@ int run_run(const Settings& settings) {
   if (settings.models.size() != 1) {
     throw UsageError("run takes one model: --model swish_chain or mish_mish");
   }
-  check_output_path(settings.output, settings.overwrite, {settings.weights, settings.input});
-
   torch::NoGradGuard no_grad;
   const std::string& name = settings.models.front();
   at::Generator stream;

@@ -85,15 +85,18 @@ TEST(SvgPlot, HandlesEmptyAndMissingValues) {
 TEST(BenchOptions, ParsesBatchLists) {
   EXPECT_EQ(bench::parse_batches("1,8,64"), (std::vector<int64_t>{1, 8, 64}));
   EXPECT_EQ(bench::parse_batches("1024"), (std::vector<int64_t>{1024}));
-  for (const char* bad :
-       {"", "x", "1,,8", "1,", ",1", "0", "-1", "1.5", "8 ,9", "99999999999999"}) {
+  EXPECT_EQ(bench::parse_batches("2147483647"), (std::vector<int64_t>{2147483647}));
+  for (const char* bad : {"", "x", "1,,8", "1,", ",1", "0", "-1", "1.5", "8 ,9", "+8", "2147483648",
+                          "1000000000000", "99999999999999999999999"}) {
     EXPECT_THROW(bench::parse_batches(bad), UsageError) << bad;
   }
   try {
     bench::parse_batches("1,x");
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--batches: expected positive integers separated by commas, got '1,x'");
+    EXPECT_STREQ(e.what(),
+                 "--batches: expected positive integers up to 2147483647, separated by commas, "
+                 "got '1,x'");
   }
 }
 

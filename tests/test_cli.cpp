@@ -1,14 +1,18 @@
 // The fusedlinear program end to end: run on a fixture and read the output back, compare,
 // the no-argument default, Python round trips, and every bad input giving one line + exit 2.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "modules/torch_file.h"
 #include "tests/test_support.h"
@@ -172,6 +176,86 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   }
 }
 
+TEST_F(Cli, HelpComesBeforeAnyCheck) {
+  const Result r = run("--batch many --iters 4294967296 --help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--strip-prefix"), std::string::npos) << r.out;
+}
+
+// The command line's new refusals, through the program: one line, exit 2 (the checks
+// themselves: test_command_line.cpp).
+TEST_F(Cli, CommandLineRefusalsAreOneLine) {
+  expect_usage_error("--iters 4294967296",
+                     "--iters: expected a positive integer up to 2147483647, got '4294967296'");
+  expect_usage_error("--batch --iters 3", "--batch: expected a value, got the option '--iters'");
+  expect_usage_error("compare --output " + path("o.pt"),
+                     "--output: not used by compare (only by run)");
+  EXPECT_EQ(list_dir(dir_->path()).size(), 2u) << "nothing written but stdout and stderr";
+}
+
+// --overwrite replaces a regular file and nothing else: a device is refused with exit 2 before
+// any work and left as it was, and so is a symbolic link (OutputFile's tests: every other kind).
+TEST_F(Cli, OverwriteReplacesOnlyRegularFiles) {
+  const std::string run_args = "run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
+                               kFixtures + "mish_mish_input.pt";
+  expect_usage_error(run_args + " --output /dev/null --overwrite",
+                     "--output /dev/null: is a character device; only a regular file is ever "
+                     "replaced");
+  struct stat st {};
+  ASSERT_EQ(::lstat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null is still a device";
+  // Into a missing folder: refused before the run (no PASS first), with the reason.
+  const Result r = run("compare --device cpu --batch 2 --in-features 4 --out-features 4 --json " +
+                       path("missing/c.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "") << "refused before any work";
+  EXPECT_NE(r.err.find("No such file or directory"), std::string::npos) << r.err;
+  // A character device made here (needs CAP_MKNOD).
+  if (::mknod(path("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    GTEST_SKIP() << "mknod not permitted here: the device made by the test skipped";
+  }
+  expect_usage_error(run_args + " --output " + path("null") + " --overwrite",
+                     "is a character device");
+  ASSERT_EQ(::lstat(path("null").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, makedev(1, 3));
+}
+
+// A symbolic link planted at the temporary name older versions used is not written through.
+TEST_F(Cli, PlantedLinkAtATemporaryNameIsNotFollowed) {
+  const std::string weights = path("weights.pt");
+  const std::string original = read_file(kFixtures + "mish_mish.pt");
+  std::ofstream(weights, std::ios::binary) << original;
+  ASSERT_EQ(::symlink(weights.c_str(), path("report.json.tmp-fusedlinear").c_str()), 0);
+  const Result r = run("--device cpu --iters 1 --warmup 0 --weights " + weights + " --json " +
+                       path("report.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(weights), original);
+  EXPECT_NO_THROW(nlohmann::json::parse(read_file(path("report.json"))));
+}
+
+// Two programs writing one JSON at once: both finish, the file is one complete JSON document.
+TEST_F(Cli, ConcurrentWritersOfOneJsonLeaveOneCompleteFile) {
+  const std::string json = path("same.json");
+  std::string script;
+  for (int i = 0; i < 2; ++i) {
+    script += "(" + kBinary +
+              " compare --device cpu --batch 4 --in-features 16 --out-features 8 --iters 1 "
+              "--warmup 0 --overwrite --json " +
+              json + " >/dev/null 2>" + path("err" + std::to_string(i)) + "; echo $? >" +
+              path("rc" + std::to_string(i)) + ") & ";
+  }
+  ASSERT_EQ(std::system(("sh -c '" + script + "wait'").c_str()), 0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(read_file(path("rc" + std::to_string(i))), "0\n")
+        << read_file(path("err" + std::to_string(i)));
+  }
+  EXPECT_NO_THROW(nlohmann::json::parse(read_file(json)));
+  for (const auto& name : list_dir(dir_->path())) {
+    EXPECT_EQ(name.find("tmp"), std::string::npos) << "left behind: " << name;
+  }
+}
+
 // Out of memory: one line saying how much was asked for and what to lower; nothing written.
 TEST_F(Cli, OutOfMemorySaysHowMuchAndWhatToLower) {
   // Far beyond any address space (8 PiB), so the allocation fails at once everywhere.
@@ -246,12 +330,9 @@ TEST_F(Cli, PrefixesOfCompiledAndLightningModelsAreStripped) {
       EXPECT_NE(r.err.find(note), std::string::npos) << c.file << ": " << r.err;
     }
   }
-  // Beside another key, the prefix is not removed by itself: the error names it, and
-  // --strip-prefix with --no-strict loads the model.
+  // Beside another key, the prefix is not removed by itself (the error names it:
+  // test_command_line.cpp); --strip-prefix with --no-strict loads the model.
   const std::string extra = save("lightning_extra.pt", "model.", "state_dict", true);
-  expect_usage_error("run --device cpu --weights " + extra + " --input " + kFixtures +
-                         "mish_mish_input.pt --output " + path("e.pt"),
-                     "under the prefix 'model.'; pass --strip-prefix model. and --no-strict");
   const Result r = run_on(extra, " --strip-prefix model --no-strict");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(torch::allclose(read_tensor(path("o.pt")), want, 1e-4, 1e-4));
