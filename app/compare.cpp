@@ -17,9 +17,9 @@ struct ModelResult {
   double eager_err_vs_fp64 = 0, fused_err_vs_fp64 = 0;
   std::string weight_layout;  // the fused model's (choose_weight_layout)
   TimingStats eager, fused;
+  NonFinite non_finite;                            // NaN and inf in the two outputs
+  std::vector<int64_t> input_shape, output_shape;  // what ran
 };
-
-double max_abs(const torch::Tensor& t) { return t.numel() ? t.abs().max().item<double>() : 0.0; }
 
 ModelResult compare_model(const std::string& name, const Settings& settings) {
   torch::NoGradGuard no_grad;
@@ -38,11 +38,14 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
     eager = model->forward_eager(x).to(torch::kFloat64);
     fused = fused_model->forward(x).to(torch::kFloat64);
   });
+  r.input_shape = x.sizes().vec();
+  r.output_shape = fused.sizes().vec();
+  r.non_finite = count_non_finite(eager, fused);
   const torch::Tensor diff = (fused - eager).abs();
-  r.max_abs_err = max_abs(diff);
+  r.max_abs_err = max_abs_finite(diff);
   // Relative error with |eager| floored at atol, so outputs near zero are judged by the
   // absolute error (as allclose does) instead of dividing by ~0.
-  r.max_rel_err = max_abs(diff / eager.abs().clamp_min(std::max(settings.atol, 1e-30)));
+  r.max_rel_err = max_abs_finite(diff / eager.abs().clamp_min(std::max(settings.atol, 1e-30)));
   r.within_tolerance = torch::allclose(fused, eager, settings.rtol, settings.atol,
                                        /*equal_nan=*/true);
 
@@ -50,8 +53,8 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   const auto& linear = model->linear();
   const torch::Tensor reference = model->epilogue_eager(torch::nn::functional::linear(
       x.to(torch::kFloat64), linear->weight.to(torch::kFloat64), linear->bias.to(torch::kFloat64)));
-  r.eager_err_vs_fp64 = max_abs(eager - reference);
-  r.fused_err_vs_fp64 = max_abs(fused - reference);
+  r.eager_err_vs_fp64 = max_abs_finite(eager - reference);
+  r.fused_err_vs_fp64 = max_abs_finite(fused - reference);
 
   // In turns, so drifts of the device's clocks weigh on both alike.
   const auto times = time_interleaved(
@@ -60,6 +63,15 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   r.eager = times[0];
   r.fused = times[1];
   return r;
+}
+
+// The input's rows (all dimensions but the last) that the models ran on.
+int64_t rows_that_ran(const std::vector<ModelResult>& results) {
+  if (results.empty()) return 0;
+  int64_t rows = 1;
+  const auto& shape = results.front().input_shape;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  return rows;
 }
 
 std::string time_cell(const TimingStats& t) {
@@ -103,6 +115,9 @@ int run_compare(const Settings& settings) {
   table.print(std::cout);
   std::cout << "\n";
   for (const auto& r : results) std::cout << r.name << " fused path: " << r.weight_layout << "\n";
+  for (const auto& r : results) {
+    if (r.non_finite.any()) std::cout << r.name << ": " << r.non_finite.describe() << "\n";
+  }
   std::cout << (all_pass ? "PASS: every model's fused output is within tolerance of eager"
                          : "FAIL: a fused output differs from eager beyond tolerance")
             << "\n";
@@ -119,13 +134,16 @@ int run_compare(const Settings& settings) {
                         {"eager_forward", timing_json(r.eager)},
                         {"fused_forward", timing_json(r.fused)},
                         {"fused_weight_layout", r.weight_layout},
+                        {"input_shape", r.input_shape},
+                        {"output_shape", r.output_shape},
+                        {"non_finite", r.non_finite.json()},
                         {"speedup", r.eager.median_us / r.fused.median_us}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
                                         {"platform", platform_description(settings.device)},
                                         {"device", settings.device.str()},
                                         {"dtype", dtype_name(settings.dtype)},
-                                        {"batch", settings.batch},
+                                        {"batch", rows_that_ran(results)},
                                         {"weights", settings.weights},
                                         {"input", settings.input},
                                         {"seed", settings.seed},

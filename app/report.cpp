@@ -52,4 +52,39 @@ std::string scientific(double value, int decimals) {
   return buffer;
 }
 
+double max_abs_finite(const torch::Tensor& t) {
+  if (t.numel() == 0) return 0.0;
+  const torch::Tensor finite = t.abs().masked_select(torch::isfinite(t));
+  return finite.numel() ? finite.max().item<double>() : 0.0;
+}
+
+NonFinite count_non_finite(const torch::Tensor& eager, const torch::Tensor& fused) {
+  const auto count = [](const torch::Tensor& mask) { return mask.sum().item<int64_t>(); };
+  NonFinite n;
+  n.eager_nan = count(torch::isnan(eager));
+  n.eager_inf = count(torch::isinf(eager));
+  n.fused_nan = count(torch::isnan(fused));
+  n.fused_inf = count(torch::isinf(fused));
+  n.same_positions = torch::equal(torch::isnan(eager), torch::isnan(fused)) &&
+                     torch::equal(torch::isposinf(eager), torch::isposinf(fused)) &&
+                     torch::equal(torch::isneginf(eager), torch::isneginf(fused));
+  return n;
+}
+
+std::string NonFinite::describe() const {
+  const auto counts = [](int64_t nan, int64_t inf) {
+    return std::to_string(nan) + " NaN and " + std::to_string(inf) + " inf";
+  };
+  return counts(eager_nan, eager_inf) + " in eager's output, " + counts(fused_nan, fused_inf) +
+         " in fused's, " + (same_positions ? "at the same positions" : "at different positions");
+}
+
+nlohmann::ordered_json NonFinite::json() const {
+  return {{"eager_nan", eager_nan},
+          {"eager_inf", eager_inf},
+          {"fused_nan", fused_nan},
+          {"fused_inf", fused_inf},
+          {"same_positions", same_positions}};
+}
+
 }  // namespace fusedlinear

@@ -30,4 +30,19 @@ nlohmann::ordered_json timing_json(const TimingStats& t);
 std::string fixed(double value, int decimals);
 std::string scientific(double value, int decimals);
 
+// The largest |t| over t's finite elements, 0 when it has none: NaN and infinities are counted
+// apart (NonFinite), never printed as an error of "nan".
+double max_abs_finite(const torch::Tensor& t);
+
+// The NaN and infinite elements of two outputs of the same shape (eager's and fused's).
+struct NonFinite {
+  int64_t eager_nan = 0, eager_inf = 0, fused_nan = 0, fused_inf = 0;
+  bool same_positions = true;  // NaN where the other has NaN, +inf where +inf, -inf where -inf
+  bool any() const { return eager_nan + eager_inf + fused_nan + fused_inf > 0; }
+  // "3 NaN and 1 inf in eager's output, 3 NaN and 1 inf in fused's, at the same positions".
+  std::string describe() const;
+  nlohmann::ordered_json json() const;
+};
+NonFinite count_non_finite(const torch::Tensor& eager, const torch::Tensor& fused);
+
 }  // namespace fusedlinear

@@ -282,6 +282,37 @@ TEST_F(Cli, MessagesSayWhichFileAndWhatIsWrong) {
   EXPECT_EQ(r.err.find("state_dict"), std::string::npos) << r.err;
 }
 
+// NaN in the outputs is counted and compared, never printed as an error of "nan" beside a
+// pass; the JSON records the shapes that ran.
+TEST_F(Cli, NanInOutputsIsReportedAsSuch) {
+  torch::Tensor x = read_tensor(kFixtures + "mish_mish_input.pt").clone();
+  x[1][3] = std::numeric_limits<float>::quiet_NaN();
+  write_tensor(x, path("nan_input.pt"));
+  const Result r =
+      run("compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures +
+          "mish_mish.pt --input " + path("nan_input.pt") + " --json " + path("c.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("mish_mish: 48 NaN and 0 inf in eager's output, 48 NaN and 0 inf in "
+                       "fused's, at the same positions"),
+            std::string::npos)
+      << r.out;
+  const size_t row = r.out.find("\nmish_mish  ");  // the table's row
+  ASSERT_NE(row, std::string::npos) << r.out;
+  const std::string table_row = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+  EXPECT_EQ(table_row.find("nan"), std::string::npos) << table_row;
+  EXPECT_NE(table_row.find(" yes "), std::string::npos) << table_row;
+  const auto doc = nlohmann::json::parse(read_file(path("c.json")));
+  EXPECT_EQ(doc["batch"], 5);
+  const auto& m = doc["models"][0];
+  EXPECT_EQ(m["input_shape"], nlohmann::json::array({5, 64}));
+  EXPECT_EQ(m["output_shape"], nlohmann::json::array({5, 48}));
+  EXPECT_EQ(m["non_finite"]["eager_nan"], 48);
+  EXPECT_EQ(m["non_finite"]["fused_nan"], 48);
+  EXPECT_TRUE(m["non_finite"]["same_positions"].get<bool>());
+  EXPECT_TRUE(m["max_abs_err"].is_number());
+  EXPECT_LT(m["max_abs_err"].get<double>(), 1e-4);
+}
+
 // Keys as torch.compile, DataParallel and PyTorch Lightning save them load, each prefix with a
 // notice; what cannot be told apart gets the longest common prefix and --strip-prefix.
 TEST_F(Cli, PrefixesOfCompiledAndLightningModelsAreStripped) {
