@@ -70,12 +70,7 @@ std::string refusal(const std::string& line) {
 
 template <typename Fn>
 std::string usage_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return testing_support::message_of<UsageError>(fn);
 }
 
 TEST(CommandLine, NumbersHaveTheirRealRange) {
@@ -187,13 +182,8 @@ TEST(CommandLine, PrefixErrorsSuggestStripPrefix) {
     std::ofstream(dir.file(name), std::ios::binary).write(bytes.data(), bytes.size());
     return dir.file(name);
   };
-  const auto load_error_of = [](const std::function<void()>& fn) -> std::string {
-    try {
-      fn();
-    } catch (const LoadError& e) {
-      return e.what();
-    }
-    return "";
+  const auto load_error_of = [](const auto& fn) {
+    return testing_support::message_of<LoadError>(fn);
   };
   Settings s;
   s.command = "run";

@@ -35,12 +35,7 @@ void write_plain(const std::string& path, const std::string& text) {
 // The OutputError a call throws ("" when it throws none).
 template <typename Fn>
 std::string output_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const OutputError& e) {
-    return e.what();
-  }
-  return "";
+  return testing_support::message_of<OutputError>(fn);
 }
 
 struct stat lstat_of(const std::string& path) {

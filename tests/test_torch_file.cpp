@@ -30,6 +30,7 @@ using nlohmann::json;
 using testing_support::file_exists;
 using testing_support::file_size;
 using testing_support::list_dir;
+using testing_support::message_of;
 using testing_support::read_file;
 using testing_support::TempDir;
 
@@ -80,17 +81,6 @@ void expect_tensor(const torch::Tensor& t, const json& expected) {
 void expect_one_line(const std::string& message, const std::string& path) {
   EXPECT_EQ(message.rfind(path + ": ", 0), 0u) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-}
-
-// The message of the Error that `call` throws, or `none` when it throws none.
-template <typename Error>
-std::string message_of(const std::function<void()>& call, const std::string& none) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return none;
 }
 
 std::string load_error(const std::function<void()>& load) {
