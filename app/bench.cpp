@@ -142,23 +142,6 @@ std::string command_line() {
   return out;
 }
 
-std::string device_name(const torch::Device& device) {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getCurrentDeviceProperties()->name;
-#endif
-  return "CPU (" + std::to_string(at::get_num_threads()) + " threads)";
-}
-
-std::string cuda_version() {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  int runtime = 0;
-  cudaRuntimeGetVersion(&runtime);
-  return std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
-#else
-  return "";
-#endif
-}
-
 int64_t cache_bytes(const torch::Device& device) {
 #ifdef FUSEDLINEAR_WITH_CUDA
   if (device.is_cuda()) {
@@ -196,7 +179,7 @@ class Progress {
 // Fails early, with one line, for a dtype the device's libtorch cannot run (float16 matrix
 // products on an old CPU libtorch), instead of minutes into the sweep.
 void check_dtype_runs(const std::string& model_name, const Settings& settings) {
-  try {
+  run_in_context(model_name, settings, [&] {
     torch::NoGradGuard no_grad;
     auto model = make_model(model_name, 8, 8, 0);
     model->to(settings.device, settings.dtype);
@@ -204,12 +187,7 @@ void check_dtype_runs(const std::string& model_name, const Settings& settings) {
     model->forward(x);
     model->forward_eager(x);
     synchronize(settings.device);
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    throw UsageError(dtype_name(settings.dtype) + " does not run on " + settings.device.str() +
-                     " with this libtorch (" + model_name +
-                     "): " + what.substr(0, what.find('\n')));
-  }
+  });
 }
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -365,12 +343,6 @@ nlohmann::ordered_json figures_json(const Figures& figures) {
   return out;
 }
 
-nlohmann::ordered_json difference_json(const OutputDifference& d) {
-  return {{"max_abs", number_or_null(d.max_abs)}, {"max_rel", number_or_null(d.max_rel)},
-          {"nonfinite", d.got_nonfinite},         {"reference_nonfinite", d.want_nonfinite},
-          {"nonfinite_match", d.nonfinite_match}, {"allclose", d.allclose}};
-}
-
 // One CSV row per configuration and precision: the shared columns, then the precision's.
 std::string render_csv(const std::vector<Result>& results) {
   std::ostringstream out;
@@ -406,7 +378,8 @@ std::string render_csv(const std::vector<Result>& results) {
       for (const auto& d : fused_figures(r, f)) out << "," << csv_number(d.second);
       out << "," << csv_number(f.vs_eager.max_abs) << "," << csv_number(f.vs_eager.max_rel) << ","
           << (f.vs_eager.allclose ? "true" : "false") << "," << (f.counted ? "true" : "false")
-          << "," << csv_number(f.vs_float64.max_abs) << "," << f.vs_float64.got_nonfinite << ","
+          << "," << csv_number(f.vs_float64.max_abs) << ","
+          << f.vs_eager.non_finite.fused_nan + f.vs_eager.non_finite.fused_inf << ","
           << (f.graph_ok ? "true" : "false") << "\n";
     }
   }
@@ -450,11 +423,6 @@ Plan plan_from_options(const Settings& settings, const cxxopts::ParseResult& par
   plan.precisions = settings.precisions;
   plan.csv_path = parsed.count("csv") ? parsed["csv"].as<std::string>() : "";
   plan.plot_path = parsed.count("plot") ? parsed["plot"].as<std::string>() : "";
-  const std::vector<std::string> inputs = {settings.weights};
-  for (const std::string* path :
-       std::vector<const std::string*>{&settings.json, &plan.csv_path, &plan.plot_path}) {
-    if (!path->empty()) check_output_path(*path, settings.overwrite, inputs);
-  }
   plan.models = settings.models;
   if (plan.models.empty()) plan.models = {detect_model(settings)};
   return plan;
@@ -479,10 +447,8 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
       for (const int64_t batch : plan.batches) {
         progress.show(int(results.size()),
                       name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
-        const double atol =
-            settings.tolerance_given ? settings.atol : bench::chain_tolerance(dtype);
-        const double rtol =
-            settings.tolerance_given ? settings.rtol : bench::chain_tolerance(dtype);
+        const double atol = settings.tolerance_given ? settings.atol : default_tolerance(dtype);
+        const double rtol = settings.tolerance_given ? settings.rtol : default_tolerance(dtype);
         results.push_back(bench_one(models, name, batch, s, plan.cuda_graph, atol, rtol));
       }
     }
@@ -708,12 +674,16 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   print_tables(results, plan, platform, settings);
   const int failures = report_failures(results);
   if (!settings.json.empty()) {
-    write_text_file(settings.json,
-                    bench_json(results, plan, settings, platform, date).dump(2) + "\n");
+    write_output_file(settings.json,
+                      bench_json(results, plan, settings, platform, date).dump(2) + "\n",
+                      settings.overwrite);
   }
-  if (!plan.csv_path.empty()) write_text_file(plan.csv_path, render_csv(results));
+  if (!plan.csv_path.empty()) {
+    write_output_file(plan.csv_path, render_csv(results), settings.overwrite);
+  }
   if (!plan.plot_path.empty()) {
-    write_text_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters));
+    write_output_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters),
+                      settings.overwrite);
   }
   return failures > 0 ? 1 : 0;
 }

@@ -23,22 +23,17 @@ inline std::vector<std::string> split_commas(const std::string& text) {
   }
 }
 
-// "1,8,64" -> {1, 8, 64}. Throws UsageError naming `option` on anything else.
+// "1,8,64" -> {1, 8, 64}, each in 1..kMaxCount. Throws UsageError naming `option` otherwise.
 inline std::vector<int64_t> parse_batches(const std::string& text,
                                           const std::string& option = "--batches") {
-  const auto bad = [&] {
-    return UsageError(option + ": expected positive integers separated by commas, got '" + text +
-                      "'");
-  };
   std::vector<int64_t> batches;
   for (const auto& part : split_commas(text)) {
-    if (part.empty() || part.size() > 12 ||
-        !std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      throw bad();
+    try {
+      batches.push_back(parse_integer(option, part, 1, kMaxCount));
+    } catch (const UsageError&) {
+      throw UsageError(option + ": expected positive integers up to " + std::to_string(kMaxCount) +
+                       ", separated by commas, got '" + text + "'");
     }
-    const int64_t value = std::stoll(part);
-    if (value <= 0) throw bad();
-    batches.push_back(value);
   }
   return batches;
 }
@@ -48,17 +43,13 @@ inline std::vector<torch::ScalarType> parse_dtypes(const std::string& text,
                                                    const std::string& option = "--dtypes") {
   std::vector<torch::ScalarType> dtypes;
   for (const auto& part : split_commas(text)) {
-    if (part == "float32") {
-      dtypes.push_back(torch::kFloat32);
-    } else if (part == "float16") {
-      dtypes.push_back(torch::kFloat16);
-    } else if (part == "bfloat16") {
-      dtypes.push_back(torch::kBFloat16);
-    } else {
+    const auto dtype = dtype_named(part);
+    if (!dtype) {
       throw UsageError(option +
                        ": expected float32, float16 or bfloat16 separated by commas, got '" + text +
                        "'");
     }
+    dtypes.push_back(*dtype);
   }
   return dtypes;
 }
@@ -70,15 +61,6 @@ inline int rotation_count(int64_t bytes, int64_t cache_bytes) {
   int64_t n = (4 * cache_bytes + per - 1) / per;
   n = std::min<int64_t>(n, (int64_t{1} << 30) / per);
   return int(std::clamp<int64_t>(n, 2, 64));
-}
-
-// allclose-style tolerances of the fused-vs-eager chain check, per dtype: 1e-4 in float32
-// (shared/SPEC.md); the half types differ by design, since eager rounds after every op and the
-// fused op once at the end: a few units in the last place of 11 (fp16) or 8 (bf16) bits.
-inline double chain_tolerance(torch::ScalarType dtype) {
-  if (dtype == torch::kFloat16) return 1e-2;
-  if (dtype == torch::kBFloat16) return 5e-2;
-  return 1e-4;
 }
 
 }  // namespace bench

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cxxopts.hpp>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct Settings {
   std::vector<std::string> models;  // from --model, `all` expanded, or the model --weights holds
   std::string weights;              // empty: seeded random parameters
   std::string weights_key;
+  std::string strip_prefix;  // --strip-prefix: removed from the file's keys before matching
   bool strict = true;
   std::string input, output;
   bool overwrite = false;
@@ -34,8 +36,8 @@ struct Settings {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat32;
   uint64_t seed = 0;
-  int iters = 0, warmup = 0;
-  int threads = 0;  // --threads; 0: libtorch's default
+  int iters = 0, warmup = 0;  // at most kMaxCount (checked when parsed)
+  int threads = 0;            // --threads; 0: libtorch's default
   double atol = 0, rtol = 0;
   bool tolerance_given = false;  // --atol or --rtol set: every path's verdict counts
   std::string json;
@@ -51,26 +53,69 @@ int run_run(const Settings& settings);
 void add_bench_options(cxxopts::Options& options);
 int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed);
 
+// The largest batch, feature count, --iters and --warmup: GEMM dimensions are 32-bit in
+// cuBLAS, and a count of runs needs no more.
+constexpr int64_t kMaxCount = 2147483647;
+
+// Checking the command line (options.cpp), before any work; each throws a UsageError naming
+// the option.
+// `text` as a base-10 integer in [min_value, max_value], without wrapping ("--iters: expected
+// a positive integer up to 2147483647, got '4294967296'").
+int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
+                      int64_t max_value);
+// The same for the full range of uint64_t (--seed).
+uint64_t parse_unsigned(const std::string& option, const std::string& text);
+// A tolerance: a finite number >= 0.
+double parse_tolerance(const std::string& option, const std::string& text);
+// Each option's value is given once, is not empty and is not the next option (cxxopts takes
+// `--batch --iters 3` as --batch "--iters").
+void check_option_values(const cxxopts::ParseResult& parsed);
+// Each option is one `command` uses, and means something with the others given (--batch not
+// with --input, --weights-key only with --weights, ...).
+void check_option_uses(const cxxopts::ParseResult& parsed, const std::string& command);
+// The output files (--output, --json, --csv, --plot): no two the same, and each one
+// check_output_path accepts (modules/output_file.h), the run's inputs being --weights and
+// --input.
+void check_output_files(const cxxopts::ParseResult& parsed, const Settings& settings);
+
 // Helpers the commands share (common.cpp).
+// The dtype named "float32", "float16" or "bfloat16" (dtype_name's names); nullopt otherwise.
+std::optional<torch::ScalarType> dtype_named(const std::string& name);
+// "float32", "float16", "bfloat16".
+std::string dtype_name(torch::ScalarType dtype);
+// Default atol = rtol of the fused-vs-eager check, per dtype: 1e-4 in float32 (shared/SPEC.md);
+// the half types differ by design, since eager rounds after every op and the fused op once at
+// the end: a few units in the last place of 11 (float16) or 8 (bfloat16) bits.
+double default_tolerance(torch::ScalarType dtype);
+
 // The model `name` for this run: seeded-random parameters, or those of settings.weights (read
 // once, strictness per settings), on the run's device and in its dtype, the weight laid out as
-// nn.Linear lays it out. Prints the loader's notices to stderr, once.
-std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings);
+// nn.Linear lays it out. Prints the loader's notices to stderr, once. The parameters are drawn
+// from a generator of its own, seeded with settings.seed (PyTorch's global one is not touched);
+// `rest_of_stream`, if given, receives that generator where the draws left it, for
+// build_input.
+std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings,
+                                                 at::Generator* rest_of_stream = nullptr);
 // For the fused path on a GPU: times the bias-free GEMM x @ W^T with the weight as it is and
 // re-laid (output-major <-> input-major, LinearEpilogueModel::weight_in), in
 // turns, 10 calls each after 3 warm-up, and keeps the faster layout. Returns a line saying
 // which and the two median times. On the CPU it changes nothing and says so.
 std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x);
 // The run's input: settings.input when given (checked against in_features), otherwise
-// torch.rand(batch, in_features) drawn from the CPU generator where build_model left it, as
-// `torch.manual_seed(seed); model = Model(...); x = torch.rand(batch, in_features)` does in
-// Python. Call it right after build_model. (Reseeding here would draw x from the same numbers
-// as the weight's first rows, which makes x @ W^T's diagonal ~15 instead of ~0.3.) On the run's
+// torch.rand(batch, in_features) drawn from `stream`, the generator build_model drew the
+// parameters from, as `torch.manual_seed(seed); model = Model(...); x = torch.rand(batch,
+// in_features)` does in Python. (A fresh seed would draw x from the same numbers as the
+// weight's first rows, which makes x @ W^T's diagonal ~15 instead of ~0.3.) On the run's
 // device and dtype.
-torch::Tensor build_input(const Settings& settings, int64_t in_features);
-// Runs fn; a c10::Error from libtorch (typically an op with no kernel for this dtype on this
-// device, e.g. float16 matmul on the CPU in libtorch 1.13) becomes a UsageError saying which
-// model, dtype and device could not run and why.
+torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Generator stream);
+// A c10::Error from libtorch as a UsageError. Out of memory (CPU or GPU) says how much was
+// asked for and what to lower; anything else (typically an op with no kernel for this dtype on
+// this device, e.g. float16 matmul on the CPU in libtorch 1.13) says that `what` (e.g.
+// "swish_chain in float16 on cpu"; may be empty) could not run, and libtorch's first line.
+UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what);
+// std::bad_alloc as a UsageError: out of memory, and what to lower.
+UsageError out_of_memory_error(const Settings& settings, const std::string& requested = "");
+// Runs fn; a c10::Error becomes usage_error(..., "<model> in <dtype> on <device>").
 void run_in_context(const std::string& model, const Settings& settings,
                     const std::function<void()>& fn);
 // The model whose keys settings.weights holds (swish_chain has add_value, mish_mish linear.*).
@@ -85,25 +130,10 @@ std::string gemm_description(const LinearEpilogueModel& model, int64_t rows);
 // default 1e-4 by design and are only reported.
 bool verdict_counts(Precision precision, const Settings& settings);
 
-// One output against another (`want`: eager's, or a float64 evaluation): largest absolute and
-// relative differences over the positions where both are finite (relative to max(|want|, atol),
-// so values near zero are judged by the absolute difference, as allclose does), NaN and +-inf
-// counts of each, whether those positions and values match, and allclose(got, want, rtol, atol)
-// with NaN equal to NaN.
-struct OutputDifference {
-  double max_abs = 0, max_rel = 0;
-  int64_t got_nonfinite = 0, want_nonfinite = 0;
-  bool nonfinite_match = true;
-  bool allclose = true;
-};
-OutputDifference compare_outputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
-                                 double rtol);
-// A report's NaN/inf column: "0"; "3 (same)" when the reference has them at the same positions;
-// "3 (ref 0)" when it does not.
-std::string nonfinite_cell(const OutputDifference& d);
-
-// "float32", "float16", "bfloat16".
-std::string dtype_name(torch::ScalarType dtype);
+// "NVIDIA H200" on a GPU, "CPU AMD EPYC 9654 (2 threads)" on the CPU.
+std::string device_name(const torch::Device& device);
+// The CUDA runtime's version, "13.0"; "" without CUDA.
+std::string cuda_version();
 // "libtorch 2.11.0, CUDA 13.0, NVIDIA H200" or, on the CPU, "libtorch 1.13.1, CPU AMD EPYC (2
 // threads); GEMM: <blas_description()>; fused ops: avx512 loop".
 std::string platform_description(const torch::Device& device);

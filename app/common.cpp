@@ -1,6 +1,7 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -22,14 +23,37 @@
 namespace fusedlinear {
 namespace {
 
-// The --weights file, read once however many times a run needs it.
+// Every model's name and state-dict keys.
+const std::vector<ModelKeys>& all_model_keys() {
+  static const std::vector<ModelKeys> keys = [] {
+    std::vector<ModelKeys> out;
+    for (const auto& name : model_names())
+      out.emplace_back(name, state_dict_keys(*make_model(name, 1, 1, 0)));
+    return out;
+  }();
+  return keys;
+}
+
+// A LoadError about a file the user gave with `option`, saying so: "--input x.pt: ...".
+LoadError about(const std::string& option, const std::exception& e) {
+  return LoadError(option + " " + e.what());
+}
+
+// The --weights file, read once however many times a run needs it: --strip-prefix, else a
+// training wrapper's attribute prefix that makes the keys one model's (strip_attribute_prefix).
 const NamedTensors& weights_file(const Settings& settings) {
   static std::map<std::string, NamedTensors> cache;
   auto it = cache.find(settings.weights);
   if (it == cache.end()) {
     // Its notices reach the user through apply_state_dict, with the model's.
-    it = cache.emplace(settings.weights, read_state_dict(settings.weights, settings.weights_key))
-             .first;
+    try {
+      NamedTensors file =
+          read_state_dict(settings.weights, settings.weights_key, settings.strip_prefix);
+      if (settings.strip_prefix.empty()) strip_attribute_prefix(file, all_model_keys());
+      it = cache.emplace(settings.weights, std::move(file)).first;
+    } catch (const LoadError& e) {
+      throw about("--weights", e);
+    }
   }
   return it->second;
 }
@@ -57,6 +81,13 @@ std::string keys_of(const NamedTensors& file) {
 
 }  // namespace
 
+std::optional<torch::ScalarType> dtype_named(const std::string& name) {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+    if (name == dtype_name(dtype)) return dtype;
+  }
+  return std::nullopt;
+}
+
 std::string dtype_name(torch::ScalarType dtype) {
   switch (dtype) {
     case torch::kFloat32:
@@ -70,15 +101,81 @@ std::string dtype_name(torch::ScalarType dtype) {
   }
 }
 
+double default_tolerance(torch::ScalarType dtype) {
+  if (dtype == torch::kFloat16) return 1e-2;
+  if (dtype == torch::kBFloat16) return 5e-2;
+  return 1e-4;
+}
+
+namespace {
+
+// "7.50 GiB".
+std::string byte_size(double bytes) {
+  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 6) bytes /= 1024, ++unit;
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, unit ? "%.2f %s" : "%.0f %s", bytes, kUnits[unit]);
+  return buffer;
+}
+
+// How much an out-of-memory error from libtorch's allocators asked for ("7.50 GiB"; "" when it
+// does not say), or nullopt for any other error. CPU: "... can't allocate memory: you tried to
+// allocate 123 bytes ..."; CUDA: "CUDA out of memory. Tried to allocate 2.00 GiB ...".
+std::optional<std::string> requested_memory(const std::string& message) {
+  static const std::string kCpu = "you tried to allocate ", kCuda = "Tried to allocate ";
+  if (const size_t at = message.find(kCpu); at != std::string::npos) {
+    return byte_size(std::strtod(message.c_str() + at + kCpu.size(), nullptr));
+  }
+  if (const size_t at = message.find(kCuda); at != std::string::npos) {
+    // "20.00 GiB", followed by "." or " (" and more about the device.
+    std::istringstream words(message.substr(at + kCuda.size()));
+    std::string number, unit;
+    words >> number >> unit;
+    while (!unit.empty() && (unit.back() == '.' || unit.back() == ',')) unit.pop_back();
+    return number + " " + unit;
+  }
+  if (message.find("out of memory") != std::string::npos ||
+      message.find("can't allocate memory") != std::string::npos) {
+    return "";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+UsageError out_of_memory_error(const Settings& settings, const std::string& requested) {
+  // What sets the sizes: --input's rows or --batch(es); the file's features or the options.
+  const std::string batch = settings.command == "bench" ? "--batches" : "--batch";
+  const std::string advice =
+      !settings.input.empty() ? "use a smaller --input" +
+                                    std::string(!settings.weights.empty()
+                                                    ? " or a smaller model than --weights"
+                                                    : ", or lower --in-features or --out-features")
+      : !settings.weights.empty() ? "lower " + batch + ", or use a smaller model than --weights"
+                                  : "lower " + batch + ", --in-features or --out-features";
+  return UsageError("out of memory on " + settings.device.str() +
+                    (requested.empty() ? "" : ": tried to allocate " + requested) + "; " + advice);
+}
+
+UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what) {
+  const std::string message = error.what_without_backtrace();
+  if (const auto requested = requested_memory(message)) {
+    return out_of_memory_error(settings, *requested);
+  }
+  const std::string first_line = message.substr(0, message.find('\n'));
+  return UsageError((what.empty() ? "libtorch " TORCH_VERSION ": "
+                                  : what + ": libtorch " TORCH_VERSION " cannot run it: ") +
+                    first_line);
+}
+
 void run_in_context(const std::string& model, const Settings& settings,
                     const std::function<void()>& fn) {
   try {
     fn();
   } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    throw UsageError(model + " in " + dtype_name(settings.dtype) + " on " + settings.device.str() +
-                     ": libtorch " + TORCH_VERSION +
-                     " cannot run it: " + what.substr(0, what.find('\n')));
+    throw usage_error(e, settings,
+                      model + " in " + dtype_name(settings.dtype) + " on " + settings.device.str());
   }
 }
 
@@ -95,16 +192,16 @@ std::string detect_model(const Settings& settings) {
     if (matches > best_matches) best = name, best_matches = matches;
   }
   if (best.empty()) {
-    throw LoadError(settings.weights +
+    throw LoadError("--weights " + settings.weights +
                     ": holds neither model's Linear weight (swish_chain: matmul.weight, "
                     "mish_mish: linear.weight); its keys: " +
-                    keys_of(file));
+                    keys_of(file) + strip_prefix_hint(file, all_model_keys()));
   }
   return best;
 }
 
-std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
-                                                 const Settings& settings) {
+std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings,
+                                                 at::Generator* rest_of_stream) {
   int64_t in_features = settings.in_features, out_features = settings.out_features;
   const NamedTensors* file = settings.weights.empty() ? nullptr : &weights_file(settings);
   if (file && (in_features == 0 || out_features == 0)) {
@@ -112,23 +209,32 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name,
     const std::string key = linear_weight_key(*make_model(name, 1, 1, 0));
     const torch::Tensor* weight = find_tensor(*file, key);
     if (!weight) {
-      throw LoadError(settings.weights + ": missing key " + key + " (model " + name +
-                      "); the file has " + keys_of(*file));
+      throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " + name +
+                      "); the file has " + keys_of(*file) +
+                      strip_prefix_hint(*file, all_model_keys()));
     }
     if (weight->dim() != 2) {
       std::ostringstream s;
-      s << settings.weights << ": " << key << " has shape " << weight->sizes()
+      s << "--weights " << settings.weights << ": " << key << " has shape " << weight->sizes()
         << ", expected [out_features, in_features]";
       throw LoadError(s.str());
     }
     if (in_features == 0) in_features = weight->size(1);
     if (out_features == 0) out_features = weight->size(0);
   }
-  auto model = make_model(name, in_features, out_features, settings.seed);
+  at::Generator stream = at::detail::createCPUGenerator(settings.seed);
+  auto model = make_model(name, in_features, out_features, stream);
+  if (rest_of_stream) *rest_of_stream = stream;
   if (file) {
     // compare and bench build each model twice (eager's and the fused path's): say things once.
     static std::set<std::string> shown;
-    for (const auto& notice : apply_state_dict(*model, *file, settings.weights, settings.strict)) {
+    std::vector<std::string> notices;
+    try {
+      notices = apply_state_dict(*model, *file, settings.weights, settings.strict);
+    } catch (const LoadError& e) {
+      throw about("--weights", e);
+    }
+    for (const auto& notice : notices) {
       const std::string line = "fusedlinear: note: " + name + ": " + notice;
       if (shown.insert(line).second) std::cerr << line << "\n";
     }
@@ -177,49 +283,25 @@ bool verdict_counts(Precision precision, const Settings& settings) {
   return keeps_float32_accuracy(precision) || settings.tolerance_given;
 }
 
-OutputDifference compare_outputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
-                                 double rtol) {
-  const torch::Tensor g = got.to(torch::kFloat64), w = want.to(torch::kFloat64);
-  const torch::Tensor finite = g.isfinite().logical_and(w.isfinite());
-  const torch::Tensor diff = torch::where(finite, (g - w).abs(), torch::zeros_like(g));
-  const auto max_of = [](const torch::Tensor& t) {
-    return t.numel() ? t.max().item<double>() : 0.0;
-  };
-  OutputDifference d;
-  d.max_abs = max_of(diff);
-  d.max_rel = max_of(diff / w.abs().nan_to_num(0, 0, 0).clamp_min(std::max(atol, 1e-30)));
-  d.want_nonfinite = w.numel() - w.isfinite().sum().item<int64_t>();
-  d.got_nonfinite = g.numel() - g.isfinite().sum().item<int64_t>();
-  d.nonfinite_match = torch::equal(g.isnan(), w.isnan()) &&
-                      torch::equal(torch::isposinf(g), torch::isposinf(w)) &&
-                      torch::equal(torch::isneginf(g), torch::isneginf(w));
-  d.allclose = d.nonfinite_match &&
-               torch::allclose(torch::where(finite, g, torch::zeros_like(g)),
-                               torch::where(finite, w, torch::zeros_like(w)), rtol, atol);
-  return d;
-}
-
-std::string nonfinite_cell(const OutputDifference& d) {
-  if (d.got_nonfinite == 0 && d.want_nonfinite == 0) return "0";
-  return std::to_string(d.got_nonfinite) +
-         (d.nonfinite_match ? " (same)" : " (ref " + std::to_string(d.want_nonfinite) + ")");
-}
-
-torch::Tensor build_input(const Settings& settings, int64_t in_features) {
+torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Generator stream) {
   torch::Tensor x;
   if (!settings.input.empty()) {
-    x = read_tensor(settings.input);
+    try {
+      x = read_tensor(settings.input);
+    } catch (const LoadError& e) {
+      throw about("--input", e);
+    }
     if (x.dim() < 1 || x.size(-1) != in_features || !x.is_floating_point()) {
       std::ostringstream s;
-      s << settings.input << ": input has shape " << x.sizes() << " and dtype " << x.scalar_type()
-        << ", expected a floating-point tensor [..., " << in_features
+      s << "--input " << settings.input << ": the input has shape " << x.sizes() << " and dtype "
+        << x.scalar_type() << ", expected a floating-point tensor [..., " << in_features
         << "] (in_features of the model)";
       throw UsageError(s.str());
     }
   } else {
     // torch.rand(batch, in_features): uniform in [0, 1), as the reference workload, continuing
-    // the stream build_model seeded (see cli.h).
-    x = torch::rand({settings.batch, in_features});
+    // the stream the parameters were drawn from (see cli.h).
+    x = torch::rand({settings.batch, in_features}, stream);
   }
   return x.to(settings.device, settings.dtype).contiguous();
 }
@@ -349,24 +431,31 @@ void set_cpu_threads(int threads) {
   }
 }
 
-std::string platform_description(const torch::Device& device) {
-  std::ostringstream s;
-  s << "libtorch " << TORCH_VERSION;
+std::string device_name(const torch::Device& device) {
 #ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) {
-    const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-    int runtime = 0;
-    cudaRuntimeGetVersion(&runtime);
-    s << ", CUDA " << runtime / 1000 << "." << (runtime % 1000) / 10 << ", " << prop->name;
-    return s.str();
-  }
+  if (device.is_cuda()) return at::cuda::getCurrentDeviceProperties()->name;
 #endif
   const int threads = at::get_num_threads();
   const std::string model = cpu_model();
-  s << ", CPU " << (model.empty() ? "" : model + " ") << "(" << threads
-    << (threads == 1 ? " thread" : " threads") << "); GEMM: " << blas_description()
-    << "; fused ops: " << cpu::capability_name(cpu::capability()) << " loop";
-  return s.str();
+  return "CPU " + (model.empty() ? "" : model + " ") + "(" + std::to_string(threads) +
+         (threads == 1 ? " thread)" : " threads)");
+}
+
+std::string cuda_version() {
+#ifdef FUSEDLINEAR_WITH_CUDA
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  return std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
+#else
+  return "";
+#endif
+}
+
+std::string platform_description(const torch::Device& device) {
+  const std::string libtorch = std::string("libtorch ") + TORCH_VERSION + ", ";
+  if (device.is_cuda()) return libtorch + "CUDA " + cuda_version() + ", " + device_name(device);
+  return libtorch + device_name(device) + "; GEMM: " + blas_description() +
+         "; fused ops: " + cpu::capability_name(cpu::capability()) + " loop";
 }
 
 }  // namespace fusedlinear

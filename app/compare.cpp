@@ -29,7 +29,7 @@ struct PathResult {
 
 struct ModelResult {
   std::string name;
-  std::vector<int64_t> input_shape;
+  std::vector<int64_t> input_shape, output_shape;  // what ran
   int64_t in_features = 0, out_features = 0;
   std::vector<PathResult> paths;  // eager first
   TimingStats gemm;               // eager's GEMM alone (addmm with the bias)
@@ -47,8 +47,9 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   torch::NoGradGuard no_grad;
   // The eager model keeps the weight as nn.Linear lays it out; each fused model (same
   // parameters) lays it out for its GEMM and sets its precision.
-  const auto model = build_model(name, settings);
-  const torch::Tensor x = build_input(settings, model->in_features());
+  at::Generator stream;
+  const auto model = build_model(name, settings, &stream);
+  const torch::Tensor x = build_input(settings, model->in_features(), stream);
   const int64_t rows = x.numel() / x.size(-1);
 
   ModelResult r;
@@ -102,6 +103,7 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
     r.paths[i].vs_eager = compare_outputs(outputs[i], eager, settings.atol, settings.rtol);
     r.paths[i].vs_float64 = compare_outputs(outputs[i], reference, settings.atol, settings.rtol);
   }
+  r.output_shape = eager.sizes().vec();
 
   // In turns, so drifts of the device's clocks weigh on every path alike.
   const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
@@ -109,6 +111,15 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   r.gemm = times.back();
   r.gemm_flops = 2.0 * double(rows) * double(r.in_features) * double(r.out_features);
   return r;
+}
+
+// The input's rows (all dimensions but the last) that the models ran on.
+int64_t rows_that_ran(const std::vector<ModelResult>& results) {
+  if (results.empty()) return 0;
+  int64_t rows = 1;
+  const auto& shape = results.front().input_shape;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  return rows;
 }
 
 std::string time_cell(const TimingStats& t) {
@@ -122,21 +133,9 @@ std::string verdict_cell(const PathResult& p) {
   return p.counted ? "NO" : "no (" + std::string(precision_name(p.precision)) + ")";
 }
 
-nlohmann::ordered_json difference_json(const OutputDifference& d) {
-  return {{"max_abs", d.max_abs},
-          {"max_rel", d.max_rel},
-          {"nonfinite", d.got_nonfinite},
-          {"reference_nonfinite", d.want_nonfinite},
-          {"nonfinite_match", d.nonfinite_match},
-          {"allclose", d.allclose}};
-}
-
 }  // namespace
 
 int run_compare(const Settings& settings) {
-  if (!settings.json.empty()) {
-    check_output_path(settings.json, settings.overwrite, {settings.weights, settings.input});
-  }
   const std::string shape = std::to_string(settings.batch) + "x" +
                             (settings.in_features ? std::to_string(settings.in_features) : "?") +
                             " -> " +
@@ -170,13 +169,22 @@ int run_compare(const Settings& settings) {
                      fixed(eager_us / p.time.median_us, 3) + "x",
                      p.is_eager() ? "-" : scientific(p.vs_eager.max_abs, 2),
                      p.is_eager() ? "-" : scientific(p.vs_eager.max_rel, 2), verdict_cell(p),
-                     scientific(p.vs_float64.max_abs, 2), nonfinite_cell(p.vs_float64)});
+                     scientific(p.vs_float64.max_abs, 2), nonfinite_cell(p.vs_eager.non_finite)});
     }
   }
   table.print(std::cout);
-  std::cout << "\nerrors: max abs and rel err against eager's output (PyTorch float32), err vs "
-               "fp64 against a float64 evaluation; NaN/inf: count in the output (same positions "
-               "as the float64 evaluation's, or its count); speedup: eager ms / path ms\n";
+  std::cout << "\nerrors: max abs and rel err against eager's output (PyTorch float32) over the "
+               "finite values, err vs fp64 against a float64 evaluation; NaN/inf: how many in "
+               "the output (at eager's positions, or eager's count); speedup: eager ms / path "
+               "ms\n";
+  for (const auto& r : results) {
+    for (const auto& p : r.paths) {
+      if (!p.is_eager() && p.vs_eager.non_finite.any()) {
+        std::cout << r.name << " " << p.path << " " << p.gemm << ": "
+                  << p.vs_eager.non_finite.describe() << "\n";
+      }
+    }
+  }
   for (const auto& r : results) {
     std::cout << r.name << " eager GEMM (addmm): " << fixed(r.gemm.median_us / 1000, 3) << " ms, "
               << fixed(r.gemm_gflops(), 1) << " GFLOP/s\n";
@@ -217,6 +225,7 @@ int run_compare(const Settings& settings) {
       }
       models.push_back({{"model", r.name},
                         {"input_shape", r.input_shape},
+                        {"output_shape", r.output_shape},
                         {"in_features", r.in_features},
                         {"out_features", r.out_features},
                         {"gemm_addmm", timing_json(r.gemm)},
@@ -229,6 +238,7 @@ int run_compare(const Settings& settings) {
                                         {"blas", blas_description()},
                                         {"device", settings.device.str()},
                                         {"dtype", dtype_name(settings.dtype)},
+                                        {"batch", rows_that_ran(results)},
                                         {"weights", settings.weights},
                                         {"input", settings.input},
                                         {"seed", settings.seed},
@@ -239,7 +249,7 @@ int run_compare(const Settings& settings) {
                                         {"bf16x3_min_rows", settings.bf16x3_min_rows},
                                         {"pass", all_pass},
                                         {"models", models}};
-    write_text_file(settings.json, doc.dump(2) + "\n");
+    write_output_file(settings.json, doc.dump(2) + "\n", settings.overwrite);
   }
   return all_pass ? 0 : 1;
 }

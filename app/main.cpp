@@ -6,7 +6,9 @@
 //   fusedlinear bench [options]       timings over models x batch sizes x dtypes
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include "app/cli.h"
@@ -27,9 +29,7 @@ constexpr Defaults kCudaDefaults{1024, 8192, 8192, 50, 10};
 constexpr Defaults kCpuDefaults{128, 1024, 1024, 10, 2};
 
 torch::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float32") return torch::kFloat32;
-  if (name == "float16") return torch::kFloat16;
-  if (name == "bfloat16") return torch::kBFloat16;
+  if (const auto dtype = dtype_named(name)) return *dtype;
   throw UsageError("--dtype: expected float32, float16 or bfloat16, got '" + name + "'");
 }
 
@@ -50,53 +50,12 @@ torch::Device parse_device(const std::string& name) {
   throw UsageError("--device: expected auto, cpu or cuda, got '" + name + "'");
 }
 
-// Numbers are read as text and converted here, so a bad value's message names its option.
-int64_t integer(const cxxopts::ParseResult& parsed, const std::string& name, int64_t fallback,
-                int64_t min_value) {
-  if (!parsed.count(name)) return fallback;
-  const std::string text = parsed[name].as<std::string>();
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+std::vector<std::string> parse_models(const std::string& name) {
+  if (name == "all") return model_names();
+  for (const auto& known : model_names()) {
+    if (name == known) return {name};
   }
-  if (used == 0 || used != text.size() || value < min_value) {
-    throw UsageError("--" + name + ": expected " +
-                     (min_value > 0 ? "a positive integer" : "an integer >= 0") + ", got '" + text +
-                     "'");
-  }
-  return value;
-}
-
-int64_t positive(const cxxopts::ParseResult& parsed, const std::string& name, int64_t fallback) {
-  return integer(parsed, name, fallback, 1);
-}
-
-double tolerance(const cxxopts::ParseResult& parsed, const std::string& name, double fallback) {
-  if (!parsed.count(name)) return fallback;
-  const std::string text = parsed[name].as<std::string>();
-  size_t used = 0;
-  double value = -1;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !(value >= 0)) {
-    throw UsageError("--" + name + ": expected a number >= 0, got '" + text + "'");
-  }
-  return value;
-}
-
-// Default atol = rtol per dtype: 1e-4 for float32 (shared/SPEC.md); the half types round each
-// eager op's result to 8 (bf16) or 11 (fp16) bits while the fused op rounds once, so the two
-// legitimately differ by a few units in the last place.
-double default_tolerance(torch::ScalarType dtype) {
-  if (dtype == torch::kFloat16) return 1e-2;
-  if (dtype == torch::kBFloat16) return 5e-2;
-  return 1e-4;
+  throw UsageError("--model: expected swish_chain, mish_mish or all, got '" + name + "'");
 }
 
 // "ieee", "bf16x3,ieee", "all", ...: the fused GEMM's precisions, in the order given.
@@ -124,16 +83,18 @@ std::vector<Precision> parse_precisions(const std::string& text, const std::stri
   return precisions;
 }
 
-std::vector<std::string> parse_models(const std::string& name) {
-  if (name == "all") return model_names();
-  for (const auto& known : model_names()) {
-    if (name == known) return {name};
-  }
-  throw UsageError("--model: expected swish_chain, mish_mish or all, got '" + name + "'");
+bool given(const cxxopts::ParseResult& parsed, const char* option) {
+  return parsed.count(option) > 0;
 }
 
-Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
-                            cxxopts::ParseResult& parsed) {
+// A number option: absent, the fallback; otherwise an integer in [min_value, kMaxCount].
+int64_t count_option(const cxxopts::ParseResult& parsed, const std::string& name, int64_t fallback,
+                     int64_t min_value) {
+  if (!parsed.count(name)) return fallback;
+  return parse_integer("--" + name, parsed[name].as<std::string>(), min_value, kMaxCount);
+}
+
+void add_options(cxxopts::Options& options) {
   // clang-format off
   options.add_options()
       ("model", "swish_chain, mish_mish or all (default: all, or the model --weights holds)",
@@ -142,13 +103,16 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
        "seeded-random parameters", cxxopts::value<std::string>())
       ("weights-key", "the key of the state dict inside a checkpoint dict",
        cxxopts::value<std::string>())
-      ("no-strict", "load the keys that match; list missing and unexpected ones")
-      ("input", "input tensor saved with torch.save (default: torch.rand, seeded)",
+      ("strip-prefix", "remove this prefix from the keys of --weights (e.g. model.)",
        cxxopts::value<std::string>())
+      ("no-strict", "load the keys that match; list missing and unexpected ones")
+      ("input", "compare, run: input tensor saved with torch.save (default: torch.rand, "
+       "seeded)", cxxopts::value<std::string>())
       ("output", "run: where to save the output (torch.load reads it)",
        cxxopts::value<std::string>())
-      ("overwrite", "replace output files that already exist")
-      ("batch", "rows of the input (GPU default 1024, CPU 128)", cxxopts::value<std::string>())
+      ("overwrite", "replace output files that already exist (regular files only)")
+      ("batch", "compare, bench: rows of the input (GPU default 1024, CPU 128)",
+       cxxopts::value<std::string>())
       ("in-features", "GPU default 8192, CPU 1024; with --weights: from the file",
        cxxopts::value<std::string>())
       ("out-features", "GPU default 8192, CPU 1024; with --weights: from the file",
@@ -158,75 +122,92 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
        cxxopts::value<std::string>()->default_value("float32"))
       ("seed", "seed of the random parameters and input (default 0)",
        cxxopts::value<std::string>())
-      ("iters", "timed runs (GPU default 50, CPU 10)", cxxopts::value<std::string>())
-      ("warmup", "untimed runs first (GPU default 10, CPU 2)", cxxopts::value<std::string>())
+      ("iters", "compare, bench: timed runs (GPU default 50, CPU 10)",
+       cxxopts::value<std::string>())
+      ("warmup", "compare, bench: untimed runs first (GPU default 10, CPU 2)",
+       cxxopts::value<std::string>())
+      ("atol", "compare, bench: absolute tolerance (default 1e-4; float16 1e-2, bfloat16 5e-2)",
+       cxxopts::value<std::string>())
+      ("rtol", "compare, bench: relative tolerance (default as --atol)",
+       cxxopts::value<std::string>())
+      ("json", "compare, bench: also write the results as JSON to this file",
+       cxxopts::value<std::string>())
       ("threads", "CPU threads of libtorch's ops and the BLAS (default: libtorch's)",
        cxxopts::value<std::string>())
-      ("atol", "absolute tolerance (default 1e-4; float16 1e-2, bfloat16 5e-2)",
-       cxxopts::value<std::string>())
-      ("rtol", "relative tolerance (default as --atol)", cxxopts::value<std::string>())
       ("precision", "the fused GEMM: ieee (float32, default), bf16x3 (float32-grade from bf16 "
        "tensor cores), tf32 or bf16 (faster, less accurate); compare and bench: a "
        "comma-separated list or all", cxxopts::value<std::string>()->default_value("ieee"))
       ("bf16x3-min-batch", "bf16x3 runs ieee below this many rows (default 2: at one row "
        "cuBLAS's float32 GEMM, reading W once, is faster on an H200)",
        cxxopts::value<std::string>())
-      ("json", "also write the results as JSON to this file", cxxopts::value<std::string>())
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());
   // clang-format on
   add_bench_options(options);
   options.parse_positional({"command"});
   options.positional_help("[compare|run|bench]");
+}
+
+Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
+                            cxxopts::ParseResult& parsed) {
   parsed = options.parse(argc, argv);
   if (!parsed.unmatched().empty()) {
     throw UsageError("unexpected argument '" + parsed.unmatched().front() + "'");
   }
-
   Settings s;
   s.command = parsed.count("command") ? parsed["command"].as<std::string>() : "compare";
+  // The values first: in `--batch --iters 3` the fault is the missing value, not a command "3".
+  check_option_values(parsed);
   if (std::find(std::begin(kCommands), std::end(kCommands), s.command) == std::end(kCommands)) {
     throw UsageError("unknown command '" + s.command + "' (expected compare, run or bench)");
   }
-  s.weights = parsed.count("weights") ? parsed["weights"].as<std::string>() : "";
-  s.weights_key = parsed.count("weights-key") ? parsed["weights-key"].as<std::string>() : "";
-  s.strict = !parsed.count("no-strict");
-  s.input = parsed.count("input") ? parsed["input"].as<std::string>() : "";
-  s.output = parsed.count("output") ? parsed["output"].as<std::string>() : "";
-  s.overwrite = parsed.count("overwrite") > 0;
-  s.json = parsed.count("json") ? parsed["json"].as<std::string>() : "";
+  check_option_uses(parsed, s.command);
+
+  const auto text = [&](const char* name) {
+    return given(parsed, name) ? parsed[name].as<std::string>() : "";
+  };
+  s.weights = text("weights");
+  s.weights_key = text("weights-key");
+  s.strip_prefix = text("strip-prefix");
+  s.strict = !given(parsed, "no-strict");
+  s.input = text("input");
+  s.output = text("output");
+  s.overwrite = given(parsed, "overwrite");
+  s.json = text("json");
   s.device = parse_device(parsed["device"].as<std::string>());
   s.dtype = parse_dtype(parsed["dtype"].as<std::string>());
-  s.seed = uint64_t(integer(parsed, "seed", 0, 0));
-  if (parsed.count("model")) {
+  s.seed = given(parsed, "seed") ? parse_unsigned("--seed", text("seed")) : 0;
+
+  const Defaults& d = s.device.is_cuda() ? kCudaDefaults : kCpuDefaults;
+  s.shape_defaulted =
+      !given(parsed, "batch") && !given(parsed, "in-features") && !given(parsed, "out-features");
+  s.batch = count_option(parsed, "batch", d.batch, 1);
+  const bool from_file = !s.weights.empty();
+  s.in_features = count_option(parsed, "in-features", from_file ? 0 : d.in_features, 1);
+  s.out_features = count_option(parsed, "out-features", from_file ? 0 : d.out_features, 1);
+  s.iters = int(count_option(parsed, "iters", d.iters, 1));
+  s.warmup = int(count_option(parsed, "warmup", d.warmup, 0));
+  s.atol =
+      given(parsed, "atol") ? parse_tolerance("--atol", text("atol")) : default_tolerance(s.dtype);
+  s.rtol = given(parsed, "rtol") ? parse_tolerance("--rtol", text("rtol")) : s.atol;
+  s.tolerance_given = given(parsed, "atol") || given(parsed, "rtol");
+  s.threads = int(count_option(parsed, "threads", 0, 1));
+  s.precisions = parse_precisions(parsed["precision"].as<std::string>(), s.command);
+  s.bf16x3_min_rows =
+      count_option(parsed, "bf16x3-min-batch", LinearEpilogueModel::kDefaultBf16x3MinRows, 1);
+  if (s.precisions != std::vector<Precision>{Precision::kIeee} && s.dtype != torch::kFloat32 &&
+      s.command != "bench") {
+    throw UsageError("--precision " + text("precision") +
+                     ": the tensor-core modes take float32 models, got --dtype " +
+                     dtype_name(s.dtype) + " (use --precision ieee)");
+  }
+  check_output_files(parsed, s);
+  if (given(parsed, "model")) {
     s.models = parse_models(parsed["model"].as<std::string>());
   } else if (!s.weights.empty()) {
     s.models = {detect_model(s)};
   } else {
     s.models = model_names();
-  }
-
-  const Defaults& d = s.device.is_cuda() ? kCudaDefaults : kCpuDefaults;
-  s.shape_defaulted =
-      !parsed.count("batch") && !parsed.count("in-features") && !parsed.count("out-features");
-  s.batch = positive(parsed, "batch", d.batch);
-  const bool from_file = !s.weights.empty();
-  s.in_features = positive(parsed, "in-features", from_file ? 0 : d.in_features);
-  s.out_features = positive(parsed, "out-features", from_file ? 0 : d.out_features);
-  s.iters = int(positive(parsed, "iters", d.iters));
-  s.warmup = int(integer(parsed, "warmup", d.warmup, 0));
-  s.threads = int(positive(parsed, "threads", 0));
-  s.atol = tolerance(parsed, "atol", default_tolerance(s.dtype));
-  s.rtol = tolerance(parsed, "rtol", parsed.count("atol") ? s.atol : default_tolerance(s.dtype));
-  s.tolerance_given = parsed.count("atol") || parsed.count("rtol");
-  s.precisions = parse_precisions(parsed["precision"].as<std::string>(), s.command);
-  s.bf16x3_min_rows =
-      integer(parsed, "bf16x3-min-batch", LinearEpilogueModel::kDefaultBf16x3MinRows, 1);
-  const bool float32_only = s.precisions != std::vector<Precision>{Precision::kIeee};
-  if (float32_only && s.dtype != torch::kFloat32 && s.command != "bench") {
-    throw UsageError("--precision " + parsed["precision"].as<std::string>() +
-                     ": the tensor-core modes take float32 models, got --dtype " +
-                     dtype_name(s.dtype) + " (use --precision ieee)");
   }
   return s;
 }
@@ -246,13 +227,18 @@ int main(int argc, char** argv) {
   using namespace fusedlinear;
   cxxopts::Options options("fusedlinear",
                            "Eager vs fused epilogues of two Linear models, on CPU or CUDA");
+  Settings settings;  // what is known of the run, for errors after parsing (out of memory)
   try {
-    cxxopts::ParseResult parsed;
-    const Settings settings = parse_command_line(argc, argv, options, parsed);
-    if (parsed.count("help")) {
-      std::cout << options.help({"", "bench"}) << "\n";
-      return 0;
+    add_options(options);
+    // Help before anything is parsed or checked, so that a bad value does not hide it.
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+        std::cout << options.help({"", "bench"}) << "\n";
+        return 0;
+      }
     }
+    cxxopts::ParseResult parsed;
+    settings = parse_command_line(argc, argv, options, parsed);
     set_cpu_threads(settings.threads);
     if (settings.command == "run") return run_run(settings);
     if (settings.command == "bench") return run_bench(settings, parsed);
@@ -264,7 +250,9 @@ int main(int argc, char** argv) {
   } catch (const cxxopts::exceptions::exception& e) {
     return fail(std::string(e.what()) + " (see --help)");
   } catch (const c10::Error& e) {
-    return fail(e.what_without_backtrace());
+    return fail(usage_error(e, settings, "").what());
+  } catch (const std::bad_alloc&) {
+    return fail(out_of_memory_error(settings).what());
   } catch (const std::exception& e) {
     return fail(e.what());
   }

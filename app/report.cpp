@@ -1,12 +1,7 @@
 #include "report.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-
-#include "cli.h"
 
 namespace fusedlinear {
 
@@ -57,40 +52,68 @@ std::string scientific(double value, int decimals) {
   return buffer;
 }
 
-// POSIX stat rather than std::filesystem: libtorch 2.11's libtorch.so exports its own copies of
-// some std::filesystem functions, which crash when called from here (tests/test_support.h).
-void check_output_path(const std::string& path, bool overwrite,
-                       const std::vector<std::string>& inputs) {
-  struct stat out;
-  if (::stat(path.c_str(), &out) != 0) return;  // a new file
-  for (const auto& input : inputs) {
-    struct stat in;
-    if (!input.empty() && ::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev &&
-        in.st_ino == out.st_ino) {
-      throw UsageError(path + ": is also an input of this run; choose another output path");
-    }
-  }
-  if (S_ISDIR(out.st_mode)) throw UsageError(path + ": is a directory, expected a file path");
-  if (!overwrite) {
-    throw UsageError(path + ": already exists; pass --overwrite to replace it");
-  }
+double max_abs_finite(const torch::Tensor& t) {
+  if (t.numel() == 0) return 0.0;
+  const torch::Tensor finite = t.abs().masked_select(torch::isfinite(t));
+  return finite.numel() ? finite.max().item<double>() : 0.0;
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp-fusedlinear";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(temp.c_str());
-      throw UsageError(path + ": cannot write");
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw UsageError(path + ": cannot write");
-  }
+NonFinite count_non_finite(const torch::Tensor& eager, const torch::Tensor& fused) {
+  const auto count = [](const torch::Tensor& mask) { return mask.sum().item<int64_t>(); };
+  NonFinite n;
+  n.eager_nan = count(torch::isnan(eager));
+  n.eager_inf = count(torch::isinf(eager));
+  n.fused_nan = count(torch::isnan(fused));
+  n.fused_inf = count(torch::isinf(fused));
+  n.same_positions = torch::equal(torch::isnan(eager), torch::isnan(fused)) &&
+                     torch::equal(torch::isposinf(eager), torch::isposinf(fused)) &&
+                     torch::equal(torch::isneginf(eager), torch::isneginf(fused));
+  return n;
+}
+
+std::string NonFinite::describe() const {
+  const auto counts = [](int64_t nan, int64_t inf) {
+    return std::to_string(nan) + " NaN and " + std::to_string(inf) + " inf";
+  };
+  return counts(eager_nan, eager_inf) + " in eager's output, " + counts(fused_nan, fused_inf) +
+         " in fused's, " + (same_positions ? "at the same positions" : "at different positions");
+}
+
+nlohmann::ordered_json NonFinite::json() const {
+  return {{"eager_nan", eager_nan},
+          {"eager_inf", eager_inf},
+          {"fused_nan", fused_nan},
+          {"fused_inf", fused_inf},
+          {"same_positions", same_positions}};
+}
+
+OutputDifference compare_outputs(const torch::Tensor& got, const torch::Tensor& want, double atol,
+                                 double rtol) {
+  const torch::Tensor g = got.to(torch::kFloat64), w = want.to(torch::kFloat64);
+  const torch::Tensor finite = g.isfinite().logical_and(w.isfinite());
+  const torch::Tensor diff = torch::where(finite, (g - w).abs(), torch::zeros_like(g));
+  OutputDifference d;
+  d.max_abs = max_abs_finite(diff);
+  d.max_rel = max_abs_finite(diff / w.abs().clamp_min(std::max(atol, 1e-30)));
+  d.non_finite = count_non_finite(w, g);
+  d.allclose = d.non_finite.same_positions &&
+               torch::allclose(torch::where(finite, g, torch::zeros_like(g)),
+                               torch::where(finite, w, torch::zeros_like(w)), rtol, atol);
+  return d;
+}
+
+nlohmann::ordered_json difference_json(const OutputDifference& d) {
+  return {{"max_abs", d.max_abs},
+          {"max_rel", d.max_rel},
+          {"allclose", d.allclose},
+          {"non_finite", d.non_finite.json()}};
+}
+
+std::string nonfinite_cell(const NonFinite& n) {
+  const int64_t got = n.fused_nan + n.fused_inf, want = n.eager_nan + n.eager_inf;
+  if (got == 0 && want == 0) return "0";
+  return std::to_string(got) +
+         (n.same_positions ? " (as eager)" : " (eager " + std::to_string(want) + ")");
 }
 
 }  // namespace fusedlinear

@@ -14,12 +14,11 @@ int run_run(const Settings& settings) {
   if (settings.models.size() != 1) {
     throw UsageError("run takes one model: --model swish_chain or mish_mish");
   }
-  check_output_path(settings.output, settings.overwrite, {settings.weights, settings.input});
-
   torch::NoGradGuard no_grad;
   const std::string& name = settings.models.front();
-  auto model = build_model(name, settings);
-  const torch::Tensor x = build_input(settings, model->in_features());
+  at::Generator stream;
+  auto model = build_model(name, settings, &stream);
+  const torch::Tensor x = build_input(settings, model->in_features(), stream);
   const std::string layout = choose_weight_layout(*model, x);
   configure_precision(*model, settings.precisions.front(), settings);
   torch::Tensor y;

@@ -1,5 +1,6 @@
 #include "models.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "kernels/ops.h"
@@ -117,10 +118,36 @@ WeightLayout LinearEpilogueModel::weight_layout() {
 int64_t LinearEpilogueModel::in_features() { return linear()->weight.size(1); }
 int64_t LinearEpilogueModel::out_features() { return linear()->weight.size(0); }
 
-SwishChainImpl::SwishChainImpl(int64_t in_features, int64_t out_features) {
+namespace {
+
+// nn.Linear(in_features, out_features) with its parameters drawn from `generator` exactly as
+// reset_parameters() draws them from the global one: kaiming_uniform_(weight, a=sqrt(5)), i.e.
+// uniform in +-sqrt(3) * gain / sqrt(fan_in), then the bias uniform in +-1/sqrt(fan_in) (the
+// bounds computed as libtorch and Python compute them, so the values are the same bits).
+// libtorch's constructor always draws from the global generator, so the Linear is constructed
+// empty (a [0, 1] weight: no draws) and then given its size.
+torch::nn::Linear make_linear(int64_t in_features, int64_t out_features, at::Generator& generator) {
+  torch::nn::Linear linear(torch::nn::LinearOptions(1, 0));
+  linear->options.in_features(in_features).out_features(out_features);
+  torch::NoGradGuard no_grad;
+  linear->weight.set_data(torch::empty({out_features, in_features}));
+  linear->bias.set_data(torch::empty({out_features}));
+  const int64_t fan_in = in_features;
+  const double gain = torch::nn::init::calculate_gain(torch::kLeakyReLU, std::sqrt(5));
+  const double stddev = gain / std::sqrt(fan_in);
+  const double weight_bound = std::sqrt(3.0) * stddev;
+  linear->weight.uniform_(-weight_bound, weight_bound, generator);
+  const double bias_bound = 1 / std::sqrt(fan_in);
+  linear->bias.uniform_(-bias_bound, bias_bound, generator);
+  return linear;
+}
+
+}  // namespace
+
+SwishChainImpl::SwishChainImpl(int64_t in_features, int64_t out_features, at::Generator generator) {
   // Same registration order and draws as the Python constructor: the Linear, then add_value.
-  matmul = register_module("matmul", torch::nn::Linear(in_features, out_features));
-  add_value = register_parameter("add_value", torch::randn({out_features}));
+  matmul = register_module("matmul", make_linear(in_features, out_features, generator));
+  add_value = register_parameter("add_value", torch::randn({out_features}, generator));
 }
 
 torch::Tensor SwishChainImpl::epilogue_eager(const torch::Tensor& linear_out) {
@@ -137,8 +164,8 @@ torch::Tensor SwishChainImpl::fused_chain(const torch::Tensor& y,
   return fused_swish_chain(y, add_value, bias);
 }
 
-MishMishImpl::MishMishImpl(int64_t in_features, int64_t out_features) {
-  linear_ = register_module("linear", torch::nn::Linear(in_features, out_features));
+MishMishImpl::MishMishImpl(int64_t in_features, int64_t out_features, at::Generator generator) {
+  linear_ = register_module("linear", make_linear(in_features, out_features, generator));
 }
 
 torch::Tensor MishMishImpl::epilogue_eager(const torch::Tensor& linear_out) {
@@ -157,11 +184,15 @@ const std::vector<std::string>& model_names() {
 }
 
 std::shared_ptr<LinearEpilogueModel> make_model(const std::string& name, int64_t in_features,
-                                                int64_t out_features, uint64_t seed) {
-  torch::manual_seed(seed);
-  if (name == "swish_chain") return SwishChain(in_features, out_features).ptr();
-  if (name == "mish_mish") return MishMish(in_features, out_features).ptr();
+                                                int64_t out_features, at::Generator generator) {
+  if (name == "swish_chain") return SwishChain(in_features, out_features, generator).ptr();
+  if (name == "mish_mish") return MishMish(in_features, out_features, generator).ptr();
   throw std::invalid_argument("unknown model '" + name + "' (expected swish_chain or mish_mish)");
+}
+
+std::shared_ptr<LinearEpilogueModel> make_model(const std::string& name, int64_t in_features,
+                                                int64_t out_features, uint64_t seed) {
+  return make_model(name, in_features, out_features, at::detail::createCPUGenerator(seed));
 }
 
 }  // namespace fusedlinear

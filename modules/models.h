@@ -9,6 +9,7 @@
 // To deploy your own Linear + elementwise model, copy one of these and its epilogue.
 #pragma once
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <memory>
@@ -99,9 +100,13 @@ class LinearEpilogueModel : public torch::nn::Module {
 
 // Linear -> + add_value -> Swish -> Tanh -> GELU(erf) -> Hardtanh(-1, 1).
 // Keys: matmul.weight [out, in], matmul.bias [out], add_value [out].
+// The constructors draw the parameters as PyTorch's do (nn.Linear: the weight, then the bias,
+// uniform in +-1/sqrt(in_features); add_value: standard normal), in the Python order, from
+// `generator`: by default PyTorch's global one, as `Model(in, out)` in Python.
 class SwishChainImpl : public LinearEpilogueModel {
  public:
-  SwishChainImpl(int64_t in_features, int64_t out_features);
+  SwishChainImpl(int64_t in_features, int64_t out_features,
+                 at::Generator generator = at::detail::getDefaultCPUGenerator());
   torch::Tensor epilogue_eager(const torch::Tensor& linear_out) override;
   torch::Tensor fused_chain(const torch::Tensor& y,
                             const c10::optional<torch::Tensor>& bias) override;
@@ -115,7 +120,8 @@ TORCH_MODULE(SwishChain);
 // Linear -> Mish -> Mish. Keys: linear.weight [out, in], linear.bias [out].
 class MishMishImpl : public LinearEpilogueModel {
  public:
-  MishMishImpl(int64_t in_features, int64_t out_features);
+  MishMishImpl(int64_t in_features, int64_t out_features,
+               at::Generator generator = at::detail::getDefaultCPUGenerator());
   torch::Tensor epilogue_eager(const torch::Tensor& linear_out) override;
   torch::Tensor fused_chain(const torch::Tensor& y,
                             const c10::optional<torch::Tensor>& bias) override;
@@ -130,9 +136,14 @@ TORCH_MODULE(MishMish);
 const std::vector<std::string>& model_names();
 
 // A model by name ("swish_chain" or "mish_mish"), its parameters drawn as PyTorch's
-// constructor draws them (nn.Linear: uniform +-1/sqrt(in_features); add_value: standard
-// normal) from the CPU generator seeded with `seed`. Throws std::invalid_argument for an
-// unknown name.
+// constructor draws them from `generator`, which is left where the draws end: what Python's
+// `torch.manual_seed(seed); model = Model(...)` does with the global generator, here with one
+// of the caller's (at::detail::createCPUGenerator(seed)), so that PyTorch's global generator is
+// neither used nor reseeded. Throws std::invalid_argument for an unknown name.
+std::shared_ptr<LinearEpilogueModel> make_model(const std::string& name, int64_t in_features,
+                                                int64_t out_features, at::Generator generator);
+// The same from a fresh generator seeded with `seed`: the same parameters as Python's
+// `torch.manual_seed(seed); model = Model(in_features, out_features)`.
 std::shared_ptr<LinearEpilogueModel> make_model(const std::string& name, int64_t in_features,
                                                 int64_t out_features, uint64_t seed);
 

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "output_file.h"
 #include "pickle_reader.h"
 #include "safetensors.h"
 #include "zip_reader.h"
@@ -183,24 +184,31 @@ struct TorchArchive {
   PickleValue* root = nullptr;
 };
 
-// What the file is, or a refusal saying how to re-export it.
-void open_archive(const FileBytes& file, TorchArchive& archive) {
+// What the file is, or a refusal saying how to re-export it: a state dict, or with `tensor` a
+// single tensor (read_tensor).
+void open_archive(const FileBytes& file, TorchArchive& archive, bool tensor = false) {
   const uint8_t* data = file.data();
   const size_t size = file.size();
+  const std::string resave =
+      tensor ? "re-save with torch.save(tensor, path)" : std::string(kResave);
+  if (size == 0) {
+    throw FormatError("the file is empty (0 bytes), not a torch.save archive; " + resave);
+  }
   static const uint8_t kLegacyMagic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
                                          0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
   if (size >= sizeof kLegacyMagic && std::memcmp(data, kLegacyMagic, sizeof kLegacyMagic) == 0) {
     throw FormatError(
         "legacy torch.save format (_use_new_zipfile_serialization=False or torch < 1.6), which "
-        "is not supported; load it in Python and re-save with torch.save(model.state_dict(), "
-        "path) using the default format");
+        "is not supported; load it in Python and " +
+        resave + " using the default format");
   }
   if (size >= 2 && data[0] == 0x80 && data[1] <= 5) {
-    throw FormatError(std::string("a plain pickle file, not a torch.save archive; ") + kResave);
+    throw FormatError("a plain pickle file, not a torch.save archive; " + resave);
   }
   if (size < 4 || data[0] != 'P' || data[1] != 'K') {
-    throw FormatError(std::string("not a torch.save archive (zip) or a .safetensors file; ") +
-                      "save the weights with torch.save(model.state_dict(), path)");
+    throw FormatError("not a torch.save archive (zip) or a .safetensors file; " +
+                      (tensor ? std::string("save the tensor with torch.save(tensor, path)")
+                              : "save the weights with torch.save(model.state_dict(), path)"));
   }
   archive.zip = std::make_unique<ZipArchive>(data, size);
   const ZipArchive& zip = *archive.zip;
@@ -382,17 +390,41 @@ void collect(const PickleValue& dict, Materializer& materializer, NamedTensors& 
   }
 }
 
-// DataParallel / DistributedDataParallel save every key as "module.<name>".
-void strip_module_prefix(NamedTensors& out) {
-  const std::string prefix = "module.";
-  if (out.tensors.empty()) return;
-  for (const auto& item : out.tensors) {
-    if (!starts_with(item.first, prefix) || item.first.size() == prefix.size()) return;
+// The keys of `out`, renamed to `keys` (the same order).
+void rename_keys(NamedTensors& out, const std::vector<std::string>& keys) {
+  for (size_t i = 0; i < keys.size(); ++i) out.tensors[i].first = keys[i];
+}
+
+std::vector<std::string> keys_of(const NamedTensors& out) {
+  std::vector<std::string> keys;
+  for (const auto& item : out.tensors) keys.push_back(item.first);
+  return keys;
+}
+
+// --strip-prefix: `prefix` (a final '.' added if missing) off every key that starts with it.
+void strip_given_prefix(NamedTensors& out, std::string prefix) {
+  if (!prefix.empty() && prefix.back() != '.') prefix += '.';
+  std::vector<std::string> keys = keys_of(out);
+  size_t stripped = 0;
+  for (auto& key : keys) {
+    if (starts_with(key, prefix) && key.size() > prefix.size()) {
+      key.erase(0, prefix.size());
+      ++stripped;
+    }
   }
-  for (auto& item : out.tensors) item.first.erase(0, prefix.size());
-  out.notices.push_back(
-      "stripped the prefix 'module.' from every key (saved from DataParallel or "
-      "DistributedDataParallel)");
+  if (stripped == 0) {
+    std::string some;
+    for (size_t i = 0; i < keys.size() && i < 10; ++i)
+      some += (i ? ", " : "") + printable(keys[i], 60);
+    if (keys.size() > 10) some += ", ... (" + std::to_string(keys.size()) + " keys)";
+    throw FormatError("--strip-prefix '" + printable(prefix) +
+                      "': no key starts with it; the keys: " + (some.empty() ? "(none)" : some));
+  }
+  rename_keys(out, keys);
+  out.notices.push_back("stripped the prefix '" + printable(prefix) + "' (--strip-prefix) from " +
+                        (stripped == keys.size() ? "every key"
+                                                 : std::to_string(stripped) + " of " +
+                                                       std::to_string(keys.size()) + " keys"));
 }
 
 bool is_safetensors(const std::string& path, const FileBytes& file) {
@@ -414,7 +446,34 @@ NamedTensors read_safetensors(const FileBytes& file) {
 
 }  // namespace
 
-NamedTensors read_state_dict(const std::string& path, const std::string& weights_key) {
+std::vector<std::string> strip_wrapper_prefixes(std::vector<std::string>& keys) {
+  struct Wrapper {
+    const char* prefix;
+    const char* by;
+  };
+  static const Wrapper kWrappers[] = {
+      {"module.", "saved from DataParallel or DistributedDataParallel"},
+      {"_orig_mod.", "saved from a torch.compile'd model"}};
+  std::vector<std::string> notices;
+  if (keys.empty()) return notices;
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const Wrapper& wrapper : kWrappers) {
+      const std::string prefix = wrapper.prefix;
+      const bool all = std::all_of(keys.begin(), keys.end(), [&](const std::string& key) {
+        return starts_with(key, prefix) && key.size() > prefix.size();
+      });
+      if (!all) continue;
+      for (auto& key : keys) key.erase(0, prefix.size());
+      notices.push_back("stripped the prefix '" + prefix + "' from every key (" + wrapper.by + ")");
+      stripped = true;
+    }
+  }
+  return notices;
+}
+
+NamedTensors read_state_dict(const std::string& path, const std::string& weights_key,
+                             const std::string& strip_prefix) {
   const FileBytes file(path);
   try {
     NamedTensors out;
@@ -431,7 +490,11 @@ NamedTensors read_state_dict(const std::string& path, const std::string& weights
       Materializer materializer(archive, file.size());
       collect(dict, materializer, out);
     }
-    strip_module_prefix(out);
+    if (!strip_prefix.empty()) strip_given_prefix(out, strip_prefix);
+    std::vector<std::string> keys = keys_of(out);
+    const std::vector<std::string> notices = strip_wrapper_prefixes(keys);
+    rename_keys(out, keys);
+    out.notices.insert(out.notices.end(), notices.begin(), notices.end());
     return out;
   } catch (const FormatError& e) {
     fail(path, e.what());
@@ -450,7 +513,7 @@ torch::Tensor read_tensor(const std::string& path) {
       return tensors.tensors[0].second;
     }
     TorchArchive archive;
-    open_archive(file, archive);
+    open_archive(file, archive, /*tensor=*/true);
     const PickleValue& root = *archive.root;
     if (root.kind == Kind::kObject) {
       throw FormatError("the file holds a pickled object of class " + printable(root.text) +
@@ -468,62 +531,15 @@ torch::Tensor read_tensor(const std::string& path) {
 }
 
 void write_tensor(const torch::Tensor& tensor, const std::string& path, bool overwrite) {
-  if (!tensor.defined()) fail(path, "cannot write an undefined tensor");
+  if (!tensor.defined()) throw OutputError(path + ": cannot write an undefined tensor");
+  OutputFile out(path, overwrite);  // refusals first, before the tensor is serialised
   // A contiguous CPU copy whose storage holds exactly its elements (a view would drag along
   // the whole storage it views).
   torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
   if (t.storage_offset() != 0 || t.storage().nbytes() != t.nbytes()) t = t.clone();
   const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(t));
-
-  // Written to a temporary file in the same folder, then moved into place in one step, so a
-  // reader never sees half a file and a failure leaves no partial file behind.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  std::string temp = (slash == std::string::npos ? "" : dir) + ".fusedlinear-tmp-XXXXXX";
-  const int fd = ::mkstemp(temp.data());
-  if (fd < 0) fail(path, std::string("cannot write: ") + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      fail(path, std::string("cannot write: ") + std::strerror(error));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fchmod(fd, 0644);
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    fail(path, std::string("cannot write: ") + std::strerror(error));
-  }
-  if (overwrite) {
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
-      const int error = errno;
-      ::unlink(temp.c_str());
-      fail(path, std::string("cannot write: ") + std::strerror(error));
-    }
-    return;
-  }
-  // link() fails if the name exists, so "no overwrite" holds even against a concurrent writer.
-  int error = ::link(temp.c_str(), path.c_str()) == 0 ? 0 : errno;
-  if (error == EPERM || error == ENOTSUP || error == EXDEV || error == EMLINK) {
-    // A file system without hard links: check, then rename (not atomic against a race).
-    struct stat st {};
-    error = ::lstat(path.c_str(), &st) == 0             ? EEXIST
-            : ::rename(temp.c_str(), path.c_str()) == 0 ? 0
-                                                        : errno;
-    if (error == 0) return;
-  }
-  if (error != 0) {
-    ::unlink(temp.c_str());
-    if (error == EEXIST) fail(path, "already exists (not overwritten)");
-    fail(path, std::string("cannot write: ") + std::strerror(error));
-  }
-  ::unlink(temp.c_str());
+  out.write(bytes.data(), bytes.size());
+  out.commit();
 }
 
 }  // namespace fusedlinear

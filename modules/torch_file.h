@@ -29,14 +29,24 @@ struct NamedTensors {
 
 // Reads a state dict from `path`: a torch.save archive (dict or OrderedDict of tensors, or a
 // checkpoint dict holding one under `weights_key` or an unambiguous well-known key) or a
-// .safetensors file. Throws LoadError.
-NamedTensors read_state_dict(const std::string& path, const std::string& weights_key = "");
+// .safetensors file. Then `strip_prefix` (--strip-prefix; a final '.' is added if missing), if
+// given, comes off every key that starts with it (none doing so is an error), and the prefixes
+// of training wrappers come off as strip_wrapper_prefixes says; each with a notice. Throws
+// LoadError.
+NamedTensors read_state_dict(const std::string& path, const std::string& weights_key = "",
+                             const std::string& strip_prefix = "");
+
+// The prefixes training wrappers put before every key, removed from `keys` while every key
+// starts with one, nested in any order: "module." (DataParallel, DistributedDataParallel) and
+// "_orig_mod." (torch.compile). Returns a notice for each removal.
+std::vector<std::string> strip_wrapper_prefixes(std::vector<std::string>& keys);
 
 // Reads a single tensor written by torch.save(tensor, path). Throws LoadError.
 torch::Tensor read_tensor(const std::string& path);
 
-// Writes `tensor` so that torch.load(path) in Python returns it. Refuses (LoadError) to
-// replace an existing file unless `overwrite` is set.
+// Writes `tensor` so that torch.load(path) in Python returns it, through an OutputFile
+// (output_file.h): an existing regular file is replaced only when `overwrite` is set, anything
+// else never. Throws OutputError.
 void write_tensor(const torch::Tensor& tensor, const std::string& path, bool overwrite = false);
 
 }  // namespace fusedlinear

@@ -85,15 +85,18 @@ TEST(SvgPlot, HandlesEmptyAndMissingValues) {
 TEST(BenchOptions, ParsesBatchLists) {
   EXPECT_EQ(bench::parse_batches("1,8,64"), (std::vector<int64_t>{1, 8, 64}));
   EXPECT_EQ(bench::parse_batches("1024"), (std::vector<int64_t>{1024}));
-  for (const char* bad :
-       {"", "x", "1,,8", "1,", ",1", "0", "-1", "1.5", "8 ,9", "99999999999999"}) {
+  EXPECT_EQ(bench::parse_batches("2147483647"), (std::vector<int64_t>{2147483647}));
+  for (const char* bad : {"", "x", "1,,8", "1,", ",1", "0", "-1", "1.5", "8 ,9", "+8", "2147483648",
+                          "1000000000000", "99999999999999999999999"}) {
     EXPECT_THROW(bench::parse_batches(bad), UsageError) << bad;
   }
   try {
     bench::parse_batches("1,x");
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--batches: expected positive integers separated by commas, got '1,x'");
+    EXPECT_STREQ(e.what(),
+                 "--batches: expected positive integers up to 2147483647, separated by commas, "
+                 "got '1,x'");
   }
 }
 
@@ -177,4 +180,90 @@ TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
   EXPECT_EQ(plot.rfind("<svg", 0), 0u);
   EXPECT_NE(plot.find("mish_mish  float32  batch 4"), std::string::npos);
   EXPECT_NE(plot.find("whole forward, bf16x3"), std::string::npos);
+}
+
+TEST(BenchEndToEnd, RejectsBadValuesWithOneLine) {
+  TempDir dir;
+  std::string err;
+  EXPECT_EQ(run_program("bench --device cpu --batches 1,x", dir, nullptr, &err), 2);
+  EXPECT_NE(err.find("--batches: expected positive integers"), std::string::npos) << err;
+  EXPECT_EQ(count_of(err, "\n"), 1u) << err;
+  EXPECT_EQ(run_program("bench --device cpu --dtypes float64", dir, nullptr, &err), 2);
+  EXPECT_NE(err.find("--dtypes"), std::string::npos) << err;
+  EXPECT_EQ(run_program("bench --device cpu --cuda-graph", dir, nullptr, &err), 2);
+  EXPECT_NE(err.find("--cuda-graph needs a CUDA device"), std::string::npos) << err;
+}
+
+TEST(BenchEndToEnd, RefusesExistingOutputsBeforeRunning) {
+  TempDir dir;
+  const std::string csv = dir.file("exists.csv");
+  std::ofstream(csv) << "keep me\n";
+  std::string out, err;
+  EXPECT_EQ(run_program("bench --device cpu --csv '" + csv + "'", dir, &out, &err), 2);
+  EXPECT_NE(err.find("--overwrite"), std::string::npos) << err;
+  EXPECT_EQ(out, "");  // refused before any timing
+  EXPECT_EQ(read_all(csv), "keep me\n");
+}
+
+// The seeded default input continues the stream that drew the parameters, as Python's
+// `torch.manual_seed(seed); model = Model(...); x = torch.rand(...)` does, so x is independent
+// of W (a fresh seed would repeat the weight's first draws, and x @ W^T's diagonal would stand
+// out by ~in_features / 6 standard deviations).
+TEST(CommandHelpers, SeededInputFollowsTheParameters) {
+  Settings s;
+  s.command = "compare";
+  s.models = {"mish_mish"};
+  s.batch = 5;
+  s.in_features = 16;
+  s.out_features = 8;
+  s.seed = 3;
+  at::Generator stream;
+  const auto model = build_model("mish_mish", s, &stream);
+  const torch::Tensor x = build_input(s, 16, stream);
+  ASSERT_EQ(x.sizes(), (torch::IntArrayRef{5, 16}));
+  torch::manual_seed(3);  // Python: torch.manual_seed(3); MishMish(16, 8); torch.rand(5, 16)
+  MishMish python_model(16, 8);
+  EXPECT_TRUE(torch::equal(x, torch::rand({5, 16})));
+  torch::manual_seed(3);
+  EXPECT_FALSE(torch::equal(x, torch::rand({5, 16})));
+  // Built again, the same model and input: no state is carried from one call to the next.
+  at::Generator again;
+  build_model("mish_mish", s, &again);
+  EXPECT_TRUE(torch::equal(x, build_input(s, 16, again)));
+}
+
+// libtorch's errors become one usage error: out of memory (CPU or GPU, libtorch 1.13's and 2.x's
+// wording) says how much was asked for and what to lower; anything else, what could not run.
+TEST(CommandHelpers, TorchErrorsSayWhatToChange) {
+  Settings s;
+  s.command = "compare";
+  s.device = torch::Device(torch::kCUDA, 0);
+  const auto message = [&](const std::string& what) {
+    return std::string(
+        usage_error(c10::Error(what, ""), s, "mish_mish in float32 on cuda:0").what());
+  };
+  EXPECT_EQ(message("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
+                    "of 139.81 GiB of which 1.20 GiB is free."),
+            "out of memory on cuda:0: tried to allocate 20.00 GiB; lower --batch, --in-features or "
+            "--out-features");
+  EXPECT_EQ(message("CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 79.35 GiB total "
+                    "capacity; 78.1 GiB already allocated)"),
+            "out of memory on cuda:0: tried to allocate 2.00 MiB; lower --batch, --in-features or "
+            "--out-features");
+  s.device = torch::kCPU;
+  s.command = "bench";
+  s.weights = "w.pt";
+  EXPECT_EQ(message("[enforce fail at alloc_cpu.cpp:75] . DefaultCPUAllocator: can't allocate "
+                    "memory: you tried to allocate 4000000000000 bytes. Error code 12 (Cannot "
+                    "allocate memory)"),
+            "out of memory on cpu: tried to allocate 3.64 TiB; lower --batches, or use a smaller "
+            "model than --weights");
+  s.command = "run";
+  s.input = "x.pt";
+  EXPECT_EQ(message("DefaultCPUAllocator: not enough memory: you tried to allocate 1024 bytes."),
+            "out of memory on cpu: tried to allocate 1.00 KiB; use a smaller --input or a smaller "
+            "model than --weights");
+  EXPECT_EQ(message("Could not run 'aten::mm' with arguments from the 'CPU' backend.\nmore"),
+            "mish_mish in float32 on cuda:0: libtorch " TORCH_VERSION
+            " cannot run it: Could not run 'aten::mm' with arguments from the 'CPU' backend.");
 }

@@ -1,8 +1,12 @@
 // The fusedlinear program end to end: run on a fixture and read the output back, compare,
 // the no-argument default, Python round trips, and every bad input giving one line + exit 2.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -243,6 +247,212 @@ TEST_F(Cli, CpuHeaderNamesBlasThreadsAndLoop) {
   EXPECT_NE(json.find("\"threads\": 1,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"blas\": \""), std::string::npos) << json;
   EXPECT_NE(json.find("\"gemm_gflops\""), std::string::npos) << json;
+}
+
+TEST_F(Cli, HelpComesBeforeAnyCheck) {
+  const Result r = run("--batch many --iters 4294967296 --help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--strip-prefix"), std::string::npos) << r.out;
+}
+
+// The command line's new refusals, through the program: one line, exit 2 (the checks
+// themselves: test_command_line.cpp).
+TEST_F(Cli, CommandLineRefusalsAreOneLine) {
+  expect_usage_error("--iters 4294967296",
+                     "--iters: expected a positive integer up to 2147483647, got '4294967296'");
+  expect_usage_error("--batch --iters 3", "--batch: expected a value, got the option '--iters'");
+  expect_usage_error("compare --output " + path("o.pt"),
+                     "--output: not used by compare (only by run)");
+  EXPECT_EQ(list_dir(dir_->path()).size(), 2u) << "nothing written but stdout and stderr";
+}
+
+// --overwrite replaces a regular file and nothing else: a device is refused with exit 2 before
+// any work and left as it was, and so is a symbolic link (OutputFile's tests: every other kind).
+TEST_F(Cli, OverwriteReplacesOnlyRegularFiles) {
+  const std::string run_args = "run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
+                               kFixtures + "mish_mish_input.pt";
+  expect_usage_error(run_args + " --output /dev/null --overwrite",
+                     "--output /dev/null: is a character device; only a regular file is ever "
+                     "replaced");
+  struct stat st {};
+  ASSERT_EQ(::lstat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null is still a device";
+  // Into a missing folder: refused before the run (no PASS first), with the reason.
+  const Result r = run("compare --device cpu --batch 2 --in-features 4 --out-features 4 --json " +
+                       path("missing/c.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "") << "refused before any work";
+  EXPECT_NE(r.err.find("No such file or directory"), std::string::npos) << r.err;
+  // A character device made here (needs CAP_MKNOD).
+  if (::mknod(path("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    GTEST_SKIP() << "mknod not permitted here: the device made by the test skipped";
+  }
+  expect_usage_error(run_args + " --output " + path("null") + " --overwrite",
+                     "is a character device");
+  ASSERT_EQ(::lstat(path("null").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, makedev(1, 3));
+}
+
+// A symbolic link planted at the temporary name older versions used is not written through.
+TEST_F(Cli, PlantedLinkAtATemporaryNameIsNotFollowed) {
+  const std::string weights = path("weights.pt");
+  const std::string original = read_file(kFixtures + "mish_mish.pt");
+  std::ofstream(weights, std::ios::binary) << original;
+  ASSERT_EQ(::symlink(weights.c_str(), path("report.json.tmp-fusedlinear").c_str()), 0);
+  const Result r = run("--device cpu --iters 1 --warmup 0 --weights " + weights + " --json " +
+                       path("report.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(weights), original);
+  EXPECT_NO_THROW(nlohmann::json::parse(read_file(path("report.json"))));
+}
+
+// Two programs writing one JSON at once: both finish, the file is one complete JSON document.
+TEST_F(Cli, ConcurrentWritersOfOneJsonLeaveOneCompleteFile) {
+  const std::string json = path("same.json");
+  std::string script;
+  for (int i = 0; i < 2; ++i) {
+    script += "(" + kBinary +
+              " compare --device cpu --batch 4 --in-features 16 --out-features 8 --iters 1 "
+              "--warmup 0 --overwrite --json " +
+              json + " >/dev/null 2>" + path("err" + std::to_string(i)) + "; echo $? >" +
+              path("rc" + std::to_string(i)) + ") & ";
+  }
+  ASSERT_EQ(std::system(("sh -c '" + script + "wait'").c_str()), 0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(read_file(path("rc" + std::to_string(i))), "0\n")
+        << read_file(path("err" + std::to_string(i)));
+  }
+  EXPECT_NO_THROW(nlohmann::json::parse(read_file(json)));
+  for (const auto& name : list_dir(dir_->path())) {
+    EXPECT_EQ(name.find("tmp"), std::string::npos) << "left behind: " << name;
+  }
+}
+
+// Out of memory: one line saying how much was asked for and what to lower; nothing written.
+TEST_F(Cli, OutOfMemorySaysHowMuchAndWhatToLower) {
+  // Far beyond any address space (8 PiB), so the allocation fails at once everywhere.
+  expect_usage_error(
+      "--device cpu --model mish_mish --batch 2147483647 --in-features 1048576 "
+      "--out-features 1 --iters 1 --json " +
+          path("c.json"),
+      "out of memory on cpu: tried to allocate 8.00 PiB; lower --batch, "
+      "--in-features or --out-features");
+  EXPECT_FALSE(file_exists(path("c.json")));
+}
+
+// Which file is wrong, and the advice that fits it: an input is a tensor, weights a state dict.
+TEST_F(Cli, MessagesSayWhichFileAndWhatIsWrong) {
+  std::ofstream(path("empty.pt")).close();
+  const std::string weights = kFixtures + "mish_mish.pt";
+  const Result r = run("run --weights " + weights + " --input " + path("empty.pt") + " --output " +
+                       path("o.pt"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--input " + path("empty.pt") + ": the file is empty (0 bytes)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("torch.save(tensor, path)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("state_dict"), std::string::npos) << r.err;
+}
+
+// NaN in the outputs is counted and compared, never printed as an error of "nan" beside a
+// pass; the JSON records the shapes that ran.
+TEST_F(Cli, NanInOutputsIsReportedAsSuch) {
+  torch::Tensor x = read_tensor(kFixtures + "mish_mish_input.pt").clone();
+  x[1][3] = std::numeric_limits<float>::quiet_NaN();
+  write_tensor(x, path("nan_input.pt"));
+  const Result r =
+      run("compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures +
+          "mish_mish.pt --input " + path("nan_input.pt") + " --json " + path("c.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("mish_mish fused ieee: 48 NaN and 0 inf in eager's output, 48 NaN and 0 "
+                       "inf in fused's, at the same positions"),
+            std::string::npos)
+      << r.out;
+  // Every row of the table: no "nan" printed as an error; the fused rows pass.
+  size_t fused_rows = 0;
+  for (size_t row = r.out.find("\nmish_mish  "); row != std::string::npos;
+       row = r.out.find("\nmish_mish  ", row + 1)) {
+    const std::string table_row = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+    EXPECT_EQ(table_row.find("nan"), std::string::npos) << table_row;
+    if (table_row.find(" fused ") != std::string::npos) {
+      ++fused_rows;
+      EXPECT_NE(table_row.find(" yes "), std::string::npos) << table_row;
+      EXPECT_NE(table_row.find("48 (as eager)"), std::string::npos) << table_row;
+    }
+  }
+  EXPECT_EQ(fused_rows, 2u) << r.out;  // eager GEMM + fused chain, fused
+  const auto doc = nlohmann::json::parse(read_file(path("c.json")));
+  EXPECT_EQ(doc["batch"], 5);
+  const auto& m = doc["models"][0];
+  EXPECT_EQ(m["input_shape"], nlohmann::json::array({5, 64}));
+  EXPECT_EQ(m["output_shape"], nlohmann::json::array({5, 48}));
+  const auto& fused = m["paths"][2]["vs_eager"];
+  EXPECT_EQ(fused["non_finite"]["eager_nan"], 48);
+  EXPECT_EQ(fused["non_finite"]["fused_nan"], 48);
+  EXPECT_TRUE(fused["non_finite"]["same_positions"].get<bool>());
+  EXPECT_TRUE(fused["max_abs"].is_number());
+  EXPECT_LT(fused["max_abs"].get<double>(), 1e-4);
+  EXPECT_TRUE(fused["allclose"].get<bool>());
+}
+
+// Keys as torch.compile, DataParallel and PyTorch Lightning save them load, each prefix with a
+// notice; what cannot be told apart gets the longest common prefix and --strip-prefix.
+TEST_F(Cli, PrefixesOfCompiledAndLightningModelsAreStripped) {
+  const NamedTensors fixture = read_state_dict(kFixtures + "mish_mish.pt");
+  const auto save = [&](const std::string& name, const std::string& prefix,
+                        const std::string& under, bool extra) {
+    c10::Dict<std::string, at::Tensor> dict;
+    for (const auto& [key, tensor] : fixture.tensors) dict.insert(prefix + key, tensor);
+    if (extra) dict.insert("loss.pos_weight", torch::ones({3}));
+    c10::IValue value(dict);
+    if (!under.empty()) {
+      c10::impl::GenericDict checkpoint(c10::StringType::get(), c10::AnyType::get());
+      checkpoint.insert(under, value);
+      checkpoint.insert("epoch", int64_t{3});
+      value = c10::IValue(checkpoint);
+    }
+    const std::vector<char> bytes = torch::jit::pickle_save(value);
+    std::ofstream(path(name), std::ios::binary).write(bytes.data(), bytes.size());
+    return path(name);
+  };
+  const torch::Tensor want = read_tensor(kFixtures + "mish_mish_output.pt");
+  const auto run_on = [&](const std::string& weights, const std::string& more = "") {
+    ::unlink(path("o.pt").c_str());
+    return run("run --device cpu --weights " + weights + " --input " + kFixtures +
+               "mish_mish_input.pt --output " + path("o.pt") + more);
+  };
+  struct Case {
+    std::string file, prefix, under;
+    std::vector<std::string> notes;
+  };
+  for (const Case& c :
+       std::vector<Case>{{"compiled_ddp.pt",
+                          "module._orig_mod.",
+                          "",
+                          {"'module.' from every key",
+                           "'_orig_mod.' from every key (saved from a torch.compile"}},
+                         {"lightning_compiled.pt",
+                          "model._orig_mod.",
+                          "state_dict",
+                          {"took the state dict under key 'state_dict'",
+                           "stripped the prefix 'model.'", "'_orig_mod.'"}}}) {
+    const Result r = run_on(save(c.file, c.prefix, c.under, false));
+    ASSERT_EQ(r.exit_code, 0) << c.file << ": " << r.err;
+    EXPECT_TRUE(torch::allclose(read_tensor(path("o.pt")), want, 1e-4, 1e-4)) << c.file;
+    for (const auto& note : c.notes) {
+      EXPECT_NE(r.err.find(note), std::string::npos) << c.file << ": " << r.err;
+    }
+  }
+  // Beside another key, the prefix is not removed by itself (the error names it:
+  // test_command_line.cpp); --strip-prefix with --no-strict loads the model.
+  const std::string extra = save("lightning_extra.pt", "model.", "state_dict", true);
+  const Result r = run_on(extra, " --strip-prefix model --no-strict");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(torch::allclose(read_tensor(path("o.pt")), want, 1e-4, 1e-4));
+  EXPECT_NE(r.err.find("stripped the prefix 'model.' (--strip-prefix) from 2 of 3 keys"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {

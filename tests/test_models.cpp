@@ -52,6 +52,50 @@ TEST(Models, InitialisedLikePyTorch) {
   EXPECT_FALSE(torch::equal(m->matmul->weight, other->matmul->weight));
 }
 
+// make_model draws from a generator of its own the very values Python's
+// `torch.manual_seed(seed); Model(in, out)` draws from the global one (what the fixtures and
+// weights/export.py rely on), and leaves the global generator alone.
+TEST(Models, SeededLikePythonWithoutTouchingTheGlobalGenerator) {
+  torch::NoGradGuard no_grad;
+  for (const uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{123}, uint64_t{1} << 40}) {
+    for (const auto& [in, out] :
+         {std::pair<int64_t, int64_t>{64, 48}, {3, 1000}, {1, 1}, {37, 29}}) {
+      // What the constructors did before they took a generator: nn.Linear, then randn.
+      torch::manual_seed(seed);
+      const torch::nn::Linear linear(in, out);
+      const torch::Tensor add_value = torch::randn({out});
+      torch::manual_seed(seed);
+      const torch::nn::Linear mish_linear(in, out);
+
+      torch::manual_seed(7);
+      const torch::Tensor untouched = torch::rand({4});
+      torch::manual_seed(7);
+      auto swish =
+          std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, seed));
+      auto mish = make_model("mish_mish", in, out, seed);
+      EXPECT_TRUE(torch::equal(torch::rand({4}), untouched)) << "the global generator was used";
+
+      ASSERT_TRUE(swish);
+      const std::string at =
+          "seed " + std::to_string(seed) + ", " + std::to_string(in) + " -> " + std::to_string(out);
+      EXPECT_TRUE(torch::equal(swish->matmul->weight, linear->weight)) << at;
+      EXPECT_TRUE(torch::equal(swish->matmul->bias, linear->bias)) << at;
+      EXPECT_TRUE(torch::equal(swish->add_value, add_value)) << at;
+      EXPECT_TRUE(torch::equal(mish->linear()->weight, mish_linear->weight)) << at;
+      EXPECT_TRUE(torch::equal(mish->linear()->bias, mish_linear->bias)) << at;
+      EXPECT_EQ(swish->matmul->options.in_features(), in);
+      EXPECT_EQ(swish->matmul->options.out_features(), out);
+    }
+  }
+  // A caller's generator is left where the draws end: what follows continues the stream.
+  at::Generator stream = at::detail::createCPUGenerator(5);
+  make_model("mish_mish", 16, 8, stream);
+  const torch::Tensor next = torch::rand({3}, stream);
+  torch::manual_seed(5);
+  MishMish python_order(16, 8);
+  EXPECT_TRUE(torch::equal(next, torch::rand({3})));
+}
+
 TEST(Models, FusedForwardMatchesEagerForward) {
   torch::NoGradGuard no_grad;
   for (const auto& name : model_names()) {
@@ -153,6 +197,68 @@ TEST(Models, ReproduceThePythonFixtures) {
           << name << " fused on CUDA";
     }
   }
+}
+
+// Prefixes of training wrappers: DataParallel's "module." and torch.compile's "_orig_mod.",
+// nested in any order, when every key has them; an attribute prefix (Lightning's "model.") only
+// when removing it makes the keys exactly one model's.
+TEST(Models, WrapperAndAttributePrefixes) {
+  using Keys = std::vector<std::string>;
+  Keys keys = {"module._orig_mod.module.a.w", "module._orig_mod.module.b"};
+  EXPECT_EQ(strip_wrapper_prefixes(keys).size(), 3u);
+  EXPECT_EQ(keys, (Keys{"a.w", "b"}));
+  for (const Keys& kept :
+       {Keys{"module.a", "b"}, Keys{"module."}, Keys{"_orig_mod.x", "module.y"}}) {
+    keys = kept;
+    EXPECT_TRUE(strip_wrapper_prefixes(keys).empty());
+    EXPECT_EQ(keys, kept);
+  }
+
+  const auto file_with = [](const Keys& names) {
+    NamedTensors file;
+    for (const auto& name : names) file.tensors.emplace_back(name, torch::zeros({1}));
+    return file;
+  };
+  const auto keys_of = [](const NamedTensors& file) {
+    Keys out;
+    for (const auto& item : file.tensors) out.push_back(item.first);
+    return out;
+  };
+  const std::vector<ModelKeys> models = {{"mish", {"linear.weight", "linear.bias"}},
+                                         {"swish", {"matmul.weight", "matmul.bias", "add_value"}}};
+  NamedTensors lightning =
+      file_with({"model._orig_mod.linear.weight", "model._orig_mod.linear.bias"});
+  EXPECT_EQ(strip_attribute_prefix(lightning, models), "model.");
+  EXPECT_EQ(keys_of(lightning), (Keys{"linear.weight", "linear.bias"}));
+  EXPECT_EQ(lightning.notices.size(), 2u);  // the attribute, then torch.compile's prefix
+  // Two components of attributes, removed together.
+  NamedTensors nested =
+      file_with({"net.body.matmul.weight", "net.body.matmul.bias", "net.body.add_value"});
+  EXPECT_EQ(strip_attribute_prefix(nested, models), "net.body.");
+  // Nothing to remove, no model matched exactly, or two matched: the keys stay.
+  for (const Keys& kept : {Keys{"linear.weight", "linear.bias"},
+                           Keys{"model.linear.weight", "model.linear.bias", "model.extra"},
+                           Keys{"model.linear.weight"}}) {
+    NamedTensors file = file_with(kept);
+    EXPECT_EQ(strip_attribute_prefix(file, models), "");
+    EXPECT_EQ(keys_of(file), kept);
+    EXPECT_TRUE(file.notices.empty());
+  }
+  NamedTensors twice = file_with({"model.linear.weight", "model.linear.bias"});
+  EXPECT_EQ(strip_attribute_prefix(twice, {models[0], {"copy", models[0].second}}), "");
+
+  EXPECT_EQ(
+      strip_prefix_hint(file_with({"model.linear.weight", "model.linear.bias", "loss.w"}), models),
+      " (mish's keys are all there under the prefix 'model.'; pass --strip-prefix model. "
+      "and --no-strict)");
+  EXPECT_EQ(strip_prefix_hint(file_with({"enc.l.w", "enc.l.b"}), models),
+            " (every key starts with 'enc.l.'; if a wrapper added it, pass --strip-prefix enc.l.)");
+  EXPECT_EQ(strip_prefix_hint(file_with({"linear.weight", "matmul.bias"}), models), "");
+  // The common prefix is of whole components, and never a whole key.
+  EXPECT_EQ(strip_prefix_hint(file_with({"enc.ab", "enc.ac"}), models).find("'enc.a"),
+            std::string::npos);
+  EXPECT_EQ(strip_prefix_hint(file_with({"enc.a", "enc.a.b"}), models).find("'enc.a.'"),
+            std::string::npos);
 }
 
 TEST(Models, LoadErrorsNameTheFileAndTheProblem) {

@@ -57,6 +57,17 @@ inline void remove_tree(const std::string& path) {
       16, FTW_DEPTH | FTW_PHYS);
 }
 
+// The message of the `Error` that `call` throws, or `none` when it throws none.
+template <typename Error, typename Call>
+std::string message_of(Call&& call, const std::string& none = "") {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return none;
+}
+
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it at the end.
 class TempDir {
  public:

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "modules/output_file.h"
 #include "modules/torch_file.h"
 #include "tests/test_support.h"
 
@@ -29,6 +30,7 @@ using nlohmann::json;
 using testing_support::file_exists;
 using testing_support::file_size;
 using testing_support::list_dir;
+using testing_support::message_of;
 using testing_support::read_file;
 using testing_support::TempDir;
 
@@ -82,12 +84,12 @@ void expect_one_line(const std::string& message, const std::string& path) {
 }
 
 std::string load_error(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const LoadError& e) {
-    return e.what();
-  }
-  return "(loaded without error)";
+  return message_of<LoadError>(load, "(loaded without error)");
+}
+
+// write_tensor's refusals and failures (OutputError, modules/output_file.h).
+std::string write_error(const std::function<void()>& write) {
+  return message_of<OutputError>(write, "(written without error)");
 }
 
 // Every case of one manifest.json; returns how many were checked.
@@ -235,11 +237,44 @@ TEST(TorchFile, UnreadablePathsSayWhy) {
   }
 }
 
+// The advice fits what was read: a state dict, or a single tensor (the CLI's --input).
+TEST(TorchFile, RefusalsAdviseForWhatWasRead) {
+  TempDir dir;
+  write_file(dir.file("empty.pt"), "");
+  write_file(dir.file("text.pt"), "not a tensor\n");
+  write_file(dir.file("pickle.pkl"), "\x80\x04K\x01.");
+  const auto message = [&](const std::string& name, bool tensor) {
+    return load_error([&] {
+      if (tensor) {
+        read_tensor(dir.file(name));
+      } else {
+        read_state_dict(dir.file(name));
+      }
+    });
+  };
+  EXPECT_EQ(message("empty.pt", false),
+            dir.file("empty.pt") +
+                ": the file is empty (0 bytes), not a torch.save archive; re-save with "
+                "torch.save(model.state_dict(), path)");
+  EXPECT_EQ(message("empty.pt", true),
+            dir.file("empty.pt") +
+                ": the file is empty (0 bytes), not a torch.save archive; re-save with "
+                "torch.save(tensor, path)");
+  EXPECT_NE(message("text.pt", true).find("save the tensor with torch.save(tensor, path)"),
+            std::string::npos);
+  EXPECT_NE(message("text.pt", false).find("save the weights with torch.save(model.state_dict()"),
+            std::string::npos);
+  EXPECT_NE(message("pickle.pkl", true)
+                .find("plain pickle file, not a torch.save archive; "
+                      "re-save with torch.save(tensor, path)"),
+            std::string::npos);
+}
+
 TEST(TorchFile, WriteTensorKeepsAnExistingFileUnlessTold) {
   TempDir dir;
   const std::string path = dir.file("t.pt");
   write_tensor(torch::ones({2}), path);
-  const std::string message = load_error([&] { write_tensor(torch::zeros({3}), path); });
+  const std::string message = write_error([&] { write_tensor(torch::zeros({3}), path); });
   EXPECT_NE(message.find("already exists"), std::string::npos) << message;
   expect_one_line(message, path);
   EXPECT_TRUE(read_tensor(path).equal(torch::ones({2})));
@@ -247,10 +282,10 @@ TEST(TorchFile, WriteTensorKeepsAnExistingFileUnlessTold) {
   EXPECT_TRUE(read_tensor(path).equal(torch::zeros({3})));
   EXPECT_EQ(list_dir(dir.path()).size(), 1u);
 
-  EXPECT_NE(load_error([&] { write_tensor(torch::Tensor(), dir.file("u.pt")); }).find("undefined"),
+  EXPECT_NE(write_error([&] { write_tensor(torch::Tensor(), dir.file("u.pt")); }).find("undefined"),
             std::string::npos);
   const std::string missing = dir.file("no/such/folder/t.pt");
-  const std::string error = load_error([&] { write_tensor(torch::ones({2}), missing); });
+  const std::string error = write_error([&] { write_tensor(torch::ones({2}), missing); });
   EXPECT_NE(error.find("cannot write"), std::string::npos) << error;
   expect_one_line(error, missing);
 }
