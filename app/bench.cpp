@@ -462,7 +462,8 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
                   const Settings& settings) {
   std::cout << "fusedlinear bench: " << platform << "; " << settings.iters << " timed runs after "
             << settings.warmup << " warm-up, medians in microseconds; rotating inputs, fresh "
-            << "outputs\n\nactivation chains (after the GEMM):\n";
+            << "outputs; models " << settings.model_source << "\n\nactivation chains (after the "
+            << "GEMM):\n";
   Table chains({"model", "dtype", "batch", "copy us", "eager chain us", "fused chain us",
                 "fused x copy", "fused GB/s", "chain speedup"});
   for (const auto& r : results) {
@@ -564,6 +565,7 @@ nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan
       {"cuda_version",
        cuda ? nlohmann::ordered_json(cuda_version()) : nlohmann::ordered_json(nullptr)},
       {"models", plan.models},
+      {"model_source", settings.model_source},
       {"batches", plan.batches},
       {"iters", settings.iters},
       {"warmup", settings.warmup},

@@ -23,6 +23,7 @@ struct UsageError : std::runtime_error {
 struct Settings {
   std::string command;              // compare | run | bench
   std::vector<std::string> models;  // from --model, `all` expanded, or the model --weights holds
+  std::string model_source;         // how: "given", "inferred from the keys of --weights", ...
   std::string weights;              // empty: seeded random parameters
   std::string weights_key;
   std::string strip_prefix;  // --strip-prefix: removed from the file's keys before matching
@@ -118,7 +119,9 @@ UsageError out_of_memory_error(const Settings& settings, const std::string& requ
 // Runs fn; a c10::Error becomes usage_error(..., "<model> in <dtype> on <device>").
 void run_in_context(const std::string& model, const Settings& settings,
                     const std::function<void()>& fn);
-// The model whose keys settings.weights holds (swish_chain has add_value, mish_mish linear.*).
+// The model whose keys settings.weights holds: the one registered model all of whose keys it
+// holds (with --no-strict, whose Linear weight it holds). Throws a UsageError naming the
+// candidates when several fit (choose with --model), a LoadError listing keys when none does.
 std::string detect_model(const Settings& settings);
 // Sets `precision` on the model (and the batch below which bf16x3 runs ieee, from settings).
 void configure_precision(LinearEpilogueModel& model, Precision precision, const Settings& settings);

@@ -27,8 +27,7 @@ namespace {
 const std::vector<ModelKeys>& all_model_keys() {
   static const std::vector<ModelKeys> keys = [] {
     std::vector<ModelKeys> out;
-    for (const auto& name : model_names())
-      out.emplace_back(name, state_dict_keys(*make_model(name, 1, 1, 0)));
+    for (const auto& name : model_names()) out.emplace_back(name, model_keys(name));
     return out;
   }();
   return keys;
@@ -181,23 +180,32 @@ void run_in_context(const std::string& model, const Settings& settings,
 
 std::string detect_model(const Settings& settings) {
   const NamedTensors& file = weights_file(settings);
-  std::string best;
-  size_t best_matches = 0;
-  for (const auto& name : model_names()) {
-    auto probe = make_model(name, 1, 1, 0);
-    if (!find_tensor(file, linear_weight_key(*probe))) continue;
-    size_t matches = 0;
-    for (const auto& item : probe->named_parameters())
-      matches += find_tensor(file, item.key()) != nullptr;
-    if (matches > best_matches) best = name, best_matches = matches;
+  // The models all of whose keys the file holds (with --no-strict, whose Linear weight it holds).
+  std::vector<std::string> fits;
+  for (const auto& [name, keys] : all_model_keys()) {
+    const auto model = make_model(name, 1, 1, uint64_t{0});
+    const bool fit =
+        settings.strict
+            ? std::all_of(keys.begin(), keys.end(),
+                          [&](const std::string& key) { return find_tensor(file, key); })
+            : find_tensor(file, linear_weight_key(*model)) != nullptr;
+    if (fit) fits.push_back(name);
   }
-  if (best.empty()) {
-    throw LoadError("--weights " + settings.weights +
-                    ": holds neither model's Linear weight (swish_chain: matmul.weight, "
-                    "mish_mish: linear.weight); its keys: " +
-                    keys_of(file) + strip_prefix_hint(file, all_model_keys()));
+  if (fits.size() == 1) return fits.front();
+  std::string models;
+  for (const auto& [name, keys] : all_model_keys()) {
+    std::string list;
+    for (const auto& key : keys) list += (list.empty() ? "" : ", ") + key;
+    models += (models.empty() ? "" : "; ") + name + ": " + list;
   }
-  return best;
+  if (fits.empty()) {
+    throw LoadError("--weights " + settings.weights + ": holds no model's keys (" + models +
+                    "); its keys: " + keys_of(file) + strip_prefix_hint(file, all_model_keys()));
+  }
+  std::string names;
+  for (const auto& name : fits) names += (names.empty() ? "" : " and ") + name;
+  throw UsageError("--weights " + settings.weights + ": its keys fit " + names +
+                   "; say which with --model");
 }
 
 std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings,

@@ -145,6 +145,9 @@ int run_compare(const Settings& settings) {
             << (settings.input.empty() ? "input torch.rand " + shape : "input " + settings.input)
             << "; " << (settings.weights.empty() ? "seeded-random parameters" : settings.weights)
             << "; seed " << settings.seed << "\n";
+  std::string names;
+  for (const auto& name : settings.models) names += (names.empty() ? "" : ", ") + name;
+  std::cout << "model: " << names << " (" << settings.model_source << ")\n";
   if (settings.shape_defaulted && !settings.device.is_cuda() && settings.weights.empty()) {
     std::cout << "(CPU defaults: the reference shape 1024x8192 -> 8192 is the GPU default; "
                  "set --batch, --in-features, --out-features to change)\n";
@@ -239,6 +242,7 @@ int run_compare(const Settings& settings) {
                                         {"device", settings.device.str()},
                                         {"dtype", dtype_name(settings.dtype)},
                                         {"batch", rows_that_ran(results)},
+                                        {"model_source", settings.model_source},
                                         {"weights", settings.weights},
                                         {"input", settings.input},
                                         {"seed", settings.seed},

@@ -55,7 +55,9 @@ std::vector<std::string> parse_models(const std::string& name) {
   for (const auto& known : model_names()) {
     if (name == known) return {name};
   }
-  throw UsageError("--model: expected swish_chain, mish_mish or all, got '" + name + "'");
+  std::string expected;
+  for (const auto& known : model_names()) expected += (expected.empty() ? "" : ", ") + known;
+  throw UsageError("--model: expected " + expected + " or all, got '" + name + "'");
 }
 
 // "ieee", "bf16x3,ieee", "all", ...: the fused GEMM's precisions, in the order given.
@@ -204,10 +206,13 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   check_output_files(parsed, s);
   if (given(parsed, "model")) {
     s.models = parse_models(parsed["model"].as<std::string>());
+    s.model_source = "given";
   } else if (!s.weights.empty()) {
     s.models = {detect_model(s)};
+    s.model_source = "inferred from the keys of --weights";
   } else {
     s.models = model_names();
+    s.model_source = "all, the default";
   }
   return s;
 }

@@ -24,9 +24,9 @@ int run_run(const Settings& settings) {
   torch::Tensor y;
   run_in_context(name, settings, [&] { y = model->forward(x); });
   write_tensor(y.cpu(), settings.output, settings.overwrite);
-  std::cout << "fusedlinear run: " << name << " (" << settings.weights << ") on " << x.sizes()
-            << " " << dtype_name(settings.dtype) << ", " << settings.device << " -> "
-            << settings.output << " " << y.sizes() << "\n";
+  std::cout << "fusedlinear run: " << name << " (" << settings.model_source << ", "
+            << settings.weights << ") on " << x.sizes() << " " << dtype_name(settings.dtype) << ", "
+            << settings.device << " -> " << settings.output << " " << y.sizes() << "\n";
   std::cout << "fused GEMM: " << gemm_description(*model, x.numel() / x.size(-1)) << "\n";
   if (x.is_cuda()) std::cout << "fused path: " << layout << "\n";
   return 0;

@@ -29,6 +29,32 @@ using SwishChainActivationsHalf =
 using MishMishActivations = act::Chain<act::Mish, act::Mish>;
 using MishMishActivationsHalf = act::Chain<act::MishHalfPrecision, act::MishHalfPrecision>;
 
+// How the CUDA kernel launches a chain for 16-bit results (float32 results all take one shape,
+// fused_epilogue.cuh): rows per thread per step, threads per block, the grid capped at that many
+// waves of resident blocks. Each chain names its own, measured with epilogue_bench's shape
+// sweep on an H200; a chain without one does not compile for 16-bit results.
+struct HalfLaunch {
+  int rows, threads, waves;
+};
+template <class Activations>
+struct HalfLaunchOf;
+// swish_chain: two rows per step and one wave (each thread loops over several steps, its
+// set-up amortised).
+template <>
+struct HalfLaunchOf<SwishChainActivations> {
+  static constexpr HalfLaunch value{2, 128, 1};
+};
+template <>
+struct HalfLaunchOf<SwishChainActivationsHalf> : HalfLaunchOf<SwishChainActivations> {};
+// mish_mish, with one more MUFU op an element: one row per step and two waves (more threads in
+// flight).
+template <>
+struct HalfLaunchOf<MishMishActivations> {
+  static constexpr HalfLaunch value{1, 128, 2};
+};
+template <>
+struct HalfLaunchOf<MishMishActivationsHalf> : HalfLaunchOf<MishMishActivations> {};
+
 // PyTorch's formulas op for op (act::literal): the baseline the rewrites are measured against
 // (kernels/epilogue_bench.cu, tests/test_activations.cpp).
 namespace literal {

@@ -254,17 +254,19 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shi
 // The shape fused_epilogue.cu launches a chain with: the fastest of epilogue_bench's sweep on
 // an H200 (docs/PERFORMANCE.md). float32: one row per thread per step, 256 threads, two waves.
 // The 2-byte types, whose 16-byte accesses hold twice the elements and whose chains are
-// therefore bound by arithmetic rather than memory, 128 threads and: for swish_chain two rows
-// per step and one wave (each thread loops over several steps, its set-up amortised); for
-// mish_mish, with one more MUFU op an element, one row per step and two waves (more threads in
-// flight).
-template <class Activations>
-inline constexpr bool kIsMishMish = std::is_same_v<Activations, MishMishActivations> ||
-                                    std::is_same_v<Activations, MishMishActivationsHalf>;
+// therefore bound by arithmetic rather than memory: the chain's own HalfLaunchOf
+// (epilogues.h, next to the chain).
+template <typename T, class Activations, bool kFourBytes = sizeof(T) == 4>
+struct ProductionShapeOf {
+  using type = LaunchShape<1, 256, 2>;
+};
 template <typename T, class Activations>
-using ProductionShape = std::conditional_t<
-    sizeof(T) == 4, LaunchShape<1, 256, 2>,
-    std::conditional_t<kIsMishMish<Activations>, LaunchShape<1, 128, 2>, LaunchShape<2, 128, 1>>>;
+struct ProductionShapeOf<T, Activations, false> {
+  static constexpr HalfLaunch kHalf = HalfLaunchOf<Activations>::value;
+  using type = LaunchShape<kHalf.rows, kHalf.threads, kHalf.waves>;
+};
+template <typename T, class Activations>
+using ProductionShape = typename ProductionShapeOf<T, Activations>::type;
 
 // Picks the vector width: 16-byte accesses when every access would be 16-byte aligned (y and
 // out are, and a row is whole vectors; bias and shift, where given, are), else 1. Decided here

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "kernels/ops.h"
+#include "modules/state_dict.h"
 
 namespace fusedlinear {
 
@@ -178,16 +179,38 @@ torch::Tensor MishMishImpl::fused_chain(const torch::Tensor& y,
   return fused_mish_mish(y, bias);
 }
 
-const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"swish_chain", "mish_mish"};
+const std::vector<ModelInfo>& registered_models() {
+  static const std::vector<ModelInfo> models = {
+      {"swish_chain", "Linear -> + add_value -> Swish -> Tanh -> GELU(erf) -> Hardtanh(-1, 1)",
+       [](int64_t in, int64_t out,
+          at::Generator generator) -> std::shared_ptr<LinearEpilogueModel> {
+         return SwishChain(in, out, generator).ptr();
+       }},
+      {"mish_mish", "Linear -> Mish -> Mish",
+       [](int64_t in, int64_t out, at::Generator generator)
+           -> std::shared_ptr<LinearEpilogueModel> { return MishMish(in, out, generator).ptr(); }},
+  };
+  return models;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelInfo& model : registered_models()) names.push_back(model.name);
   return names;
 }
 
 std::shared_ptr<LinearEpilogueModel> make_model(const std::string& name, int64_t in_features,
                                                 int64_t out_features, at::Generator generator) {
-  if (name == "swish_chain") return SwishChain(in_features, out_features, generator).ptr();
-  if (name == "mish_mish") return MishMish(in_features, out_features, generator).ptr();
-  throw std::invalid_argument("unknown model '" + name + "' (expected swish_chain or mish_mish)");
+  std::string known;
+  for (const ModelInfo& model : registered_models()) {
+    if (model.name == name) return model.construct(in_features, out_features, generator);
+    known += (known.empty() ? "" : ", ") + model.name;
+  }
+  throw std::invalid_argument("unknown model '" + name + "' (expected one of: " + known + ")");
+}
+
+std::vector<std::string> model_keys(const std::string& name) {
+  return state_dict_keys(*make_model(name, 1, 1, uint64_t{0}));
 }
 
 std::shared_ptr<LinearEpilogueModel> make_model(const std::string& name, int64_t in_features,

@@ -132,8 +132,25 @@ class MishMishImpl : public LinearEpilogueModel {
 };
 TORCH_MODULE(MishMish);
 
-// The model names the CLI accepts, in the order `all` runs them.
-const std::vector<std::string>& model_names();
+// The models this library defines, registered in one place (models.cpp): the CLI (--model,
+// inferring the model from a file's keys), bench, the tests and, checked against it by a test,
+// weights/export.py take their names, keys and constructors from here. A model added to the
+// list is known to all of them; its chains and their launch shapes are in kernels/epilogues.h.
+struct ModelInfo {
+  std::string name;      // as the CLI and weights/export.py call it
+  std::string computes;  // its forward, in a line
+  // The model with PyTorch's initialisation, drawn from `generator`.
+  std::shared_ptr<LinearEpilogueModel> (*construct)(int64_t in_features, int64_t out_features,
+                                                    at::Generator generator);
+};
+const std::vector<ModelInfo>& registered_models();
+
+// The registered names, in the order `--model all` runs them.
+std::vector<std::string> model_names();
+
+// The state-dict keys of model `name`, in Python's order. Throws std::invalid_argument for an
+// unknown name.
+std::vector<std::string> model_keys(const std::string& name);
 
 // A model by name ("swish_chain" or "mish_mish"), its parameters drawn as PyTorch's
 // constructor draws them from `generator`, which is left where the draws end: what Python's

@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "modules/models.h"
 #include "modules/torch_file.h"
 #include "tests/test_support.h"
 
@@ -466,6 +467,72 @@ TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(torch::allclose(read_tensor(out), read_tensor(kFixtures + "mish_mish_output.pt"),
                               1e-4, 1e-4));
+}
+
+// A .safetensors file of float32 tensors (little-endian, as x86 holds them).
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  std::string header = "{", data;
+  for (const auto& [name, tensor] : tensors) {
+    const torch::Tensor t = tensor.to(torch::kFloat32).contiguous();
+    std::string shape;
+    for (const int64_t size : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(size);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + name +
+              "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(data.size()) + "," + std::to_string(data.size() + t.nbytes()) + "]}";
+    data.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  }
+  header += "}";
+  std::string length(8, '\0');
+  for (int i = 0; i < 8; ++i) length[size_t(i)] = char((uint64_t(header.size()) >> (8 * i)) & 0xff);
+  std::ofstream(path, std::ios::binary) << length << header << data;
+}
+
+// --model may be left out only when one registered model fits the file's keys: several fitting
+// is an error naming them (a file with both models' keys here), and every report says whether
+// the model was given or inferred.
+TEST_F(Cli, ModelIsInferredOnlyWhenOneFits) {
+  const torch::Tensor w = torch::rand({4, 3}), b = torch::rand({4});
+  write_safetensors(path("both.safetensors"), {{"add_value", b},
+                                               {"matmul.weight", w},
+                                               {"matmul.bias", b},
+                                               {"linear.weight", w},
+                                               {"linear.bias", b}});
+  write_tensor(torch::rand({2, 3}), path("x.pt"));
+  const std::string io = " --input " + path("x.pt") + " --output " + path("o.pt");
+  expect_usage_error("run --weights " + path("both.safetensors") + io,
+                     "its keys fit swish_chain and mish_mish; say which with --model");
+  Result r = run("run --device cpu --model mish_mish --no-strict --weights " +
+                 path("both.safetensors") + io);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mish_mish (given, "), std::string::npos) << r.out;
+  r = run("compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures + "mish_mish.pt");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("model: mish_mish (inferred from the keys of --weights)"), std::string::npos)
+      << r.out;
+}
+
+// weights/export.py defines the same models as the registry, with the same state-dict keys.
+TEST_F(Cli, ExportPyKnowsTheRegisteredModels) {
+  std::string python;
+  for (const std::string candidate : {"python3", "/usr/bin/python3"}) {
+    if (std::system((candidate + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch: export.py not checked";
+  ASSERT_EQ(std::system((python + " " + FUSEDLINEAR_SOURCE_DIR + "/weights/export.py --list >" +
+                         path("list.txt"))
+                            .c_str()),
+            0);
+  std::string want;
+  for (const auto& model : registered_models()) {
+    want += model.name;
+    for (const auto& key : model_keys(model.name)) want += " " + key;
+    want += "\n";
+  }
+  EXPECT_EQ(read_file(path("list.txt")), want);
 }
 
 // With a Python that has torch: fresh weights of odd sizes from export.py, C++ against

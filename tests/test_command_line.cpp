@@ -190,8 +190,9 @@ TEST(CommandLine, PrefixErrorsSuggestStripPrefix) {
   s.weights = save("extra.pt", {"model.linear.weight", "model.linear.bias", "loss.weight"});
   EXPECT_EQ(load_error_of([&] { detect_model(s); }),
             "--weights " + s.weights +
-                ": holds neither model's Linear weight (swish_chain: matmul.weight, mish_mish: "
-                "linear.weight); its keys: model.linear.weight, model.linear.bias, loss.weight "
+                ": holds no model's keys (swish_chain: add_value, matmul.weight, matmul.bias; "
+                "mish_mish: linear.weight, linear.bias); its keys: model.linear.weight, "
+                "model.linear.bias, loss.weight "
                 "(mish_mish's keys are all there under the prefix 'model.'; pass --strip-prefix "
                 "model. and --no-strict)");
   s.weights = save("unrelated.pt", {"encoder.layer.w", "encoder.layer.b"});

@@ -33,6 +33,27 @@ TEST(Models, StateDictKeysAndShapesAreThePythonOnes) {
   EXPECT_THROW(make_model("mlp", 4, 4, 0), std::invalid_argument);
 }
 
+// The registry is the one list: names, constructors and keys agree, and an unknown name is
+// refused with the known ones.
+TEST(Models, RegistryIsTheOnePlace) {
+  EXPECT_EQ(model_names(), (std::vector<std::string>{"swish_chain", "mish_mish"}));
+  for (const auto& info : registered_models()) {
+    EXPECT_FALSE(info.computes.empty()) << info.name;
+    auto model = make_model(info.name, 6, 5, uint64_t{1});
+    EXPECT_EQ(model->in_features(), 6);
+    EXPECT_EQ(model->out_features(), 5);
+    EXPECT_EQ(model_keys(info.name), keys(*model)) << info.name;
+  }
+  try {
+    make_model("mlp", 4, 4, uint64_t{0});
+    ADD_FAILURE() << "an unknown model was made";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected one of: swish_chain, mish_mish"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Models, InitialisedLikePyTorch) {
   const int64_t in = 400, out = 300;
   auto m = std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, 123));
