@@ -240,7 +240,9 @@ TEST(CommandHelpers, TorchErrorsSayWhatToChange) {
   s.device = torch::Device(torch::kCUDA, 0);
   const auto message = [&](const std::string& what) {
     return std::string(
-        usage_error(c10::Error(what, ""), s, "mish_mish in float32 on cuda:0").what());
+        usage_error(c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__}, what), s,
+                    "mish_mish in float32 on cuda:0")
+            .what());
   };
   EXPECT_EQ(message("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
                     "of 139.81 GiB of which 1.20 GiB is free."),
