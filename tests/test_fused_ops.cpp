@@ -361,6 +361,7 @@ TEST_F(FusedOpsCuda, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCUD
 TEST_F(FusedOpsCuda, NanAndInfinityAsEager) { run_special_values(torch::kCUDA); }
 
 TEST_F(FusedOpsCuda, MatchesTheCpuImplementation) {
+  torch::NoGradGuard no_grad;  // the ops are inference-only; the model's parameters need grad
   torch::manual_seed(3);
   for (const auto& name : model_names()) {
     const torch::Tensor y = torch::randn({37, 1000}) * 4;
@@ -433,6 +434,7 @@ TEST_F(FusedOpsCuda, RunsOnTheCurrentStream) {
 #endif
 
 TEST_F(FusedOpsCuda, MoreThan2To31Elements) {
+  torch::NoGradGuard no_grad;
   // 2^31 + 2^15 fp16 elements (4 GiB in, 4 GiB out): 64-bit indexing and a grid-stride loop
   // over more rows than one grid dimension holds. Checked on slices at both ends.
   const int64_t cols = 32768, rows = 65537;
