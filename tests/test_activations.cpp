@@ -53,6 +53,9 @@ void expect_close(F f, double (*ref)(double), const char* name) {
   EXPECT_EQ(failures, 0) << name;
 }
 
+// On the host: exp, division and TanhHalfPrecision's tanh take their host branches (libm, exact
+// division) here. Their device forms (__expf, rcp.approx, tanh.approx) are held to float64 by
+// FusedOpsCuda.AccurateAgainstFloat64OnDenseGrid, which runs every chain in the kernels.
 TEST(Activations, MatchFloat64OnGridAndExtremes) {
   expect_close(act::Swish{}, swish_ref, "swish");
   expect_close(
@@ -78,7 +81,6 @@ TEST(Activations, RewritesAgreeWithPyTorchFormulas) {
   const float top = 100.0f;
   uint32_t top_bits;
   std::memcpy(&top_bits, &top, sizeof top);
-  int checked = 0;
   for (uint32_t bits = 0; bits <= top_bits; bits += 97) {
     float magnitude;
     std::memcpy(&magnitude, &bits, sizeof magnitude);
@@ -87,9 +89,7 @@ TEST(Activations, RewritesAgreeWithPyTorchFormulas) {
       ASSERT_NEAR(act::Mish{}(x), act::literal::Mish{}(x), tol) << "mish(" << x << ")";
       ASSERT_NEAR(act::Swish{}(x), act::literal::Swish{}(x), tol) << "swish(" << x << ")";
     }
-    ++checked;
   }
-  EXPECT_GT(checked, 10000000);
 }
 
 TEST(Activations, NanAndInfinityBehaveAsPyTorch) {
@@ -174,16 +174,13 @@ TEST(Activations, HardtanhAfterTheChainsChangesNothing) {
   const auto same_bits = [](float a, float b) {
     return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
   };
-  int64_t checked = 0;
   for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 997) {
     const uint32_t b32 = uint32_t(bits);
     float x;
     std::memcpy(&x, &b32, sizeof x);
     ASSERT_TRUE(same_bits(SwishChainActivations{}(x), WithHardtanh{}(x))) << x;
     ASSERT_TRUE(same_bits(SwishChainActivationsHalf{}(x), HalfWithHardtanh{}(x))) << x;
-    ++checked;
   }
-  EXPECT_GT(checked, 4000000);
 }
 
 // The CPU's vector tanh (tanh_from_exp) on a grid of [-12, 12] with step 1e-5, over both of its
