@@ -84,7 +84,8 @@ void check_output_files(const cxxopts::ParseResult& parsed, const Settings& sett
 std::optional<torch::ScalarType> dtype_named(const std::string& name);
 // "float32", "float16", "bfloat16".
 std::string dtype_name(torch::ScalarType dtype);
-// Default atol = rtol of the fused-vs-eager check, per dtype: 1e-4 in float32 (shared/SPEC.md);
+// Default atol = rtol of the fused-vs-eager check, per dtype: 1e-4 in float32 (the tolerance
+// the reference models are held to);
 // the half types differ by design, since eager rounds after every op and the fused op once at
 // the end: a few units in the last place of 11 (float16) or 8 (bfloat16) bits.
 double default_tolerance(torch::ScalarType dtype);

@@ -1,4 +1,5 @@
-// torch::nn::Module equivalents of the two reference models (shared/reference_models.py).
+// torch::nn::Module equivalents of the two reference PyTorch models (weights/export.py defines
+// them in Python).
 //
 // Each registers its parameters under the Python state-dict keys and has two forwards:
 //   forward        the GEMM without bias, in the model's precision (float32 by libtorch, or

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export the reference models' weights, an input and PyTorch's output, for fusedlinear.
 
-The two models are defined here exactly as shared/reference_models.py defines them. For each
+The two models are defined here exactly as the reference PyTorch code defines them. For each
 model chosen this writes, into --out:
     <model>.pt         the state dict, in the --form people write it (default: ordereddict,
                        torch.save(model.state_dict(), path), what most people write)
