@@ -85,6 +85,31 @@ inline void dispatch_epilogue(EpilogueKind kind, Fn&& fn) {
   }
 }
 
+// The element type of an epilogue's tensors (y, bias, shift and out alike).
+enum class ElementType { kFloat32, kFloat16, kBFloat16 };
+template <ElementType E>
+struct ElementConstant {
+  static constexpr ElementType value = E;
+};
+// Calls fn(ElementConstant<type>{}): the one switch from the run-time element type to a
+// compile-time one, for the CUDA launcher and the CPU loops alike (each maps the constant to its
+// own storage type: __half or c10::Half, ...).
+template <class Fn>
+inline void dispatch_element(ElementType type, Fn&& fn) {
+  switch (type) {
+    case ElementType::kFloat32:
+      return fn(ElementConstant<ElementType::kFloat32>{});
+    case ElementType::kFloat16:
+      return fn(ElementConstant<ElementType::kFloat16>{});
+    case ElementType::kBFloat16:
+      return fn(ElementConstant<ElementType::kBFloat16>{});
+  }
+}
+// The precision of a result held in that element type.
+template <ElementType E>
+inline constexpr ResultPrecision kResultPrecisionOfElement =
+    E == ElementType::kFloat32 ? ResultPrecision::kFloat32 : ResultPrecision::kHalf;
+
 // The precision of a result held in T: kHalf for the 2-byte float types.
 template <typename T>
 inline constexpr ResultPrecision kResultPrecisionOf = sizeof(T) == 2 ? ResultPrecision::kHalf

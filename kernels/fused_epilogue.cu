@@ -9,8 +9,8 @@ cudaError_t launch_fused_epilogue(EpilogueKind kind, ElementType type, const voi
                                   const void* bias, const void* shift, void* out, int64_t rows,
                                   int64_t cols, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  const auto launch = [&](auto element) {
-    using T = decltype(element);
+  dispatch_element(type, [&](auto element) {
+    using T = cuda::DeviceElement<decltype(element)::value>;
     dispatch_epilogue<kResultPrecisionOf<T>>(kind, [&](auto activations) {
       using Activations = decltype(activations);
       err =
@@ -18,18 +18,7 @@ cudaError_t launch_fused_epilogue(EpilogueKind kind, ElementType type, const voi
               static_cast<const T*>(y), static_cast<const T*>(bias), static_cast<const T*>(shift),
               static_cast<T*>(out), rows, cols, stream);
     });
-  };
-  switch (type) {
-    case ElementType::kFloat32:
-      launch(float{});
-      break;
-    case ElementType::kFloat16:
-      launch(__half{});
-      break;
-    case ElementType::kBFloat16:
-      launch(__nv_bfloat16{});
-      break;
-  }
+  });
   return err;
 }
 

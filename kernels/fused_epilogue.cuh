@@ -26,6 +26,12 @@
 namespace fusedlinear {
 namespace cuda {
 
+// The device type that holds an ElementType.
+template <ElementType E>
+using DeviceElement =
+    std::conditional_t<E == ElementType::kFloat32, float,
+                       std::conditional_t<E == ElementType::kFloat16, __half, __nv_bfloat16>>;
+
 // Element conversions, also used on the host (epilogue_bench's inputs and checks).
 __host__ __device__ __forceinline__ float to_float(float v) { return v; }
 __host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

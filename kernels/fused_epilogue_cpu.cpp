@@ -71,22 +71,17 @@ constexpr int64_t kGrainElements = int64_t{1} << 15;
 
 namespace scalar {
 FUSEDLINEAR_DECLARE_EPILOGUE_SPAN {
-  const auto run = [&](auto element) {
-    using T = decltype(element);
-    dispatch_epilogue<kResultPrecisionOf<T>>(kind, [&](auto activations) {
+  dispatch_element(element, [&](auto e) {
+    constexpr ElementType E = decltype(e)::value;
+    using T = std::conditional_t<
+        E == ElementType::kFloat32, float,
+        std::conditional_t<E == ElementType::kFloat16, c10::Half, c10::BFloat16>>;
+    dispatch_epilogue<kResultPrecisionOfElement<E>>(kind, [&](auto activations) {
       scalar_span<T, decltype(activations)>(static_cast<const T*>(y), static_cast<const T*>(bias),
                                             static_cast<const T*>(shift), static_cast<T*>(out),
                                             cols, begin, end);
     });
-  };
-  switch (element) {
-    case Element::kFloat32:
-      return run(float{});
-    case Element::kFloat16:
-      return run(c10::Half{});
-    case Element::kBFloat16:
-      return run(c10::BFloat16{});
-  }
+  });
 }
 }  // namespace scalar
 
@@ -134,19 +129,7 @@ torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
   const int64_t cols = input.size(-1);
   const torch::Tensor bias_c = bias && bias->defined() ? bias->contiguous() : torch::Tensor();
   const torch::Tensor shift_c = shift && shift->defined() ? shift->contiguous() : torch::Tensor();
-  cpu::Element element = cpu::Element::kFloat32;
-  switch (input.scalar_type()) {
-    case torch::kFloat32:
-      break;
-    case torch::kFloat16:
-      element = cpu::Element::kFloat16;
-      break;
-    case torch::kBFloat16:
-      element = cpu::Element::kBFloat16;
-      break;
-    default:
-      TORCH_CHECK(false, "fused_epilogue_cpu: unsupported dtype ", input.scalar_type());
-  }
+  const ElementType element = element_type_of(input);
   decltype(&cpu::scalar::epilogue_span) span = &cpu::scalar::epilogue_span;
 #if FUSEDLINEAR_CPU_SIMD
   switch (cpu::capability()) {

@@ -36,14 +36,11 @@ Capability capability();
 // std::invalid_argument when it is not among supported_capabilities().
 void set_capability(Capability capability);
 
-// The element types of y, bias, shift and out (all the same).
-enum class Element { kFloat32, kFloat16, kBFloat16 };
-
 // out[i] = Activations((y[i] + bias[c]) + shift[c]), c = i % cols, for the elements i in
 // [begin, end) of a row-major tensor whose rows have `cols` elements. bias and shift may be
 // null; out must not overlap y. One function per instruction set, each in its own namespace.
-#define FUSEDLINEAR_DECLARE_EPILOGUE_SPAN                                                 \
-  void epilogue_span(EpilogueKind kind, Element element, const void* y, const void* bias, \
+#define FUSEDLINEAR_DECLARE_EPILOGUE_SPAN                                                     \
+  void epilogue_span(EpilogueKind kind, ElementType element, const void* y, const void* bias, \
                      const void* shift, void* out, int64_t cols, int64_t begin, int64_t end)
 namespace scalar {
 FUSEDLINEAR_DECLARE_EPILOGUE_SPAN;

@@ -31,23 +31,23 @@ using Vec = act::FloatVec;
 constexpr int64_t kLanes = Vec::size();
 
 // What an element is held as in memory: a float, or the 16 bits of a float16 or bfloat16.
-template <Element E>
-using Stored = std::conditional_t<E == Element::kFloat32, float, uint16_t>;
+template <ElementType E>
+using Stored = std::conditional_t<E == ElementType::kFloat32, float, uint16_t>;
 
 // kLanes elements from p, as floats.
-template <Element E>
+template <ElementType E>
 Vec load_full(const Stored<E>* p) {
-  if constexpr (E == Element::kFloat32) {
+  if constexpr (E == ElementType::kFloat32) {
     return Vec::loadu(p);
   } else {
 #if defined(CPU_CAPABILITY_AVX512)
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    if constexpr (E == Element::kFloat16) return Vec(_mm512_cvtph_ps(bits));
+    if constexpr (E == ElementType::kFloat16) return Vec(_mm512_cvtph_ps(bits));
     // A bfloat16 is the high half of the float with the same value.
     return Vec(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)));
 #else
     const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if constexpr (E == Element::kFloat16) return Vec(_mm256_cvtph_ps(bits));
+    if constexpr (E == ElementType::kFloat16) return Vec(_mm256_cvtph_ps(bits));
     return Vec(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16)));
 #endif
   }
@@ -55,15 +55,15 @@ Vec load_full(const Stored<E>* p) {
 
 // v rounded to E, kLanes elements to p. bfloat16 as c10::BFloat16 rounds: add 0x7fff plus the
 // lowest kept bit, keep the high half; NaN becomes 0x7fc0.
-template <Element E>
+template <ElementType E>
 void store_full(Stored<E>* p, Vec v) {
-  if constexpr (E == Element::kFloat32) {
+  if constexpr (E == ElementType::kFloat32) {
     v.store(p);
   } else {
     constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 #if defined(CPU_CAPABILITY_AVX512)
     __m256i halves;
-    if constexpr (E == Element::kFloat16) {
+    if constexpr (E == ElementType::kFloat16) {
       halves = _mm512_cvtps_ph(v, kNearest);
     } else {
       const __m512i bits = _mm512_castps_si512(v);
@@ -78,7 +78,7 @@ void store_full(Stored<E>* p, Vec v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), halves);
 #else
     __m128i halves;
-    if constexpr (E == Element::kFloat16) {
+    if constexpr (E == ElementType::kFloat16) {
       halves = _mm256_cvtps_ph(v, kNearest);
     } else {
       const __m256i bits = _mm256_castps_si256(v);
@@ -98,7 +98,7 @@ void store_full(Stored<E>* p, Vec v) {
 }
 
 // `count` (1..kLanes) elements; the lanes past them are zero on loading and dropped on storing.
-template <Element E>
+template <ElementType E>
 Vec load(const Stored<E>* p, int64_t count) {
   if (count == kLanes) return load_full<E>(p);
   Stored<E> buffer[kLanes] = {};
@@ -106,7 +106,7 @@ Vec load(const Stored<E>* p, int64_t count) {
   return load_full<E>(buffer);
 }
 
-template <Element E>
+template <ElementType E>
 void store(Stored<E>* p, Vec v, int64_t count) {
   if (count == kLanes) return store_full<E>(p, v);
   Stored<E> buffer[kLanes];
@@ -114,7 +114,7 @@ void store(Stored<E>* p, Vec v, int64_t count) {
   std::memcpy(p, buffer, size_t(count) * sizeof(Stored<E>));
 }
 
-template <Element E, class Activations>
+template <ElementType E, class Activations>
 void span(const void* y_data, const void* bias_data, const void* shift_data, void* out_data,
           int64_t cols, int64_t begin, int64_t end) {
   using S = Stored<E>;
@@ -136,28 +136,15 @@ void span(const void* y_data, const void* bias_data, const void* shift_data, voi
   });
 }
 
-template <Element E>
-using ElementConstant = std::integral_constant<Element, E>;
-
 }  // namespace
 
 FUSEDLINEAR_DECLARE_EPILOGUE_SPAN {
-  const auto run = [&](auto element) {
-    constexpr Element E = decltype(element)::value;
-    constexpr ResultPrecision kPrecision =
-        E == Element::kFloat32 ? ResultPrecision::kFloat32 : ResultPrecision::kHalf;
-    dispatch_epilogue<kPrecision>(kind, [&](auto activations) {
+  dispatch_element(element, [&](auto e) {
+    constexpr ElementType E = decltype(e)::value;
+    dispatch_epilogue<kResultPrecisionOfElement<E>>(kind, [&](auto activations) {
       span<E, decltype(activations)>(y, bias, shift, out, cols, begin, end);
     });
-  };
-  switch (element) {
-    case Element::kFloat32:
-      return run(ElementConstant<Element::kFloat32>{});
-    case Element::kFloat16:
-      return run(ElementConstant<Element::kFloat16>{});
-    case Element::kBFloat16:
-      return run(ElementConstant<Element::kBFloat16>{});
-  }
+  });
 }
 
 }  // namespace FUSEDLINEAR_CPU_ISA

@@ -10,8 +10,6 @@
 
 namespace fusedlinear {
 
-enum class ElementType { kFloat32, kFloat16, kBFloat16 };
-
 // out[r, c] = Activations((y[r, c] + bias[c]) + shift[c]) for a row-major [rows, cols] tensor.
 // y, bias, shift and out all hold `type`; bias and shift may be null; out must not overlap y.
 // Uses 16-byte loads and stores when cols and the pointers allow, else one element per access.

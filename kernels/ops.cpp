@@ -2,6 +2,7 @@
 // that would need a backward (the ops are inference-only).
 #include "ops.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
@@ -71,6 +72,16 @@ std::vector<int64_t> linear_output_shape(const torch::Tensor& x, int64_t out_fea
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = out_features;
   return shape;
+}
+
+ElementType element_type_of(const torch::Tensor& t) {
+  ElementType type = ElementType::kFloat32;
+  AT_DISPATCH_SWITCH(
+      t.scalar_type(), "fusedlinear::element_type_of",
+      AT_DISPATCH_CASE(at::kFloat, [&] { type = ElementType::kFloat32; })
+          AT_DISPATCH_CASE(at::kHalf, [&] { type = ElementType::kFloat16; })
+              AT_DISPATCH_CASE(at::kBFloat16, [&] { type = ElementType::kBFloat16; }));
+  return type;
 }
 
 torch::Tensor linear_rows(const torch::Tensor& x) {

@@ -56,6 +56,11 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
                            const c10::optional<torch::Tensor>& bias,
                            const c10::optional<torch::Tensor>& shift);
 
+// The ElementType of a float32, float16 or bfloat16 tensor (ATen's AT_DISPATCH_SWITCH: any
+// other dtype throws; the ops check dtypes with clearer messages before). The one place the
+// torch side maps a dtype.
+ElementType element_type_of(const torch::Tensor& t);
+
 // The CPU implementation of both epilogues (the CUDA one is in ops_cuda.cpp).
 torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
                                  const c10::optional<torch::Tensor>& bias,

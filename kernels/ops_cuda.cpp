@@ -14,19 +14,6 @@
 namespace fusedlinear {
 namespace {
 
-ElementType element_type(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kFloat32:
-      return ElementType::kFloat32;
-    case torch::kFloat16:
-      return ElementType::kFloat16;
-    case torch::kBFloat16:
-      return ElementType::kBFloat16;
-    default:
-      TORCH_CHECK(false, "fusedlinear: unsupported dtype ", dtype);
-  }
-}
-
 const void* data_or_null(const c10::optional<torch::Tensor>& t, torch::Tensor& keep_alive) {
   if (!t || !t->defined()) return nullptr;
   keep_alive = t->contiguous();
@@ -43,7 +30,7 @@ torch::Tensor fused_epilogue_cuda(EpilogueKind kind, const torch::Tensor& y,
   torch::Tensor bias_c, shift_c;
   const int64_t cols = input.size(-1);
   const cudaError_t err = launch_fused_epilogue(
-      kind, element_type(input.scalar_type()), input.data_ptr(), data_or_null(bias, bias_c),
+      kind, detail::element_type_of(input), input.data_ptr(), data_or_null(bias, bias_c),
       data_or_null(shift, shift_c), out.data_ptr(), input.numel() / cols, cols,
       at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "fusedlinear::", epilogue_name(kind),
