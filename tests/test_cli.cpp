@@ -469,6 +469,16 @@ TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {
                               1e-4, 1e-4));
 }
 
+// A python3 that imports torch ("python3" or Debian's /usr/bin/python3), or "".
+std::string python_with_torch() {
+  for (const std::string candidate : {"python3", "/usr/bin/python3"}) {
+    if (std::system((candidate + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
 // A .safetensors file of float32 tensors (little-endian, as x86 holds them).
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
@@ -514,13 +524,7 @@ TEST_F(Cli, ModelIsInferredOnlyWhenOneFits) {
 
 // weights/export.py defines the same models as the registry, with the same state-dict keys.
 TEST_F(Cli, ExportPyKnowsTheRegisteredModels) {
-  std::string python;
-  for (const std::string candidate : {"python3", "/usr/bin/python3"}) {
-    if (std::system((candidate + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
-      python = candidate;
-      break;
-    }
-  }
+  const std::string python = python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch: export.py not checked";
   ASSERT_EQ(std::system((python + " " + FUSEDLINEAR_SOURCE_DIR + "/weights/export.py --list >" +
                          path("list.txt"))
@@ -538,13 +542,7 @@ TEST_F(Cli, ExportPyKnowsTheRegisteredModels) {
 // With a Python that has torch: fresh weights of odd sizes from export.py, C++ against
 // PyTorch's output, and torch.load reading what fusedlinear wrote.
 TEST_F(Cli, PythonRoundTripOddSizes) {
-  std::string python;
-  for (const std::string candidate : {"python3", "/usr/bin/python3"}) {
-    if (std::system((candidate + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
-      python = candidate;
-      break;
-    }
-  }
+  const std::string python = python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch: Python round trip skipped";
   const std::string exported = path("py");
   const std::string export_cmd = python + " " + FUSEDLINEAR_SOURCE_DIR +
