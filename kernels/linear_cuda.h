@@ -1,5 +1,6 @@
-// Torch-free launchers of the split-precision linear layers on CUDA (y = x W^T without bias): the
-// float32 -> bfloat16 split (bf16_split.cu) and the cuBLAS products (linear_cublas.cpp). Raw
+// Torch-free launchers of the linear layers on CUDA: the float32 -> bfloat16 split
+// (bf16_split.cu), the cuBLAS products y = x W^T without bias (linear_cublas.cpp), and the skinny
+// kernel that computes a whole fused forward for few rows (skinny_linear.cu). Raw
 // pointers, sizes, a stream or a cuBLAS handle bound to one, so they compile with any nvcc and
 // C++ compiler, with or without a CUDA-enabled libtorch.
 #pragma once
@@ -8,6 +9,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "epilogues.h"
 
 namespace fusedlinear {
 
@@ -34,5 +37,38 @@ cublasStatus_t gemm_bf16_parts(cublasHandle_t handle, int m, int n, int k, const
 // significand bits; float32 accumulation).
 cublasStatus_t gemm_tf32(cublasHandle_t handle, int m, int n, int k, const float* x, const float* w,
                          WeightMajor w_major, float* y);
+
+// What the skinny kernel reads as W: values of x's type, or, for float32 x, W's bfloat16 hi part
+// alone (the bf16 mode) or hi + lo (bf16x3: hi + lo is exact in float32, within 2^-17 of W).
+enum class SkinnyWeight { kAsInput, kBf16, kBf16HiLo };
+
+// One fused forward for few rows:
+//   out[m, n] = Activations((sum_k x[m, k] W[n, k] + bias[n]) + shift[n])
+// with the chain `kind` names for `type`'s precision (epilogues.h). x [rows, in_features]
+// row-major; W (and w_lo) [out_features, in_features] row-major (output-major); bias and shift
+// [out_features] or null; x, bias, shift and out hold `type`. Products and sums in float32.
+struct SkinnyLinearArgs {
+  EpilogueKind kind = EpilogueKind::kMishMish;
+  ElementType type = ElementType::kFloat32;
+  SkinnyWeight weight = SkinnyWeight::kAsInput;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* w_lo = nullptr;  // with kBf16HiLo only
+  const void* bias = nullptr;
+  const void* shift = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0, out_features = 0, in_features = 0;
+};
+
+// How many floats of workspace launch_skinny_linear needs for `args` on the current device (0
+// when k is not split). Returns cudaErrorInvalidValue for a weight the type does not take
+// (kBf16 or kBf16HiLo with 16-bit x), cudaErrorInvalidConfiguration for more than 2^20 rows.
+cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_floats);
+
+// Launches the skinny forward on `stream` (two kernels when k is split: the partial sums, then
+// their sum in a fixed order and the epilogue); results are bitwise the same run to run. The
+// workspace: plan_skinny_linear's floats (null when 0). Returns the launches' error.
+cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
+                                 cudaStream_t stream);
 
 }  // namespace fusedlinear

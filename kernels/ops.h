@@ -4,6 +4,8 @@
 //   fusedlinear::split_bf16                            float32 -> bfloat16 hi + lo
 //   fusedlinear::linear_bf16x3, linear_bf16, linear_tf32
 //                                                      x W^T from tensor-core products
+//   fusedlinear::linear_swish_chain, linear_mish_mish  a whole forward for few rows (the skinny
+//                                                      kernel: W read once, the chain fused)
 // These wrappers call the dispatcher, which picks the implementation from the inputs' device.
 #pragma once
 
@@ -49,6 +51,22 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w_hi);
 // relative error per product. x: float32 [..., in]; w: float32 [out, in]; returns [..., out].
 torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w);
 
+// A model's whole forward in one op, for inputs of few rows (batch 1-16), where the GEMM is bound
+// by reading W: out = chain(x W^T + bias [+ add_value]) with W read once, the products summed in
+// float32 and the epilogue applied before the one store (kernels/skinny_linear.cu). x [..., in]
+// float32, float16 or bfloat16; w [out, in] of x's dtype, or, for float32 x, bfloat16 parts: w
+// alone (W = w, the bf16 mode) or w and w_lo (W = w + w_lo, bf16x3's split weight); bias and
+// add_value [out] of x's dtype. Returns [..., out] in x's dtype. Results are bitwise the same run
+// to run. W is read as a contiguous [out, in] tensor (a transposed one is copied first). On the
+// CPU: x W^T in float32 then the fused epilogue (for testing; no faster than the two ops).
+torch::Tensor fused_linear_swish_chain(const torch::Tensor& x, const torch::Tensor& w,
+                                       const c10::optional<torch::Tensor>& w_lo,
+                                       const c10::optional<torch::Tensor>& bias,
+                                       const torch::Tensor& add_value);
+torch::Tensor fused_linear_mish_mish(const torch::Tensor& x, const torch::Tensor& w,
+                                     const c10::optional<torch::Tensor>& w_lo,
+                                     const c10::optional<torch::Tensor>& bias);
+
 namespace detail {
 // Checks shared by the CPU and CUDA implementations: dtype, device, per-column vector shapes.
 // Each failure says what was expected and what came.
@@ -71,6 +89,12 @@ torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
                          const torch::Tensor& w, torch::ScalarType w_dtype,
                          const torch::Tensor* w_lo = nullptr);
+// Checks of the fused linear ops (fused_linear_swish_chain above): each failure says what was
+// expected and what came.
+void check_fused_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
+                               const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                               const c10::optional<torch::Tensor>& bias,
+                               const c10::optional<torch::Tensor>& shift);
 // x's leading dimensions with `out_features` last: the shape of x W^T.
 std::vector<int64_t> linear_output_shape(const torch::Tensor& x, int64_t out_features);
 // x [..., in] as a contiguous [rows, in] matrix (rows: the product of the leading dimensions).

@@ -1,5 +1,6 @@
 // Registers the CUDA implementations of the ops: checks inputs, allocates the outputs and calls
-// the torch-free launchers (fused_epilogue.cu, bf16_split.cu, linear_cublas.cpp) on the current
+// the torch-free launchers (fused_epilogue.cu, bf16_split.cu, linear_cublas.cpp,
+// skinny_linear.cu) on the current
 // CUDA stream (cuBLAS through libtorch's handle for it).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -177,6 +178,66 @@ torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
   return call.result();
 }
 
+// The skinny kernel's whole forward (ops.h: fused_linear_swish_chain). Its workspace, for the
+// partial sums when k is split, comes from libtorch's caching allocator on the current stream.
+torch::Tensor fused_linear_cuda(const char* op, EpilogueKind kind, const torch::Tensor& x,
+                                const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                                const c10::optional<torch::Tensor>& bias,
+                                const c10::optional<torch::Tensor>& shift) {
+  detail::check_fused_linear_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, shift);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const torch::Tensor x_rows = detail::linear_rows(x);
+  const torch::Tensor weight = w.contiguous();
+  torch::Tensor lo, bias_c, shift_c;
+  const void* lo_data = data_or_null(w_lo, lo);
+  torch::Tensor out = torch::empty({x_rows.size(0), w.size(0)}, x.options());
+  SkinnyLinearArgs args;
+  args.kind = kind;
+  args.type = detail::element_type_of(x);
+  args.weight = w.scalar_type() == x.scalar_type() ? SkinnyWeight::kAsInput
+                : lo_data                          ? SkinnyWeight::kBf16HiLo
+                                                   : SkinnyWeight::kBf16;
+  args.x = x_rows.data_ptr();
+  args.w = weight.data_ptr();
+  args.w_lo = lo_data;
+  args.bias = data_or_null(bias, bias_c);
+  args.shift = data_or_null(shift, shift_c);
+  args.out = out.data_ptr();
+  args.rows = x_rows.size(0);
+  args.out_features = w.size(0);
+  args.in_features = w.size(1);
+  const auto view = detail::linear_output_shape(x, w.size(0));
+  if (args.rows == 0 || args.out_features == 0) return out.view(view);
+  int64_t workspace_floats = 0;
+  const cudaError_t planned = plan_skinny_linear(args, workspace_floats);
+  TORCH_CHECK(planned != cudaErrorInvalidConfiguration, op,
+              ": too many rows for the skinny kernel (", args.rows, "; it takes up to ",
+              int64_t(16) * 65535, ")");
+  check_launch(op, planned);
+  torch::Tensor workspace;
+  if (workspace_floats > 0)
+    workspace = torch::empty({workspace_floats}, x.options().dtype(torch::kFloat32));
+  check_launch(
+      op, launch_skinny_linear(args, workspace_floats > 0 ? workspace.data_ptr<float>() : nullptr,
+                               at::cuda::getCurrentCUDAStream()));
+  return out.view(view);
+}
+
+torch::Tensor linear_swish_chain_cuda(const torch::Tensor& x, const torch::Tensor& w,
+                                      const c10::optional<torch::Tensor>& w_lo,
+                                      const c10::optional<torch::Tensor>& bias,
+                                      const torch::Tensor& add_value) {
+  return fused_linear_cuda("fusedlinear::linear_swish_chain", EpilogueKind::kSwishChain, x, w, w_lo,
+                           bias, add_value);
+}
+
+torch::Tensor linear_mish_mish_cuda(const torch::Tensor& x, const torch::Tensor& w,
+                                    const c10::optional<torch::Tensor>& w_lo,
+                                    const c10::optional<torch::Tensor>& bias) {
+  return fused_linear_cuda("fusedlinear::linear_mish_mish", EpilogueKind::kMishMish, x, w, w_lo,
+                           bias, c10::nullopt);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
@@ -186,6 +247,8 @@ TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
   m.impl("linear_bf16x3", &linear_bf16x3_cuda);
   m.impl("linear_bf16", &linear_bf16_cuda);
   m.impl("linear_tf32", &linear_tf32_cuda);
+  m.impl("linear_swish_chain", &linear_swish_chain_cuda);
+  m.impl("linear_mish_mish", &linear_mish_mish_cuda);
 }
 
 }  // namespace fusedlinear

@@ -14,9 +14,7 @@
 #include "modules/models.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include "tests/cuda_graph_support.h"
 #endif
 
 namespace fusedlinear {
@@ -416,18 +414,8 @@ TEST_F(FusedOpsCuda, RunsOnTheCurrentStream) {
     model->set_bf16x3_min_rows(1);
     model->set_precision(precision);
     const torch::Tensor want = model->forward(x);
-    at::cuda::CUDAGraph graph;
-    torch::Tensor got;
-    {
-      const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
-      model->forward(x);  // cuBLAS's workspace for this stream, outside the capture
-      c10::cuda::getCurrentCUDAStream().synchronize();
-      graph.capture_begin();
-      got = model->forward(x);
-      graph.capture_end();
-    }
-    got.fill_(std::numeric_limits<float>::quiet_NaN());
-    graph.replay();
+    const torch::Tensor got =
+        testing_support::replayed_from_cuda_graph([&] { return model->forward(x); });
     EXPECT_TRUE(torch::equal(got, want)) << precision_name(precision);
   }
 }
