@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -40,8 +41,8 @@ namespace {
 constexpr int64_t kAssumedCacheBytes = 60'000'000;  // an H200's L2, the largest here
 
 // Timings of one configuration shared by every precision, in the JSON and CSV column order.
-const char* const kSharedTimings[] = {"gemm_addmm", "copy", "chain_eager", "chain_fused",
-                                      "forward_eager"};
+const char* const kSharedTimings[] = {"gemm_addmm",  "copy",          "chain_eager",
+                                      "chain_fused", "forward_eager", "weight_copy"};
 // Timings of the fused forward in one precision.
 const char* const kFusedTimings[] = {"gemm", "forward", "forward_static", "graph_replay"};
 
@@ -51,10 +52,13 @@ double median_of(const std::map<std::string, TimingStats>& timings, const std::s
   return it == timings.end() ? NAN : it->second.median_us;
 }
 
-// The fused forward in one precision.
+// The fused forward in one precision, with one GEMM kernel.
 struct FusedResult {
   Precision precision = Precision::kIeee;
-  std::string gemm;                 // what the GEMM ran at this batch (gemm_description)
+  GemmKernel kernel = GemmKernel::kAuto;  // asked for (--gemm)
+  std::string gemm;                       // what the GEMM ran at this batch (gemm_description)
+  double weight_bytes = NAN;        // W as the forward reads it (float32, or its bfloat16 parts)
+  double cublas_forward_us = NAN;   // the same precision with --gemm cublas, where it ran too
   bool weight_input_major = false;  // the layout choose_weight_layout kept at this batch
   std::map<std::string, TimingStats> timings;
   OutputDifference vs_eager, vs_float64;  // on the first input buffer
@@ -79,9 +83,20 @@ struct Result {
     return 2.0 * double(batch * out_features) * double(c10::elementSize(dtype));
   }
   double flops() const { return 2.0 * double(batch) * double(in_features * out_features); }
+  // W in the model's dtype: what weight_copy reads and writes.
+  double weight_bytes() const {
+    return double(in_features * out_features) * double(c10::elementSize(dtype));
+  }
 };
 
 using Figures = std::vector<std::pair<std::string, double>>;
+
+double figure(const Figures& figures, const std::string& name) {
+  for (const auto& [key, value] : figures) {
+    if (key == name) return value;
+  }
+  return NAN;
+}
 
 // The chains' derived figures, NaN where an input is missing. GB/s = 1e9 bytes per second.
 Figures chain_figures(const Result& r) {
@@ -93,24 +108,25 @@ Figures chain_figures(const Result& r) {
           {"chain_fused_x_copy", r.median("chain_fused") / r.median("copy")},
           {"chain_fused_percent_of_copy_speed", 100 * r.median("copy") / r.median("chain_fused")},
           {"chain_speedup", r.median("chain_eager") / r.median("chain_fused")},
-          {"gemm_addmm_tflops", r.flops() / r.median("gemm_addmm") / 1e6}};
+          {"gemm_addmm_tflops", r.flops() / r.median("gemm_addmm") / 1e6},
+          {"weight_copy_gbps", 2 * r.weight_bytes() / r.median("weight_copy") / 1e3}};
 }
 
-// One precision's derived figures: speedups over the eager forward (float32 eager for float32).
+// One variant's derived figures: speedups over the eager forward (float32 eager for float32) and
+// over the same precision's cuBLAS forward; W's bytes over the forward's time, and that against
+// a copy of W (which moves its bytes twice, read and written).
 Figures fused_figures(const Result& r, const FusedResult& f) {
   const double forward = median_of(f.timings, "forward");
-  return {{"forward_speedup", r.median("forward_eager") / forward},
-          {"gemm_tflops", r.flops() / median_of(f.timings, "gemm") / 1e6},
-          {"epilogue_share_of_forward", r.median("chain_fused") / forward},
-          {"graph_speedup",
-           median_of(f.timings, "forward_static") / median_of(f.timings, "graph_replay")}};
-}
-
-double figure(const Figures& figures, const std::string& name) {
-  for (const auto& [key, value] : figures) {
-    if (key == name) return value;
-  }
-  return NAN;
+  const double weight_gbps = f.weight_bytes / forward / 1e3;
+  return {
+      {"forward_speedup", r.median("forward_eager") / forward},
+      {"speedup_over_cublas_fused", f.cublas_forward_us / forward},
+      {"gemm_tflops", r.flops() / median_of(f.timings, "gemm") / 1e6},
+      {"epilogue_share_of_forward", r.median("chain_fused") / forward},
+      {"weight_gbps", weight_gbps},
+      {"weight_percent_of_copy", 100 * weight_gbps / figure(chain_figures(r), "weight_copy_gbps")},
+      {"graph_speedup",
+       median_of(f.timings, "forward_static") / median_of(f.timings, "graph_replay")}};
 }
 
 std::string utc_now() {
@@ -213,20 +229,19 @@ void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const S
   graph.replay();
   const torch::Tensor launched = model.forward(x);
   if (!torch::equal(captured_out, launched)) {
-    std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " "
-              << precision_name(f.precision) << " batch " << r.batch
-              << ": the CUDA Graph's output differs from a launch's\n";
+    std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " " << f.gemm
+              << " batch " << r.batch << ": the CUDA Graph's output differs from a launch's\n";
     f.graph_ok = false;
   }
 }
 #endif
 
 // The models of one (model, dtype) sweep: eager's, with the weight as nn.Linear lays it out,
-// and one fused model (the same parameters) per precision, each laying its weight out per batch.
+// and one fused model (the same parameters) per precision and GEMM kernel, each laying its
+// weight out per batch.
 struct Models {
   std::shared_ptr<LinearEpilogueModel> eager;
-  std::vector<std::shared_ptr<LinearEpilogueModel>> fused;  // in the order of `precisions`
-  std::vector<Precision> precisions;
+  std::vector<std::shared_ptr<LinearEpilogueModel>> fused;  // each configured as it was built
 };
 
 // Times one configuration. x_all: [N, batch, in] rotating inputs; y_all: [M, batch, out], the
@@ -277,6 +292,8 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
   measure(r.timings, {"copy", "chain_eager", "chain_fused"},
           {[&](int i) { y(i).clone(); }, [&](int i) { model.epilogue_eager(y(i)); },
            [&](int i) { chain_model.epilogue_fused(y(i)); }});
+  // The memory system's pace on W's bytes, the floor of a forward that must read W.
+  measure(r.timings, {"weight_copy"}, {[&](int) { model.linear()->weight.clone(); }});
 
   // Per precision: the GEMM, and the forward against the eager forward, in turns.
   const torch::Tensor eager_out = model.forward_eager(x(0));
@@ -289,11 +306,13 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
   for (size_t p = 0; p < models.fused.size(); ++p) {
     LinearEpilogueModel& fused_model = *models.fused[p];
     FusedResult f;
-    f.precision = models.precisions[p];
+    f.precision = fused_model.precision();
+    f.kernel = fused_model.gemm_kernel();
     choose_weight_layout(fused_model, x(0));
     f.weight_input_major = fused_model.weight_layout() == WeightLayout::kInputMajor;
-    fused_model.split_weight_bytes();  // splits again here, untimed, if the layout moved
-    f.gemm = gemm_description(fused_model, batch);
+    const int64_t split_bytes = fused_model.split_weight_bytes();  // splits again if moved
+    f.weight_bytes = double(split_bytes > 0 ? split_bytes : r.weight_bytes());
+    f.gemm = gemm_description(fused_model, x(0));
     f.counted = verdict_counts(f.precision, s);
     const torch::Tensor out = fused_model.forward(x(0));
     f.vs_eager = compare_outputs(out, eager_out, atol, rtol);
@@ -309,6 +328,12 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
   for (size_t p = 0; p < r.fused.size(); ++p) {
     r.fused[p].timings["gemm"] = gemm_times[p + 1];
     r.fused[p].timings["forward"] = forward_times[p + 1];
+    for (size_t q = 0; q < r.fused.size(); ++q) {
+      if (r.fused[q].precision == r.fused[p].precision &&
+          r.fused[q].kernel == GemmKernel::kCublas) {
+        r.fused[p].cublas_forward_us = forward_times[q + 1].median_us;
+      }
+    }
 #ifdef FUSEDLINEAR_WITH_CUDA
     if (cuda_graph) time_cuda_graph(*models.fused[p], x(0), s, r, r.fused[p]);
 #endif
@@ -326,6 +351,12 @@ std::string csv_number(double v) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.6g", v);
   return buffer;
+}
+
+// Text in a CSV cell: commas (gemm_description's "ieee, skinny") as semicolons.
+std::string csv_text(std::string text) {
+  std::replace(text.begin(), text.end(), ',', ';');
+  return text;
 }
 
 nlohmann::ordered_json timings_json(const std::map<std::string, TimingStats>& timings,
@@ -352,7 +383,7 @@ std::string render_csv(const std::vector<Result>& results) {
   };
   for (const char* t : kSharedTimings) timing_columns(t);
   for (const auto& d : chain_figures(Result())) out << "," << d.first;
-  out << ",chain_max_abs_diff,chain_ok,precision,gemm_ran,fused_weight_layout";
+  out << ",chain_max_abs_diff,chain_ok,precision,gemm_kernel,gemm_ran,fused_weight_layout";
   for (const char* t : kFusedTimings) timing_columns((std::string("fused_") + t).c_str());
   for (const auto& d : fused_figures(Result(), FusedResult())) out << "," << d.first;
   out << ",max_abs_err_vs_eager,max_rel_err_vs_eager,allclose,counted_in_verdict,"
@@ -373,7 +404,8 @@ std::string render_csv(const std::vector<Result>& results) {
       for (const char* t : kSharedTimings) timing_cells(r.timings, t);
       for (const auto& d : chain_figures(r)) out << "," << csv_number(d.second);
       out << "," << csv_number(r.chain_max_abs_diff) << "," << (r.chain_ok ? "true" : "false")
-          << "," << precision_name(f.precision) << "," << f.gemm << "," << f.weight_layout();
+          << "," << precision_name(f.precision) << "," << gemm_kernel_name(f.kernel) << ","
+          << csv_text(f.gemm) << "," << f.weight_layout();
       for (const char* t : kFusedTimings) timing_cells(f.timings, t);
       for (const auto& d : fused_figures(r, f)) out << "," << csv_number(d.second);
       out << "," << csv_number(f.vs_eager.max_abs) << "," << csv_number(f.vs_eager.max_rel) << ","
@@ -392,6 +424,7 @@ struct Plan {
   std::vector<torch::ScalarType> dtypes;
   std::vector<int64_t> batches;
   std::vector<Precision> precisions;  // for float32; other dtypes run ieee
+  std::vector<GemmKernel> kernels;
   bool cuda_graph = false;
   std::string csv_path, plot_path;
 };
@@ -421,6 +454,7 @@ Plan plan_from_options(const Settings& settings, const cxxopts::ParseResult& par
     plan.dtypes = {torch::kFloat32, torch::kBFloat16};
   }
   plan.precisions = settings.precisions;
+  plan.kernels = settings.gemm_kernels;
   plan.csv_path = parsed.count("csv") ? parsed["csv"].as<std::string>() : "";
   plan.plot_path = parsed.count("plot") ? parsed["plot"].as<std::string>() : "";
   plan.models = settings.models;
@@ -438,11 +472,13 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
       s.dtype = dtype;
       Models models;
       models.eager = build_model(name, s);
-      models.precisions =
+      const std::vector<Precision> precisions =
           dtype == torch::kFloat32 ? plan.precisions : std::vector<Precision>{Precision::kIeee};
-      for (const Precision precision : models.precisions) {
-        models.fused.push_back(build_model(name, s));
-        configure_precision(*models.fused.back(), precision, s);
+      for (const Precision precision : precisions) {
+        for (const GemmKernel kernel : plan.kernels) {
+          models.fused.push_back(build_model(name, s));
+          configure_fused(*models.fused.back(), precision, kernel, s);
+        }
       }
       for (const int64_t batch : plan.batches) {
         progress.show(int(results.size()),
@@ -478,11 +514,10 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
   chains.print(std::cout);
 
   std::cout << "\nwhole forward:\n";
-  std::vector<std::string> header = {"model",         "dtype",        "batch",
-                                     "precision",     "GEMM ran",     "W",
-                                     "eager gemm us", "GFLOP/s",      "fused gemm us",
-                                     "eager fwd us",  "fused fwd us", "fwd speedup",
-                                     "err vs eager",  "err vs fp64",  "allclose"};
+  std::vector<std::string> header = {
+      "model",   "dtype",         "batch",        "GEMM ran",     "W",           "eager gemm us",
+      "GFLOP/s", "fused gemm us", "eager fwd us", "fused fwd us", "fwd speedup", "vs cuBLAS",
+      "W GB/s",  "W % copy",      "err vs eager", "err vs fp64",  "allclose"};
   if (plan.cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
   Table forwards(header);
   for (const auto& r : results) {
@@ -492,7 +527,6 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
           r.model,
           dtype_name(r.dtype),
           std::to_string(r.batch),
-          precision_name(f.precision),
           f.gemm,
           f.weight_input_major ? "in-major" : "out-major",
           fixed(r.median("gemm_addmm"), 1),
@@ -501,6 +535,11 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
           fixed(r.median("forward_eager"), 1),
           fixed(median_of(f.timings, "forward"), 1),
           fixed(figure(figures, "forward_speedup"), 2),
+          std::isfinite(f.cublas_forward_us)
+              ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
+              : "-",
+          fixed(figure(figures, "weight_gbps"), 0),
+          fixed(figure(figures, "weight_percent_of_copy"), 0),
           scientific(f.vs_eager.max_abs, 1),
           scientific(f.vs_float64.max_abs, 1),
           f.vs_eager.allclose ? "yes" : (f.counted ? "NO" : "no (speed mode)")};
@@ -515,9 +554,12 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
   std::cout << "\neager gemm: addmm with bias (eager's GEMM), and its GFLOP/s; fused gemm: x @ W^T "
                "without bias in "
                "the precision, with the weight layout W (the faster of input- and output-major "
-               "at this batch); GEMM ran: what ran at this batch; x copy: fused chain time / copy "
-               "time; GB/s: bytes read + written; speedups: eager time / fused time; errors: max "
-               "abs, forward outputs against eager's and against float64"
+               "at this batch); GEMM ran: the precision and kernel at this batch; x copy: fused "
+               "chain time / copy time; GB/s: bytes read + written; speedups: eager time / fused "
+               "time; vs cuBLAS: the same precision's cuBLAS forward time / this one (with --gemm "
+               "cublas,...); W GB/s: W's bytes as the forward reads them / its time, and that as a "
+               "percentage of a copy of W (read + written); errors: max abs, forward outputs "
+               "against eager's and against float64"
             << (plan.cuda_graph ? "; graph speedup: launches / graph replay of the fused forward"
                                 : "")
             << "\n";
@@ -539,7 +581,7 @@ int report_failures(const std::vector<Result>& results) {
       if (!f.vs_eager.allclose && f.counted) {
         ++failures;
         std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " "
-                  << precision_name(f.precision) << " batch " << r.batch
+                  << f.gemm << " batch " << r.batch
                   << ": the fused forward differs from the eager forward by up to "
                   << scientific(f.vs_eager.max_abs, 2) << "\n";
       }
@@ -582,12 +624,15 @@ nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan
   header["precisions"] = nlohmann::ordered_json::array();
   for (const auto precision : plan.precisions)
     header["precisions"].push_back(precision_name(precision));
+  header["gemm_kernels"] = nlohmann::ordered_json::array();
+  for (const auto kernel : plan.kernels) header["gemm_kernels"].push_back(gemm_kernel_name(kernel));
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const auto& r : results) {
     nlohmann::ordered_json fused = nlohmann::ordered_json::array();
     for (const auto& f : r.fused) {
       fused.push_back(
           {{"precision", precision_name(f.precision)},
+           {"gemm_kernel", gemm_kernel_name(f.kernel)},
            {"gemm_ran", f.gemm},
            {"weight_layout", f.weight_layout()},
            {"timings", timings_json(f.timings, std::begin(kFusedTimings), std::end(kFusedTimings))},
@@ -623,7 +668,11 @@ std::string bench_plot(const std::vector<Result>& results, const Plan& plan,
                        const std::string& platform, const std::string& date, int iters) {
   std::vector<std::string> groups, series = {"activation chain"};
   for (const Precision precision : plan.precisions) {
-    series.push_back(std::string("whole forward, ") + precision_name(precision));
+    for (const GemmKernel kernel : plan.kernels) {
+      series.push_back(
+          std::string("whole forward, ") + precision_name(precision) +
+          (plan.kernels.size() > 1 ? std::string(", ") + gemm_kernel_name(kernel) : ""));
+    }
   }
   if (plan.cuda_graph) series.push_back("CUDA Graph vs launches (first precision)");
   std::vector<std::vector<double>> values;
@@ -631,11 +680,15 @@ std::string bench_plot(const std::vector<Result>& results, const Plan& plan,
     groups.push_back(r.model + "  " + dtype_name(r.dtype) + "  batch " + std::to_string(r.batch));
     std::vector<double> bars = {figure(chain_figures(r), "chain_speedup")};
     for (const Precision precision : plan.precisions) {
-      double speedup = NAN;
-      for (const auto& f : r.fused) {
-        if (f.precision == precision) speedup = figure(fused_figures(r, f), "forward_speedup");
+      for (const GemmKernel kernel : plan.kernels) {
+        double speedup = NAN;
+        for (const auto& f : r.fused) {
+          if (f.precision == precision && f.kernel == kernel) {
+            speedup = figure(fused_figures(r, f), "forward_speedup");
+          }
+        }
+        bars.push_back(speedup);
       }
-      bars.push_back(speedup);
     }
     if (plan.cuda_graph) bars.push_back(figure(fused_figures(r, r.fused.front()), "graph_speedup"));
     values.push_back(bars);

@@ -45,6 +45,8 @@ struct Settings {
   // The fused GEMM's precisions (--precision; `all` expanded); float32 runs only for any but ieee.
   std::vector<Precision> precisions = {Precision::kIeee};
   int64_t bf16x3_min_rows = LinearEpilogueModel::kDefaultBf16x3MinRows;
+  // The fused forward's GEMM kernels (--gemm; `all` expanded): each precision runs with each.
+  std::vector<GemmKernel> gemm_kernels = {GemmKernel::kAuto};
 };
 
 // Each command: returns the process exit code; throws UsageError or LoadError on bad input.
@@ -101,7 +103,8 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
 // For the fused path on a GPU: times the bias-free GEMM x @ W^T with the weight as it is and
 // re-laid (output-major <-> input-major, LinearEpilogueModel::weight_in), in
 // turns, 10 calls each after 3 warm-up, and keeps the faster layout. Returns a line saying
-// which and the two median times. On the CPU it changes nothing and says so.
+// which and the two median times. Where the model runs the skinny kernel for x, which reads W
+// output-major, and on the CPU, it changes nothing and says so. Call it after configure_fused.
 std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x);
 // The run's input: settings.input when given (checked against in_features), otherwise
 // torch.rand(batch, in_features) drawn from `stream`, the generator build_model drew the
@@ -124,11 +127,13 @@ void run_in_context(const std::string& model, const Settings& settings,
 // holds (with --no-strict, whose Linear weight it holds). Throws a UsageError naming the
 // candidates when several fit (choose with --model), a LoadError listing keys when none does.
 std::string detect_model(const Settings& settings);
-// Sets `precision` on the model (and the batch below which bf16x3 runs ieee, from settings).
-void configure_precision(LinearEpilogueModel& model, Precision precision, const Settings& settings);
-// What the fused GEMM runs for `rows` rows: "bf16x3", or "ieee (bf16x3 from 2 rows)" when the
-// model falls back, and so on.
-std::string gemm_description(const LinearEpilogueModel& model, int64_t rows);
+// Sets `precision` and the GEMM `kernel` on the model (and the batch below which bf16x3 with
+// cuBLAS runs ieee, from settings).
+void configure_fused(LinearEpilogueModel& model, Precision precision, GemmKernel kernel,
+                     const Settings& settings);
+// What the fused forward runs for input x: "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 9
+// rows)" when the model runs ieee for bf16x3, and so on.
+std::string gemm_description(LinearEpilogueModel& model, const torch::Tensor& x);
 // Whether a path's allclose verdict counts toward the exit code: always for the float32-grade
 // precisions (ieee, bf16x3) and when the user set --atol/--rtol; tf32 and bf16 are outside the
 // default 1e-4 by design and are only reported.

@@ -254,6 +254,11 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
 
 std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x) {
   if (!x.is_cuda()) return "weight as loaded (output-major; layouts are chosen on GPUs only)";
+  if (model.runs_skinny(x)) {
+    return std::string("weight ") +
+           (model.weight_layout() == WeightLayout::kInputMajor ? "input-major" : "output-major") +
+           " (the skinny kernel reads W, or its split parts, output-major)";
+  }
   torch::NoGradGuard no_grad;
   const WeightLayout current = model.weight_layout();
   const WeightLayout other_layout =
@@ -274,17 +279,23 @@ std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor
          fixed(output_major_us, 1) + " us output-major)";
 }
 
-void configure_precision(LinearEpilogueModel& model, Precision precision,
-                         const Settings& settings) {
+void configure_fused(LinearEpilogueModel& model, Precision precision, GemmKernel kernel,
+                     const Settings& settings) {
   model.set_bf16x3_min_rows(settings.bf16x3_min_rows);
   model.set_precision(precision);
+  model.set_gemm_kernel(kernel);
 }
 
-std::string gemm_description(const LinearEpilogueModel& model, int64_t rows) {
-  const Precision ran = model.gemm_precision(rows);
-  if (ran == model.precision()) return precision_name(ran);
-  return std::string(precision_name(ran)) + " (" + precision_name(model.precision()) + " from " +
-         std::to_string(model.bf16x3_min_rows()) + " rows)";
+std::string gemm_description(LinearEpilogueModel& model, const torch::Tensor& x) {
+  const LinearEpilogueModel::GemmPlan plan = model.gemm_plan(x);
+  const std::string kernel = plan.skinny ? "skinny" : x.is_cuda() ? "cuBLAS" : "CPU GEMM";
+  const std::string ran = std::string(precision_name(plan.precision)) + ", " + kernel;
+  if (plan.precision == model.precision()) return ran;
+  // bf16x3 below the rows where it pays: ieee's skinny kernel, or below bf16x3_min_rows.
+  const int64_t from =
+      plan.skinny ? model.skinny_max_rows(Precision::kIeee) + 1 : model.bf16x3_min_rows();
+  return ran + " (" + precision_name(model.precision()) + " from " + std::to_string(from) +
+         " rows)";
 }
 
 bool verdict_counts(Precision precision, const Settings& settings) {

@@ -3,7 +3,8 @@
 //   eager GEMM + fused chain   the same GEMM (addmm, bias included), then the fused op: what the
 //                              custom op alone gives;
 //   fused                      the fused forward (bias-free GEMM in the weight layout that times
-//                              faster, the op adding the bias), once per --precision.
+//                              faster, the op adding the bias; or, for few rows on a GPU, the
+//                              skinny kernel), once per --precision and --gemm.
 // Each output against eager's and against a float64 evaluation; timings in turns.
 #include <cmath>
 #include <iostream>
@@ -19,7 +20,8 @@ namespace {
 struct PathResult {
   std::string path;  // "eager", "eager GEMM + fused chain", "fused"
   Precision precision = Precision::kIeee;
-  std::string gemm;    // what the GEMM ran (gemm_description)
+  GemmKernel kernel = GemmKernel::kAuto;  // fused paths: the kernel asked for (--gemm)
+  std::string gemm;                       // what the GEMM ran (gemm_description)
   std::string weight;  // fused paths: the weight layout chosen, and the split's memory
   OutputDifference vs_eager, vs_float64;
   bool counted = true;  // whether vs_eager.allclose counts toward the exit code
@@ -59,22 +61,25 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   r.out_features = model->out_features();
   std::vector<std::shared_ptr<LinearEpilogueModel>> fused_models;
   for (const Precision precision : settings.precisions) {
-    auto fused_model = build_model(name, settings);
-    PathResult p;
-    p.path = "fused";
-    p.precision = precision;
-    p.weight = choose_weight_layout(*fused_model, x);
-    configure_precision(*fused_model, precision, settings);
-    p.weight += split_memory(*fused_model);
-    p.gemm = gemm_description(*fused_model, rows);
-    p.counted = verdict_counts(precision, settings);
-    r.paths.push_back(p);
-    fused_models.push_back(fused_model);
+    for (const GemmKernel kernel : settings.gemm_kernels) {
+      auto fused_model = build_model(name, settings);
+      PathResult p;
+      p.path = "fused";
+      p.precision = precision;
+      p.kernel = kernel;
+      configure_fused(*fused_model, precision, kernel, settings);
+      p.weight = choose_weight_layout(*fused_model, x);
+      p.weight += split_memory(*fused_model);
+      p.gemm = gemm_description(*fused_model, x);
+      p.counted = verdict_counts(precision, settings);
+      r.paths.push_back(p);
+      fused_models.push_back(fused_model);
+    }
   }
   PathResult eager_path, chain_path;
   eager_path.path = "eager";
   chain_path.path = "eager GEMM + fused chain";
-  eager_path.gemm = chain_path.gemm = "ieee";
+  eager_path.gemm = chain_path.gemm = settings.device.is_cuda() ? "ieee, cuBLAS" : "ieee, CPU GEMM";
   r.paths.insert(r.paths.begin(), {eager_path, chain_path});
 
   // Each path as a function of the call index (the index is unused: one fixed input).
@@ -195,7 +200,7 @@ int run_compare(const Settings& settings) {
   for (const auto& r : results) {
     for (const auto& p : r.paths) {
       if (p.path == "fused") {
-        std::cout << r.name << " fused " << precision_name(p.precision) << ": " << p.weight << "\n";
+        std::cout << r.name << " fused " << p.gemm << ": " << p.weight << "\n";
       }
     }
   }
@@ -224,6 +229,7 @@ int run_compare(const Settings& settings) {
           path["counted_in_verdict"] = p.counted;
         }
         if (!p.weight.empty()) path["weight"] = p.weight;
+        if (!p.is_eager() && p.path == "fused") path["gemm_kernel"] = gemm_kernel_name(p.kernel);
         paths.push_back(path);
       }
       models.push_back({{"model", r.name},

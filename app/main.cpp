@@ -60,29 +60,33 @@ std::vector<std::string> parse_models(const std::string& name) {
   throw UsageError("--model: expected " + expected + " or all, got '" + name + "'");
 }
 
-// "ieee", "bf16x3,ieee", "all", ...: the fused GEMM's precisions, in the order given.
-std::vector<Precision> parse_precisions(const std::string& text, const std::string& command) {
-  std::vector<Precision> precisions;
+// A list option's values in the order given ("bf16x3,ieee"), or `all` of them: "ieee",
+// "bf16x3,ieee", "all" for --precision, "cublas,skinny" for --gemm. run takes one value.
+template <class T, class Parse>
+std::vector<T> parse_list(const std::string& option, const std::string& one,
+                          const std::string& text, const std::string& command,
+                          const std::vector<T>& all, const std::string& expected, Parse parse) {
+  std::vector<T> values;
   if (text == "all") {
-    precisions = all_precisions();
+    values = all;
   } else {
     for (size_t start = 0;;) {
       const size_t comma = text.find(',', start);
-      const auto precision = parse_precision(text.substr(start, comma - start));
-      if (!precision) {
-        throw UsageError("--precision: expected ieee, bf16x3, tf32, bf16" +
+      const auto value = parse(text.substr(start, comma - start));
+      if (!value) {
+        throw UsageError(option + ": expected " + expected +
                          std::string(command == "run" ? "" : ", a comma-separated list or all") +
                          ", got '" + text + "'");
       }
-      precisions.push_back(*precision);
+      values.push_back(*value);
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
   }
-  if (command == "run" && precisions.size() != 1) {
-    throw UsageError("--precision: run takes one precision, got '" + text + "'");
+  if (command == "run" && values.size() != 1) {
+    throw UsageError(option + ": run takes one " + one + ", got '" + text + "'");
   }
-  return precisions;
+  return values;
 }
 
 bool given(const cxxopts::ParseResult& parsed, const char* option) {
@@ -139,9 +143,13 @@ void add_options(cxxopts::Options& options) {
       ("precision", "the fused GEMM: ieee (float32, default), bf16x3 (float32-grade from bf16 "
        "tensor cores), tf32 or bf16 (faster, less accurate); compare and bench: a "
        "comma-separated list or all", cxxopts::value<std::string>()->default_value("ieee"))
-      ("bf16x3-min-batch", "bf16x3 runs ieee below this many rows (default 2: at one row "
-       "cuBLAS's float32 GEMM, reading W once, is faster on an H200)",
+      ("bf16x3-min-batch", "with cuBLAS, bf16x3 runs ieee below this many rows (default 2: at "
+       "one row cuBLAS's float32 GEMM, reading W once, is faster on an H200)",
        cxxopts::value<std::string>())
+      ("gemm", "the fused forward's kernel: auto (default: on a GPU the skinny kernel, which "
+       "reads W once and fuses the chain, up to the batch where it measured faster; cuBLAS "
+       "above), cublas or skinny; compare and bench: a comma-separated list or all",
+       cxxopts::value<std::string>()->default_value("auto"))
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());
   // clang-format on
@@ -194,7 +202,12 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   s.rtol = given(parsed, "rtol") ? parse_tolerance("--rtol", text("rtol")) : s.atol;
   s.tolerance_given = given(parsed, "atol") || given(parsed, "rtol");
   s.threads = int(count_option(parsed, "threads", 0, 1));
-  s.precisions = parse_precisions(parsed["precision"].as<std::string>(), s.command);
+  s.precisions = parse_list<Precision>(
+      "--precision", "precision", parsed["precision"].as<std::string>(), s.command,
+      all_precisions(), "ieee, bf16x3, tf32, bf16", parse_precision);
+  s.gemm_kernels =
+      parse_list<GemmKernel>("--gemm", "kernel", parsed["gemm"].as<std::string>(), s.command,
+                             all_gemm_kernels(), "auto, cublas, skinny", parse_gemm_kernel);
   s.bf16x3_min_rows =
       count_option(parsed, "bf16x3-min-batch", LinearEpilogueModel::kDefaultBf16x3MinRows, 1);
   if (s.precisions != std::vector<Precision>{Precision::kIeee} && s.dtype != torch::kFloat32 &&

@@ -19,15 +19,15 @@ int run_run(const Settings& settings) {
   at::Generator stream;
   auto model = build_model(name, settings, &stream);
   const torch::Tensor x = build_input(settings, model->in_features(), stream);
+  configure_fused(*model, settings.precisions.front(), settings.gemm_kernels.front(), settings);
   const std::string layout = choose_weight_layout(*model, x);
-  configure_precision(*model, settings.precisions.front(), settings);
   torch::Tensor y;
   run_in_context(name, settings, [&] { y = model->forward(x); });
   write_tensor(y.cpu(), settings.output, settings.overwrite);
   std::cout << "fusedlinear run: " << name << " (" << settings.model_source << ", "
             << settings.weights << ") on " << x.sizes() << " " << dtype_name(settings.dtype) << ", "
             << settings.device << " -> " << settings.output << " " << y.sizes() << "\n";
-  std::cout << "fused GEMM: " << gemm_description(*model, x.numel() / x.size(-1)) << "\n";
+  std::cout << "fused GEMM: " << gemm_description(*model, x) << "\n";
   if (x.is_cuda()) std::cout << "fused path: " << layout << "\n";
   return 0;
 }

@@ -30,7 +30,74 @@ torch::Tensor LinearEpilogueModel::epilogue_fused(const torch::Tensor& matmul_ou
 }
 
 torch::Tensor LinearEpilogueModel::forward(const torch::Tensor& x) {
+  const GemmPlan plan = gemm_plan(x);
+  if (plan.skinny) {
+    switch (plan.precision) {
+      case Precision::kIeee:
+      case Precision::kTf32:  // the skinny kernel's float32 products: more accurate than TF32
+        return fused_linear(x, linear()->weight, c10::nullopt);
+      case Precision::kBf16x3: {
+        const SplitWeight parts = split_weight();
+        return fused_linear(x, parts.hi, parts.lo);
+      }
+      case Precision::kBf16:
+        return fused_linear(x, split_weight().hi, c10::nullopt);
+    }
+  }
   return epilogue_fused(matmul_without_bias(x));
+}
+
+torch::Tensor LinearEpilogueModel::fused_linear(const torch::Tensor&, const torch::Tensor&,
+                                                const c10::optional<torch::Tensor>&) {
+  TORCH_CHECK(false, "this model has no fused linear op (has_fused_linear() is false)");
+}
+
+void LinearEpilogueModel::set_skinny_max_rows(int64_t rows) {
+  TORCH_CHECK(rows >= 0, "set_skinny_max_rows: expected a count >= 0, got ", rows);
+  skinny_max_rows_ = rows;
+}
+
+int64_t LinearEpilogueModel::skinny_max_rows(Precision precision) {
+  if (skinny_max_rows_ >= 0) return skinny_max_rows_;
+  return default_skinny_max_rows(precision, linear()->weight.scalar_type());
+}
+
+int64_t LinearEpilogueModel::default_skinny_max_rows(Precision precision, torch::ScalarType dtype) {
+  // The skinny kernel against cuBLAS at 8192 -> 8192 on an H200 (docs/RESULTS.md): float32 W
+  // 1.01-1.05x at 1 row and 1.5-1.7x at 2-8 (CUDA-graph replays), slower from 12; bf16x3's
+  // hi + lo 1.06-1.08x at 2 rows, about even at 1, slower from 4 (but gemm_plan runs ieee's
+  // kernel there, faster still); tf32, whose cuBLAS kernel is faster from 2 rows, at 1 row
+  // only; the bf16 mode's hi part alone and 16-bit models never (0.88-0.98x at 1 row).
+  if (dtype != torch::kFloat32) return 0;
+  switch (precision) {
+    case Precision::kIeee:
+      return 8;
+    case Precision::kBf16x3:
+      return 2;
+    case Precision::kTf32:
+      return 1;
+    case Precision::kBf16:
+      return 0;
+  }
+  return 0;
+}
+
+LinearEpilogueModel::GemmPlan LinearEpilogueModel::gemm_plan(const torch::Tensor& x) {
+  const int64_t rows = x.dim() > 0 && x.size(-1) > 0 ? x.numel() / x.size(-1) : 0;
+  const GemmPlan cublas{gemm_precision(rows), false};
+  if (!has_fused_linear() || gemm_kernel_ == GemmKernel::kCublas) return cublas;
+  if (gemm_kernel_ == GemmKernel::kSkinny) return {precision_, true};
+  if (!x.is_cuda()) return cublas;
+  // ieee and tf32 read W itself: output-major, or the op would copy it on every call. The split
+  // parts are always output-major.
+  const bool weight_readable = linear()->weight.is_contiguous();
+  const auto takes = [&](Precision precision) {
+    const bool reads_weight = precision == Precision::kIeee || precision == Precision::kTf32;
+    return rows <= skinny_max_rows(precision) && (weight_readable || !reads_weight);
+  };
+  if (precision_ == Precision::kBf16x3 && takes(Precision::kIeee)) return {Precision::kIeee, true};
+  if (takes(precision_)) return {precision_, true};
+  return cublas;
 }
 
 void LinearEpilogueModel::set_precision(Precision precision) {
@@ -165,6 +232,11 @@ torch::Tensor SwishChainImpl::fused_chain(const torch::Tensor& y,
   return fused_swish_chain(y, add_value, bias);
 }
 
+torch::Tensor SwishChainImpl::fused_linear(const torch::Tensor& x, const torch::Tensor& w,
+                                           const c10::optional<torch::Tensor>& w_lo) {
+  return fused_linear_swish_chain(x, w, w_lo, matmul->bias, add_value);
+}
+
 MishMishImpl::MishMishImpl(int64_t in_features, int64_t out_features, at::Generator generator) {
   linear_ = register_module("linear", make_linear(in_features, out_features, generator));
 }
@@ -177,6 +249,11 @@ torch::Tensor MishMishImpl::epilogue_eager(const torch::Tensor& linear_out) {
 torch::Tensor MishMishImpl::fused_chain(const torch::Tensor& y,
                                         const c10::optional<torch::Tensor>& bias) {
   return fused_mish_mish(y, bias);
+}
+
+torch::Tensor MishMishImpl::fused_linear(const torch::Tensor& x, const torch::Tensor& w,
+                                         const c10::optional<torch::Tensor>& w_lo) {
+  return fused_linear_mish_mish(x, w, w_lo, linear_->bias);
 }
 
 const std::vector<ModelInfo>& registered_models() {

@@ -4,7 +4,8 @@
 // Each registers its parameters under the Python state-dict keys and has two forwards:
 //   forward        the GEMM without bias, in the model's precision (float32 by libtorch, or
 //                  from tensor-core products: set_precision), then one fused op for everything
-//                  after it (bias, add_value and the activation chain: kernels/ops.h);
+//                  after it (bias, add_value and the activation chain: kernels/ops.h); or, for
+//                  few rows on a GPU, all of it in one op that reads W once (set_gemm_kernel);
 //   forward_eager  the unfused libtorch ops, one per Python op, in the Python order: the
 //                  baseline the fused path is compared against.
 // To deploy your own Linear + elementwise model, copy one of these and its epilogue.
@@ -36,10 +37,17 @@ class LinearEpilogueModel : public torch::nn::Module {
                                     const c10::optional<torch::Tensor>& bias) = 0;
   // The model's nn.Linear.
   virtual torch::nn::Linear& linear() = 0;
+  // The whole forward as one op with the skinny kernel (kernels/ops.h: fused_linear_swish_chain),
+  // from W given as `w` (the weight, or its bfloat16 hi part) and `w_lo` (bf16x3's lo part).
+  // Models that define it say so with has_fused_linear(); the others always run cuBLAS and
+  // their fused_chain.
+  virtual bool has_fused_linear() const { return false; }
+  virtual torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& w,
+                                     const c10::optional<torch::Tensor>& w_lo);
 
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor forward_eager(const torch::Tensor& x);
-  // x @ W^T, the GEMM of `forward` (no bias), in gemm_precision(rows of x).
+  // x @ W^T, the GEMM of `forward` when it runs cuBLAS (no bias), in gemm_precision(rows of x).
   torch::Tensor matmul_without_bias(const torch::Tensor& x);
   // fused_chain(matmul_out, the Linear's bias): what `forward` applies after its GEMM.
   torch::Tensor epilogue_fused(const torch::Tensor& matmul_out);
@@ -51,12 +59,39 @@ class LinearEpilogueModel : public torch::nn::Module {
   // dict stays float32. Needs a float32 model for any mode but ieee (TORCH_CHECK).
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
-  // What the GEMM runs for an input of `rows` rows: the precision, except bf16x3 below
+  // What the cuBLAS GEMM runs for an input of `rows` rows: the precision, except bf16x3 below
   // bf16x3_min_rows(), where its three products, each reading its part of W, are slower than
-  // ieee reading W once (docs/RESULTS.md). ieee is the more accurate of the two.
+  // ieee reading W once (docs/RESULTS.md); ieee is the more accurate of the two. gemm_plan says
+  // what forward runs, the skinny kernel included.
   Precision gemm_precision(int64_t rows) const;
   void set_bf16x3_min_rows(int64_t rows);
   int64_t bf16x3_min_rows() const { return bf16x3_min_rows_; }
+
+  // Which kernel runs the GEMM (modules/precision.h; default kAuto) and, for kAuto, the most
+  // rows the skinny kernel takes: by default the crossover measured on an H200 for the model's
+  // dtype and each precision (default_skinny_max_rows), or what set_skinny_max_rows gave, for
+  // every precision (0: never).
+  void set_gemm_kernel(GemmKernel kernel) { gemm_kernel_ = kernel; }
+  GemmKernel gemm_kernel() const { return gemm_kernel_; }
+  void set_skinny_max_rows(int64_t rows);
+  int64_t skinny_max_rows(Precision precision);
+  int64_t skinny_max_rows() { return skinny_max_rows(precision_); }
+
+  // What forward(x) runs: the GEMM's precision and whether the skinny kernel runs it.
+  //   kCublas: cuBLAS (or the CPU's GEMM) in gemm_precision(rows).
+  //   kSkinny: the skinny kernel in the precision as set, on any device.
+  //   kAuto:   on a GPU, the skinny kernel where it measured faster and can read W as it lies
+  //            (output-major, or the split parts); bf16x3 runs ieee's skinny kernel where that
+  //            takes the rows, faster than bf16x3 either way and more accurate. Elsewhere cuBLAS.
+  struct GemmPlan {
+    Precision precision = Precision::kIeee;
+    bool skinny = false;
+  };
+  GemmPlan gemm_plan(const torch::Tensor& x);
+  bool runs_skinny(const torch::Tensor& x) { return gemm_plan(x).skinny; }
+  // The most rows at which the skinny kernel measured faster than cuBLAS at 8192 -> 8192 on an
+  // H200 (docs/RESULTS.md): float32 ieee 8, bf16x3 2, tf32 1, bf16 0; 16-bit models 0.
+  static int64_t default_skinny_max_rows(Precision precision, torch::ScalarType dtype);
   // The smallest batch at which bf16x3 measured faster than ieee on an H200 at 8192 -> 8192:
   // 108 us against 119 at 2 rows; at 1 row cuBLAS's float32 kernel takes 66 us.
   static constexpr int64_t kDefaultBf16x3MinRows = 2;
@@ -95,6 +130,8 @@ class LinearEpilogueModel : public torch::nn::Module {
 
   Precision precision_ = Precision::kIeee;
   int64_t bf16x3_min_rows_ = kDefaultBf16x3MinRows;
+  GemmKernel gemm_kernel_ = GemmKernel::kAuto;
+  int64_t skinny_max_rows_ = -1;  // -1: default_skinny_max_rows
   std::mutex split_mutex_;
   SplitWeight split_;
 };
@@ -112,6 +149,9 @@ class SwishChainImpl : public LinearEpilogueModel {
   torch::Tensor fused_chain(const torch::Tensor& y,
                             const c10::optional<torch::Tensor>& bias) override;
   torch::nn::Linear& linear() override { return matmul; }
+  bool has_fused_linear() const override { return true; }
+  torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& w,
+                             const c10::optional<torch::Tensor>& w_lo) override;
 
   torch::nn::Linear matmul{nullptr};
   torch::Tensor add_value;
@@ -127,6 +167,9 @@ class MishMishImpl : public LinearEpilogueModel {
   torch::Tensor fused_chain(const torch::Tensor& y,
                             const c10::optional<torch::Tensor>& bias) override;
   torch::nn::Linear& linear() override { return linear_; }
+  bool has_fused_linear() const override { return true; }
+  torch::Tensor fused_linear(const torch::Tensor& x, const torch::Tensor& w,
+                             const c10::optional<torch::Tensor>& w_lo) override;
 
  private:
   torch::nn::Linear linear_{nullptr};

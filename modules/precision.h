@@ -48,6 +48,40 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
   return std::nullopt;
 }
 
+// Which kernel runs the fused forward's GEMM (LinearEpilogueModel::set_gemm_kernel).
+//   auto    the skinny kernel on a GPU for inputs of up to skinny_max_rows() rows (where it
+//           measured faster: it reads W once and fuses the epilogue), cuBLAS otherwise;
+//   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
+//   skinny  always the skinny kernel (any number of rows, W then read once per 16 rows; on the
+//           CPU its twin: a float32 GEMM and the fused epilogue).
+enum class GemmKernel { kAuto, kCublas, kSkinny };
+
+inline const std::vector<GemmKernel>& all_gemm_kernels() {
+  static const std::vector<GemmKernel> all = {GemmKernel::kAuto, GemmKernel::kCublas,
+                                              GemmKernel::kSkinny};
+  return all;
+}
+
+inline const char* gemm_kernel_name(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::kAuto:
+      return "auto";
+    case GemmKernel::kCublas:
+      return "cublas";
+    case GemmKernel::kSkinny:
+      return "skinny";
+  }
+  return "?";
+}
+
+// "auto", "cublas", "skinny"; nothing for any other name.
+inline std::optional<GemmKernel> parse_gemm_kernel(const std::string& name) {
+  for (const GemmKernel kernel : all_gemm_kernels()) {
+    if (name == gemm_kernel_name(kernel)) return kernel;
+  }
+  return std::nullopt;
+}
+
 // Whether the mode keeps float32-grade accuracy (ieee, bf16x3); tf32 and bf16 trade it for speed.
 inline bool keeps_float32_accuracy(Precision precision) {
   return precision == Precision::kIeee || precision == Precision::kBf16x3;

@@ -128,7 +128,7 @@ TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
       json + "' --csv '" + csv + "' --plot '" + svg + "'";
   ASSERT_EQ(run_program(args, dir, &out, &err), 0) << out << err;
   for (const char* text : {"swish_chain", "mish_mish", "float32", "chain speedup", "fwd speedup",
-                           "bf16x3", "ieee (bf16x3 from 4 rows)"}) {
+                           "bf16x3, CPU GEMM", "ieee, CPU GEMM (bf16x3 from 4 rows)"}) {
     EXPECT_NE(out.find(text), std::string::npos) << text << "\n" << out;
   }
   EXPECT_EQ(err.find('\r'), std::string::npos);  // no progress line when stderr is a file
@@ -159,7 +159,9 @@ TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
     ASSERT_EQ(r["fused"].size(), 2u);
     EXPECT_EQ(r["fused"][0]["precision"], "ieee");
     EXPECT_EQ(r["fused"][1]["precision"], "bf16x3");
-    EXPECT_EQ(r["fused"][1]["gemm_ran"], r["batch"] == 1 ? "ieee (bf16x3 from 4 rows)" : "bf16x3");
+    EXPECT_EQ(r["fused"][1]["gemm_ran"],
+              r["batch"] == 1 ? "ieee, CPU GEMM (bf16x3 from 4 rows)" : "bf16x3, CPU GEMM");
+    EXPECT_EQ(r["fused"][1]["gemm_kernel"], "auto");
     for (const auto& f : r["fused"]) {
       expect_timings(f["timings"], {"gemm", "forward"});
       EXPECT_FALSE(f["timings"].contains("graph_replay"));

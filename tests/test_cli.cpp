@@ -102,7 +102,8 @@ TEST_F(Cli, ComparesEveryPrecision) {
   const auto doc = nlohmann::json::parse(read_file(path("p.json")));
   const auto& paths = doc["models"][0]["paths"];
   ASSERT_EQ(paths.size(), 6u);  // eager, eager GEMM + fused chain, four precisions
-  const std::vector<std::string> gemms = {"ieee", "ieee", "ieee", "bf16x3", "tf32", "bf16"};
+  const std::vector<std::string> gemms = {"ieee, CPU GEMM",   "ieee, CPU GEMM", "ieee, CPU GEMM",
+                                          "bf16x3, CPU GEMM", "tf32, CPU GEMM", "bf16, CPU GEMM"};
   for (size_t i = 0; i < paths.size(); ++i) {
     EXPECT_EQ(paths[i]["gemm"], gemms[i]) << i;
     EXPECT_GT(paths[i]["forward"]["median_us"].get<double>(), 0) << i;
@@ -119,7 +120,7 @@ TEST_F(Cli, ComparesEveryPrecision) {
       run("compare --device cpu --model mish_mish --batch 1 --in-features 16 --out-features 8 "
           "--iters 1 --warmup 0 --precision bf16x3");
   ASSERT_EQ(small.exit_code, 0) << small.out << small.err;
-  EXPECT_NE(small.out.find("ieee (bf16x3 from 2 rows)"), std::string::npos) << small.out;
+  EXPECT_NE(small.out.find("ieee, CPU GEMM (bf16x3 from 2 rows)"), std::string::npos) << small.out;
 }
 
 TEST_F(Cli, RunInEachPrecisionMatchesPyTorch) {
@@ -366,7 +367,8 @@ TEST_F(Cli, NanInOutputsIsReportedAsSuch) {
       run("compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures +
           "mish_mish.pt --input " + path("nan_input.pt") + " --json " + path("c.json"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("mish_mish fused ieee: 48 NaN and 0 inf in eager's output, 48 NaN and 0 "
+  EXPECT_NE(r.out.find("mish_mish fused ieee, CPU GEMM: 48 NaN and 0 inf in eager's output, 48 NaN "
+                       "and 0 "
                        "inf in fused's, at the same positions"),
             std::string::npos)
       << r.out;
