@@ -44,6 +44,17 @@ def check_ops(device):
     check(device + " linear_tf32", ops.linear_tf32(x, w), exact, 1e-2)
     check(device + " linear_bf16", ops.linear_bf16(x, hi), exact, 5e-2)
 
+    # The whole forward for few rows (the skinny kernel on CUDA), from W or its parts.
+    b, shift = torch.randn(48, device=device) / 16, torch.randn(48, device=device)
+    linear_out = (exact + b.double()).float()
+    check(device + " linear_mish_mish", ops.linear_mish_mish(x, w, None, b),
+          F.mish(F.mish(linear_out)), 1e-5)
+    check(device + " linear_mish_mish from hi and lo", ops.linear_mish_mish(x, hi, lo, b),
+          F.mish(F.mish(linear_out)), 1e-5)
+    t = linear_out + shift
+    check(device + " linear_swish_chain", ops.linear_swish_chain(x, w, None, b, shift),
+          F.hardtanh(F.gelu(torch.tanh(torch.sigmoid(t) * t)), -1, 1), 1e-5)
+
     # Inference-only: refused in grad mode on a tensor that requires grad, fine under no_grad.
     needs_grad = y.clone().requires_grad_()
     try:
