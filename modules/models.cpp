@@ -47,8 +47,9 @@ torch::Tensor LinearEpilogueModel::forward(const torch::Tensor& x) {
   return epilogue_fused(matmul_without_bias(x));
 }
 
-torch::Tensor LinearEpilogueModel::fused_linear(const torch::Tensor&, const torch::Tensor&,
-                                                const c10::optional<torch::Tensor>&) {
+torch::Tensor LinearEpilogueModel::fused_linear(const torch::Tensor& /*x*/,
+                                                const torch::Tensor& /*w*/,
+                                                const c10::optional<torch::Tensor>& /*w_lo*/) {
   TORCH_CHECK(false, "this model has no fused linear op (has_fused_linear() is false)");
 }
 
