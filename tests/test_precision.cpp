@@ -243,7 +243,8 @@ TEST(LinearPrecisions, RejectBadInputsWithClearMessages) {
     }
   };
   const torch::Tensor x = torch::rand({4, 8}), w = torch::rand({6, 8});
-  const auto [hi, lo] = split_bf16(w);
+  torch::Tensor hi, lo;  // not a structured binding: C++17 lambdas cannot capture one
+  std::tie(hi, lo) = split_bf16(w);
   expect_error([&] { linear_bf16x3(x.to(torch::kFloat64), hi, lo); },
                "expected x of dtype float32");
   expect_error([&] { linear_bf16x3(x, w, lo); }, "expected a weight of dtype BFloat16, got Float");

@@ -226,10 +226,11 @@ TEST(TorchFile, WriteTensorReadsBackExactly) {
 
 TEST(TorchFile, UnreadablePathsSayWhy) {
   TempDir dir;
-  for (const auto& [path, error] :
+  for (const auto& [where, error] :
        {std::pair<std::string, std::string>{dir.file("missing.pt"), "cannot open: No such file"},
         {dir.path(), "cannot open: Is a directory"},
         {"/dev/zero", "cannot open: not a regular file"}}) {
+    const std::string& path = where;  // C++17 lambdas cannot capture a structured binding
     const std::string message = load_error([&] { read_state_dict(path); });
     EXPECT_NE(message.find(error), std::string::npos) << message;
     expect_one_line(message, path);
