@@ -270,7 +270,7 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
   // What is compared is timed in turns (time_interleaved), so slow drifts of the device's
   // clocks weigh on each side alike.
   const auto measure = [&](std::map<std::string, TimingStats>& into, std::vector<const char*> keys,
-                           std::vector<std::function<void(int)>> fns) {
+                           const std::vector<std::function<void(int)>>& fns) {
     const auto stats = time_interleaved(s.device, s.warmup, s.iters, fns);
     for (size_t k = 0; k < keys.size(); ++k) into[keys[k]] = stats[k];
   };

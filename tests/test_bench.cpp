@@ -139,7 +139,8 @@ TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
   }
   EXPECT_EQ(doc["header"]["iters"], 3);
   ASSERT_EQ(doc["results"].size(), 4u);  // 2 models x 2 batches x 1 dtype
-  const auto expect_timings = [](const nlohmann::json& timings, std::vector<const char*> names) {
+  const auto expect_timings = [](const nlohmann::json& timings,
+                                 const std::vector<const char*>& names) {
     for (const char* t : names) {
       ASSERT_TRUE(timings.contains(t)) << t;
       EXPECT_GT(timings[t]["median_us"].get<double>(), 0) << t;

@@ -160,7 +160,7 @@ std::vector<Inputs> error_inputs(torch::Device device) {
   std::vector<Inputs> out;
   out.push_back(
       {"random", torch::rand({m, k}), (torch::rand({n, k}) * 2 - 1) / std::sqrt(double(k))});
-  const auto spanning = [](std::vector<int64_t> shape) {
+  const auto spanning = [](const std::vector<int64_t>& shape) {
     const torch::Tensor magnitude = torch::pow(10.0, torch::rand(shape) * 9 - 6);
     return magnitude * (torch::randint(0, 2, shape).mul(2).sub(1));
   };

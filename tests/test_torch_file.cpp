@@ -419,7 +419,7 @@ class TorchFileSafety : public ::testing::Test {
   std::string error_of(const std::string& bytes, const std::string& name = "f.pt") {
     const std::string path = dir_.file(name);
     write_file(path, bytes);
-    const std::string message = load_error([&] { read_state_dict(path); });
+    std::string message = load_error([&] { read_state_dict(path); });
     if (message.rfind("(loaded", 0) != 0) expect_one_line(message, path);
     return message;
   }
