@@ -299,8 +299,8 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
     f.vs_eager = compare_outputs(out, eager_out, atol, rtol);
     f.vs_float64 = compare_outputs(out, reference, atol, rtol);
     r.fused.push_back(f);
-    gemms.push_back([&fused_model, &x](int i) { fused_model.matmul_without_bias(x(i)); });
-    forwards.push_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
+    gemms.emplace_back([&fused_model, &x](int i) { fused_model.matmul_without_bias(x(i)); });
+    forwards.emplace_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
   }
   const auto gemm_times = time_interleaved(s.device, s.warmup, s.iters, gemms);
   const auto forward_times = time_interleaved(s.device, s.warmup, s.iters, forwards);
@@ -625,7 +625,7 @@ std::string bench_plot(const std::vector<Result>& results, const Plan& plan,
   for (const Precision precision : plan.precisions) {
     series.push_back(std::string("whole forward, ") + precision_name(precision));
   }
-  if (plan.cuda_graph) series.push_back("CUDA Graph vs launches (first precision)");
+  if (plan.cuda_graph) series.emplace_back("CUDA Graph vs launches (first precision)");
   std::vector<std::vector<double>> values;
   for (const auto& r : results) {
     groups.push_back(r.model + "  " + dtype_name(r.dtype) + "  batch " + std::to_string(r.batch));

@@ -17,7 +17,7 @@ const float kInf = std::numeric_limits<float>::infinity();
 
 std::vector<torch::Device> devices() {
   std::vector<torch::Device> out = {torch::kCPU};
-  if (torch::cuda::is_available()) out.push_back(torch::kCUDA);
+  if (torch::cuda::is_available()) out.emplace_back(torch::kCUDA);
   return out;
 }
 

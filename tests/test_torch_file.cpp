@@ -317,12 +317,12 @@ TEST(TorchFile, WriteTensorIsReadByPythonTorchLoad) {
   }
   ASSERT_EQ(status, 0) << read_file(dir.file("out.txt"));
   std::istringstream lines(read_file(dir.file("out.txt")));
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (const torch::Tensor& tensor : tensors) {
     std::string line;
     ASSERT_TRUE(std::getline(lines, line));
-    const std::string dtype = "torch." + dtype_name(tensors[i].scalar_type());
+    const std::string dtype = "torch." + dtype_name(tensor.scalar_type());
     EXPECT_EQ(line.rfind(dtype + " ", 0), 0u) << line;
-    EXPECT_EQ(line.substr(line.rfind(' ') + 1), hex_of(tensors[i])) << line;
+    EXPECT_EQ(line.substr(line.rfind(' ') + 1), hex_of(tensor)) << line;
   }
 }
 
