@@ -285,7 +285,7 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
   // What is compared is timed in turns (time_interleaved), so slow drifts of the device's
   // clocks weigh on each side alike.
   const auto measure = [&](std::map<std::string, TimingStats>& into, std::vector<const char*> keys,
-                           std::vector<std::function<void(int)>> fns) {
+                           const std::vector<std::function<void(int)>>& fns) {
     const auto stats = time_interleaved(s.device, s.warmup, s.iters, fns);
     for (size_t k = 0; k < keys.size(); ++k) into[keys[k]] = stats[k];
   };
@@ -318,8 +318,8 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
     f.vs_eager = compare_outputs(out, eager_out, atol, rtol);
     f.vs_float64 = compare_outputs(out, reference, atol, rtol);
     r.fused.push_back(f);
-    gemms.push_back([&fused_model, &x](int i) { fused_model.matmul_without_bias(x(i)); });
-    forwards.push_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
+    gemms.emplace_back([&fused_model, &x](int i) { fused_model.matmul_without_bias(x(i)); });
+    forwards.emplace_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
   }
   const auto gemm_times = time_interleaved(s.device, s.warmup, s.iters, gemms);
   const auto forward_times = time_interleaved(s.device, s.warmup, s.iters, forwards);
@@ -674,7 +674,7 @@ std::string bench_plot(const std::vector<Result>& results, const Plan& plan,
           (plan.kernels.size() > 1 ? std::string(", ") + gemm_kernel_name(kernel) : ""));
     }
   }
-  if (plan.cuda_graph) series.push_back("CUDA Graph vs launches (first precision)");
+  if (plan.cuda_graph) series.emplace_back("CUDA Graph vs launches (first precision)");
   std::vector<std::vector<double>> values;
   for (const auto& r : results) {
     groups.push_back(r.model + "  " + dtype_name(r.dtype) + "  batch " + std::to_string(r.batch));

@@ -341,7 +341,7 @@ std::string sgemm_library() {
   Dl_info where{};
   if (!sgemm || !::dladdr(sgemm, &where) || !where.dli_fname) return "";
   char* resolved = ::realpath(where.dli_fname, nullptr);
-  const std::string path = resolved ? resolved : where.dli_fname;
+  std::string path = resolved ? resolved : where.dli_fname;
   std::free(resolved);
   return path;
 }

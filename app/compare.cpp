@@ -87,9 +87,9 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
       [&](int) { model->forward_eager(x); },
       [&](int) { model->fused_chain(model->linear()->forward(x), c10::nullopt); }};
   for (const auto& fused_model : fused_models) {
-    calls.push_back([&, fused_model](int) { fused_model->forward(x); });
+    calls.emplace_back([&, fused_model](int) { fused_model->forward(x); });
   }
-  calls.push_back([&](int) { model->linear()->forward(x); });
+  calls.emplace_back([&](int) { model->linear()->forward(x); });
 
   // Outputs: eager's is the reference of the verdict; a float64 evaluation of the same
   // parameters (as the model holds them) and input is the reference of accuracy.

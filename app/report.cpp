@@ -27,7 +27,8 @@ void Table::print(std::ostream& out) const {
   };
   print_row(header_);
   std::vector<std::string> rule;
-  for (size_t width : widths) rule.push_back(std::string(width, '-'));
+  rule.reserve(widths.size());
+  for (size_t width : widths) rule.emplace_back(width, '-');
   print_row(rule);
   for (const auto& row : rows_) print_row(row);
 }

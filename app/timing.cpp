@@ -84,6 +84,7 @@ std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmu
     }
   }
   std::vector<TimingStats> stats;
+  stats.reserve(micros.size());
   for (const auto& m : micros) stats.push_back(summarise(m));
   return stats;
 }

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   const std::string fixtures = argc > 1 ? argv[1] : "weights/fixtures";
   torch::NoGradGuard no_grad;  // the fused ops are inference-only
   std::vector<torch::Device> devices = {torch::kCPU};
-  if (torch::cuda::is_available()) devices.push_back(torch::kCUDA);
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA);
   bool ok = true;
   try {
     // 1. A model and its weights from Python.

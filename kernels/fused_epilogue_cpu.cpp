@@ -6,6 +6,10 @@
 
 #include <ATen/Parallel.h>
 
+#if FUSEDLINEAR_CPU_SIMD && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -20,8 +24,10 @@ namespace {
 
 bool cpu_runs(Capability capability) {
 #if FUSEDLINEAR_CPU_SIMD && (defined(__x86_64__) || defined(__i386__))
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1: clang before 18 has no "f16c" for __builtin_cpu_supports.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   switch (capability) {
     case Capability::kScalar:
       return true;

@@ -78,7 +78,7 @@ std::string strip_attribute_prefix(NamedTensors& file, const std::vector<ModelKe
   }
   const std::string common = common_prefix(keys);
   for (size_t dot = common.find('.'); dot != std::string::npos; dot = common.find('.', dot + 1)) {
-    const std::string prefix = common.substr(0, dot + 1);
+    std::string prefix = common.substr(0, dot + 1);
     std::vector<std::string> stripped = keys;
     for (auto& key : stripped) key.erase(0, prefix.size());
     const std::vector<std::string> wrapper_notices = strip_wrapper_prefixes(stripped);

@@ -53,9 +53,9 @@ bool within(uint64_t offset, uint64_t length, uint64_t limit) {
 
 std::string printable(const std::string& text, size_t max_length) {
   std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
+  for (const char ch : text) {
     if (out.size() >= max_length) return out + "...";
-    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const unsigned char c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7F) {
       static const char* hex = "0123456789abcdef";
       out += std::string("\\x") + hex[c >> 4] + hex[c & 15];

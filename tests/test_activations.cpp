@@ -172,6 +172,7 @@ TEST(Activations, HardtanhAfterTheChainsChangesNothing) {
   using WithHardtanh = act::Chain<SwishChainActivations, act::Hardtanh>;
   using HalfWithHardtanh = act::Chain<SwishChainActivationsHalf, act::Hardtanh>;
   const auto same_bits = [](float a, float b) {
+    // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): the bits are what is compared
     return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
   };
   for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 997) {

@@ -110,11 +110,11 @@ TEST(BenchOptions, ParsesDtypeLists) {
 }
 
 TEST(BenchOptions, RotationCoversFourCachesWithinLimits) {
-  const int64_t cache = 60'000'000, mib = 1 << 20;
-  EXPECT_EQ(bench::rotation_count(32 * mib, cache), 8);    // 1024x8192 fp32: 256 MiB in all
-  EXPECT_EQ(bench::rotation_count(32 * 1024, cache), 64);  // batch 1: capped at 64
-  EXPECT_EQ(bench::rotation_count(600 * mib, cache), 2);   // never fewer than 2
-  EXPECT_LE(bench::rotation_count(200 * mib, cache) * 200 * mib, 1024 * mib);
+  const int64_t cache = 60'000'000, kib = 1 << 10, mib = 1 << 20;
+  EXPECT_EQ(bench::rotation_count(32 * mib, cache), 8);   // 1024x8192 fp32: 256 MiB in all
+  EXPECT_EQ(bench::rotation_count(32 * kib, cache), 64);  // batch 1: capped at 64
+  EXPECT_EQ(bench::rotation_count(600 * mib, cache), 2);  // never fewer than 2
+  EXPECT_LE(bench::rotation_count(200 * mib, cache) * (200 * mib), 1024 * mib);
 }
 
 TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
@@ -139,7 +139,8 @@ TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
   }
   EXPECT_EQ(doc["header"]["iters"], 3);
   ASSERT_EQ(doc["results"].size(), 4u);  // 2 models x 2 batches x 1 dtype
-  const auto expect_timings = [](const nlohmann::json& timings, std::vector<const char*> names) {
+  const auto expect_timings = [](const nlohmann::json& timings,
+                                 const std::vector<const char*>& names) {
     for (const char* t : names) {
       ASSERT_TRUE(timings.contains(t)) << t;
       EXPECT_GT(timings[t]["median_us"].get<double>(), 0) << t;

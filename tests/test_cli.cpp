@@ -473,7 +473,7 @@ TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {
 
 // A python3 that imports torch ("python3" or Debian's /usr/bin/python3), or "".
 std::string python_with_torch() {
-  for (const std::string candidate : {"python3", "/usr/bin/python3"}) {
+  for (std::string candidate : {"python3", "/usr/bin/python3"}) {
     if (std::system((candidate + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
       return candidate;
     }

@@ -96,7 +96,7 @@ void run_layouts(torch::Device device) {
       expect_fused_matches_eager(name, transposed);
 
       const torch::Tensor flat = random_gemm_output({1 + 24 * 16}, dtype, device);
-      const torch::Tensor misaligned = flat.narrow(0, 1, 24 * 16).view({24, 16});
+      const torch::Tensor misaligned = flat.narrow(0, 1, int64_t{24} * 16).view({24, 16});
       ASSERT_NE(reinterpret_cast<uintptr_t>(misaligned.data_ptr()) % 16, 0u);
       expect_fused_matches_eager(name, misaligned);
 

@@ -98,7 +98,7 @@ TEST(OutputFile, RefusesWhatIsNotARegularFileAndLeavesItAlone) {
   address.sun_family = AF_UNIX;
   const std::string socket_path = dir.file("socket");
   if (sock >= 0 && socket_path.size() < sizeof address.sun_path) {
-    std::strcpy(address.sun_path, socket_path.c_str());
+    std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size() + 1);
     if (::bind(sock, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
       cases.push_back({socket_path, "is a socket"});
     }

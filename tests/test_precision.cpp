@@ -17,7 +17,7 @@ const float kInf = std::numeric_limits<float>::infinity();
 
 std::vector<torch::Device> devices() {
   std::vector<torch::Device> out = {torch::kCPU};
-  if (torch::cuda::is_available()) out.push_back(torch::kCUDA);
+  if (torch::cuda::is_available()) out.emplace_back(torch::kCUDA);
   return out;
 }
 
@@ -160,7 +160,7 @@ std::vector<Inputs> error_inputs(torch::Device device) {
   std::vector<Inputs> out;
   out.push_back(
       {"random", torch::rand({m, k}), (torch::rand({n, k}) * 2 - 1) / std::sqrt(double(k))});
-  const auto spanning = [](std::vector<int64_t> shape) {
+  const auto spanning = [](const std::vector<int64_t>& shape) {
     const torch::Tensor magnitude = torch::pow(10.0, torch::rand(shape) * 9 - 6);
     return magnitude * (torch::randint(0, 2, shape).mul(2).sub(1));
   };
@@ -243,7 +243,8 @@ TEST(LinearPrecisions, RejectBadInputsWithClearMessages) {
     }
   };
   const torch::Tensor x = torch::rand({4, 8}), w = torch::rand({6, 8});
-  const auto [hi, lo] = split_bf16(w);
+  torch::Tensor hi, lo;  // not a structured binding: C++17 lambdas cannot capture one
+  std::tie(hi, lo) = split_bf16(w);
   expect_error([&] { linear_bf16x3(x.to(torch::kFloat64), hi, lo); },
                "expected x of dtype float32");
   expect_error([&] { linear_bf16x3(x, w, lo); }, "expected a weight of dtype BFloat16, got Float");

@@ -226,10 +226,11 @@ TEST(TorchFile, WriteTensorReadsBackExactly) {
 
 TEST(TorchFile, UnreadablePathsSayWhy) {
   TempDir dir;
-  for (const auto& [path, error] :
+  for (const auto& [where, error] :
        {std::pair<std::string, std::string>{dir.file("missing.pt"), "cannot open: No such file"},
         {dir.path(), "cannot open: Is a directory"},
         {"/dev/zero", "cannot open: not a regular file"}}) {
+    const std::string& path = where;  // C++17 lambdas cannot capture a structured binding
     const std::string message = load_error([&] { read_state_dict(path); });
     EXPECT_NE(message.find(error), std::string::npos) << message;
     expect_one_line(message, path);
@@ -316,12 +317,12 @@ TEST(TorchFile, WriteTensorIsReadByPythonTorchLoad) {
   }
   ASSERT_EQ(status, 0) << read_file(dir.file("out.txt"));
   std::istringstream lines(read_file(dir.file("out.txt")));
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (const torch::Tensor& tensor : tensors) {
     std::string line;
     ASSERT_TRUE(std::getline(lines, line));
-    const std::string dtype = "torch." + dtype_name(tensors[i].scalar_type());
+    const std::string dtype = "torch." + dtype_name(tensor.scalar_type());
     EXPECT_EQ(line.rfind(dtype + " ", 0), 0u) << line;
-    EXPECT_EQ(line.substr(line.rfind(' ') + 1), hex_of(tensors[i])) << line;
+    EXPECT_EQ(line.substr(line.rfind(' ') + 1), hex_of(tensor)) << line;
   }
 }
 
@@ -418,7 +419,7 @@ class TorchFileSafety : public ::testing::Test {
   std::string error_of(const std::string& bytes, const std::string& name = "f.pt") {
     const std::string path = dir_.file(name);
     write_file(path, bytes);
-    const std::string message = load_error([&] { read_state_dict(path); });
+    std::string message = load_error([&] { read_state_dict(path); });
     if (message.rfind("(loaded", 0) != 0) expect_one_line(message, path);
     return message;
   }
