@@ -303,8 +303,8 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
                                     linear->bias.to(torch::kFloat64)));
   std::vector<std::function<void(int)>> gemms = {[&](int i) { linear->forward(x(i)); }};
   std::vector<std::function<void(int)>> forwards = {[&](int i) { model.forward_eager(x(i)); }};
-  for (size_t p = 0; p < models.fused.size(); ++p) {
-    LinearEpilogueModel& fused_model = *models.fused[p];
+  for (const auto& fused : models.fused) {
+    LinearEpilogueModel& fused_model = *fused;
     FusedResult f;
     f.precision = fused_model.precision();
     f.kernel = fused_model.gemm_kernel();

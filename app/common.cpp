@@ -289,7 +289,7 @@ void configure_fused(LinearEpilogueModel& model, Precision precision, GemmKernel
 std::string gemm_description(LinearEpilogueModel& model, const torch::Tensor& x) {
   const LinearEpilogueModel::GemmPlan plan = model.gemm_plan(x);
   const std::string kernel = plan.skinny ? "skinny" : x.is_cuda() ? "cuBLAS" : "CPU GEMM";
-  const std::string ran = std::string(precision_name(plan.precision)) + ", " + kernel;
+  std::string ran = std::string(precision_name(plan.precision)) + ", " + kernel;
   if (plan.precision == model.precision()) return ran;
   // bf16x3 below the rows where it pays: ieee's skinny kernel, or below bf16x3_min_rows.
   const int64_t from =
