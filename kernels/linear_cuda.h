@@ -1,6 +1,6 @@
 // Torch-free launchers of the linear layers on CUDA: the float32 -> bfloat16 split
 // (bf16_split.cu), the cuBLAS products y = x W^T without bias (linear_cublas.cpp), and the skinny
-// kernel that computes a whole fused forward for few rows (skinny_linear.cu). Raw
+// kernels that compute a whole fused forward for few rows (skinny_linear.cu). Raw
 // pointers, sizes, a stream or a cuBLAS handle bound to one, so they compile with any nvcc and
 // C++ compiler, with or without a CUDA-enabled libtorch.
 #pragma once
@@ -38,15 +38,19 @@ cublasStatus_t gemm_bf16_parts(cublasHandle_t handle, int m, int n, int k, const
 cublasStatus_t gemm_tf32(cublasHandle_t handle, int m, int n, int k, const float* x, const float* w,
                          WeightMajor w_major, float* y);
 
-// What the skinny kernel reads as W: values of x's type, or, for float32 x, W's bfloat16 hi part
-// alone (the bf16 mode) or hi + lo (bf16x3: hi + lo is exact in float32, within 2^-17 of W).
+// What the skinny kernel reads as W, and so which products it forms: W in x's type (float32 FMAs;
+// for 16-bit x, tensor-core products); or, for float32 x, W's bfloat16 hi part alone (the bf16
+// mode: x rounded to bfloat16, x_hi w_hi) or hi and lo (bf16x3: x split as W was, x_lo w_hi +
+// x_hi w_lo + x_hi w_hi, smallest first), as gemm_bf16_parts forms them.
 enum class SkinnyWeight { kAsInput, kBf16, kBf16HiLo };
 
 // One fused forward for few rows:
 //   out[m, n] = Activations((sum_k x[m, k] W[n, k] + bias[n]) + shift[n])
 // with the chain `kind` names for `type`'s precision (epilogues.h). x [rows, in_features]
 // row-major; W (and w_lo) [out_features, in_features] row-major (output-major); bias and shift
-// [out_features] or null; x, bias, shift and out hold `type`. Products and sums in float32.
+// [out_features] or null; x, bias, shift and out hold `type`. Sums in float32. 16-bit W takes the
+// tensor cores (mma.sync) on sm_80 and newer when W's and x's rows are 16-byte aligned (in_features
+// a multiple of 8); otherwise float32 FMAs of the same parts.
 struct SkinnyLinearArgs {
   EpilogueKind kind = EpilogueKind::kMishMish;
   ElementType type = ElementType::kFloat32;
@@ -62,7 +66,8 @@ struct SkinnyLinearArgs {
 
 // How many floats of workspace launch_skinny_linear needs for `args` on the current device (0
 // when k is not split). Returns cudaErrorInvalidValue for a weight the type does not take
-// (kBf16 or kBf16HiLo with 16-bit x), cudaErrorInvalidConfiguration for more than 2^20 rows.
+// (kBf16 or kBf16HiLo with 16-bit x), cudaErrorInvalidConfiguration for more rows than the grid
+// takes (2^20 with float32 W).
 cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_floats);
 
 // Launches the skinny forward on `stream` (two kernels when k is split: the partial sums, then

@@ -158,16 +158,23 @@ torch::Tensor mish_mish_cpu(const torch::Tensor& y, const c10::optional<torch::T
   return detail::fused_epilogue_cpu(EpilogueKind::kMishMish, y, bias, c10::nullopt);
 }
 
-// The CPU twin of the skinny CUDA kernel: x W^T in float32 (W = w, or w + w_lo from bfloat16
-// parts, exact in float32), then the fused epilogue in float32, rounded once to x's dtype.
+// The CPU twin of the skinny CUDA kernels: x W^T in float32 (for W's bfloat16 parts, the
+// products the precision mode defines: linear_bf16 or linear_bf16x3), then the fused epilogue in
+// float32, rounded once to x's dtype.
 torch::Tensor fused_linear_cpu(const char* op, EpilogueKind kind, const torch::Tensor& x,
                                const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
                                const c10::optional<torch::Tensor>& bias,
                                const c10::optional<torch::Tensor>& shift) {
   detail::check_fused_linear_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, shift);
-  torch::Tensor weight = w.to(torch::kFloat32);
-  if (w_lo && w_lo->defined()) weight = weight + w_lo->to(torch::kFloat32);
-  const torch::Tensor y = torch::mm(detail::linear_rows(x).to(torch::kFloat32), weight.t());
+  const torch::Tensor x_rows = detail::linear_rows(x);
+  torch::Tensor y;
+  if (w.scalar_type() == x.scalar_type()) {
+    y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
+  } else if (w_lo && w_lo->defined()) {
+    y = detail::linear_bf16x3_cpu(x_rows, w, *w_lo);
+  } else {
+    y = detail::linear_bf16_cpu(x_rows, w);
+  }
   const auto as_float = [](const c10::optional<torch::Tensor>& t) -> c10::optional<torch::Tensor> {
     if (!t || !t->defined()) return c10::nullopt;
     return t->to(torch::kFloat32);

@@ -51,14 +51,16 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w_hi);
 // relative error per product. x: float32 [..., in]; w: float32 [out, in]; returns [..., out].
 torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w);
 
-// A model's whole forward in one op, for inputs of few rows (batch 1-16), where the GEMM is bound
+// A model's whole forward in one op, for inputs of few rows (batch 1-64), where the GEMM is bound
 // by reading W: out = chain(x W^T + bias [+ add_value]) with W read once, the products summed in
 // float32 and the epilogue applied before the one store (kernels/skinny_linear.cu). x [..., in]
 // float32, float16 or bfloat16; w [out, in] of x's dtype, or, for float32 x, bfloat16 parts: w
-// alone (W = w, the bf16 mode) or w and w_lo (W = w + w_lo, bf16x3's split weight); bias and
-// add_value [out] of x's dtype. Returns [..., out] in x's dtype. Results are bitwise the same run
-// to run. W is read as a contiguous [out, in] tensor (a transposed one is copied first). On the
-// CPU: x W^T in float32 then the fused epilogue (for testing; no faster than the two ops).
+// alone (w = bfloat16(W): the bf16 mode's products, as linear_bf16) or w and w_lo (bf16x3's split
+// weight: bf16x3's products, as linear_bf16x3); bias and add_value [out] of x's dtype. Returns
+// [..., out] in x's dtype. Results are bitwise the same run to run. W is read as a contiguous
+// [out, in] tensor (a transposed one is copied first). On CUDA, 16-bit W runs on the tensor cores
+// where the GPU has them (sm_80 on) and rows are 16-byte aligned. On the CPU: the same products
+// in float32 then the fused epilogue (for testing; no faster than the separate ops).
 torch::Tensor fused_linear_swish_chain(const torch::Tensor& x, const torch::Tensor& w,
                                        const c10::optional<torch::Tensor>& w_lo,
                                        const c10::optional<torch::Tensor>& bias,

@@ -211,8 +211,8 @@ torch::Tensor fused_linear_cuda(const char* op, EpilogueKind kind, const torch::
   int64_t workspace_floats = 0;
   const cudaError_t planned = plan_skinny_linear(args, workspace_floats);
   TORCH_CHECK(planned != cudaErrorInvalidConfiguration, op,
-              ": too many rows for the skinny kernel (", args.rows, "; it takes up to ",
-              int64_t(16) * 65535, ")");
+              ": too many rows for the skinny kernel's grid (", args.rows,
+              "; it takes at least 2^20)");
   check_launch(op, planned);
   torch::Tensor workspace;
   if (workspace_floats > 0)

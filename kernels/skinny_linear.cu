@@ -1,15 +1,21 @@
-// Skinny linear layers fused with their epilogue, for inputs of few rows (batch 1-16):
+// Skinny linear layers fused with their epilogue, for inputs of few rows (batch 1-64):
 //
 //   out[m, n] = Activations((sum_k x[m, k] W[n, k] + bias[n]) + shift[n])
 //
 // W [n, k] (row-major: output-major, as nn.Linear keeps it) is read once, straight from memory,
 // with 16-byte loads, a chunk of k at a time with all of a chunk's loads in flight at once; x is
-// read where it lies (small, it stays in the caches); products and sums are float32 FMAs on the
-// CUDA cores, and the epilogue runs in registers before the one store of each output. Each warp
-// owns kWarpRows rows of W; each lane sums its own k's, and the warp's lanes are added in a fixed
-// tree, so results are bitwise the same run to run. Where too few warps would cover the rows of W
-// to fill the GPU, k is split over blocks, the partial sums written to a workspace and added in
-// split order by a second kernel that applies the epilogue.
+// read where it lies (small, it stays in the caches), and the epilogue runs in registers before
+// the one store of each output. Two kernels share that plan:
+//   - float32 W: float32 FMAs on the CUDA cores. Each warp owns kWarpRows rows of W; each lane
+//     sums its own k's, and the warp's lanes are added in a fixed tree.
+//   - 16-bit W (16-bit models, and bfloat16 parts of float32 W): mma.sync on the tensor cores,
+//     float32 accumulation. A block owns 32 rows of W; its warps share k and their sums are
+//     added in a fixed tree through shared memory.
+// Each block starts its walk over k at its own offset and wraps around (rotated_chunk), so blocks
+// running together read different DRAM channels. Results are bitwise the same run to run. Where
+// too few blocks would cover the rows of W to fill the GPU, k is split over blocks, the partial
+// sums written to a workspace and added in split order by a third kernel that applies the
+// epilogue.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "bf16_split.h"
 #include "fused_epilogue.cuh"
 #include "linear_cuda.h"
 
@@ -27,6 +34,9 @@ namespace {
 
 constexpr int kWarps = 4;         // per block
 constexpr int kLoadsPerLane = 8;  // 16-byte loads of W in flight per lane per chunk
+// Each block starts its loop over k this many chunks further on than the block before it
+// (rotated_chunk): measured best of 0-4 (docs/PERFORMANCE.md).
+constexpr int kRotateChunks = 4;
 constexpr int kLargestTile = 16;  // rows of x per block; more rows take more blocks (grid z)
 
 // Rows of W per warp: each x value a lane reads (from L1) serves that many rows, so wider tiles
@@ -52,19 +62,29 @@ struct SkinnyShape {
   static constexpr int kChunk = kSteps * 32 * kVec;
 };
 
-// W's kVec values at `p` as floats (hi + lo where a lo part is given: exact in float32, as the
-// two bfloat16 parts together hold at most 16 significant bits).
-template <bool kHasLo, typename WT, int kVec>
-__device__ __forceinline__ void weight_floats(const Packed<WT, kVec>& hi,
-                                              const Packed<__nv_bfloat16, kVec>& lo,
-                                              float (&w)[kVec]) {
-  to_floats(hi, w);
-  if constexpr (kHasLo) {
-    float low[kVec];
-    to_floats(lo, low);
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) w[v] += low[v];
+// x's value as the products take it: itself where W is of x's type; for float32 x with W's
+// bfloat16 parts, its bfloat16 hi part, and its lo part where W's lo part is given
+// (split::split_bf16, as the tensor-core kernel and the cuBLAS path split x).
+template <typename T, typename WT, bool kHasLo>
+__device__ __forceinline__ float x_part(float v, float& lo) {
+  if constexpr (std::is_same_v<T, WT>) {
+    return v;
+  } else if constexpr (kHasLo) {
+    const split::Bf16Pair parts = split::split_bf16(v);
+    lo = split::from_bf16_bits(parts.lo);
+    return split::from_bf16_bits(parts.hi);
+  } else {
+    return split::from_bf16_bits(split::split_bf16(v).hi);
   }
+}
+
+__device__ __forceinline__ int64_t ceil_div_device(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The chunk a loop's c-th step reads when it starts `rotate` chunks in and wraps around: blocks
+// that start together then read different DRAM channels and banks, where rows of W 2^n bytes
+// apart, all read at the same k, would crowd into a few.
+__device__ __forceinline__ int64_t rotated_chunk(int64_t c, int64_t rotate, int64_t chunks) {
+  return c + rotate < chunks ? c + rotate : c + rotate - chunks;
 }
 
 template <typename T, class Activations>
@@ -102,7 +122,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int m = 0; m < kRows; ++m) x_rows[m] = x + (m0 + m < rows ? m0 + m : rows - 1) * k_in;
 
   float acc[kWarpRows][kRows] = {};
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk) {
+  const int64_t chunks = ceil_div_device(k_end - k_begin, kChunk);
+  const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kRotateChunks) % chunks : 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t k0 = k_begin + rotated_chunk(c, rotate, chunks) * kChunk;
     // This chunk's W first: its loads are all in flight before the first product.
     Pack hi[kWarpRows][kSteps];
     [[maybe_unused]] LoPack lo[kWarpRows][kSteps];
@@ -124,17 +147,30 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t k = k0 + (s * 32 + lane) * kVec;
       if (k >= k_end) break;
       float wv[kWarpRows][kVec];
+      [[maybe_unused]] float wv_lo[kWarpRows][kVec];
 #pragma unroll
-      for (int r = 0; r < kWarpRows; ++r) weight_floats<kHasLo>(hi[r][s], lo[r][s], wv[r]);
+      for (int r = 0; r < kWarpRows; ++r) {
+        to_floats(hi[r][s], wv[r]);
+        if constexpr (kHasLo) to_floats(lo[r][s], wv_lo[r]);
+      }
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
         // x's values, read where they lie (they stay in L1 and L2: every warp reads them).
         float xv[kVec];
+        [[maybe_unused]] float xv_lo[kVec];
         to_floats(*reinterpret_cast<const Packed<T, kVec>*>(x_rows[m] + k), xv);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) xv[v] = x_part<T, WT, kHasLo>(xv[v], xv_lo[v]);
 #pragma unroll
         for (int r = 0; r < kWarpRows; ++r) {
 #pragma unroll
-          for (int v = 0; v < kVec; ++v) acc[r][m] = fmaf(xv[v], wv[r][v], acc[r][m]);
+          for (int v = 0; v < kVec; ++v) {
+            if constexpr (kHasLo) {  // bf16x3's products, smallest first
+              acc[r][m] = fmaf(xv_lo[v], wv[r][v], acc[r][m]);
+              acc[r][m] = fmaf(xv[v], wv_lo[r][v], acc[r][m]);
+            }
+            acc[r][m] = fmaf(xv[v], wv[r][v], acc[r][m]);
+          }
         }
       }
     }
@@ -181,137 +217,430 @@ __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int spli
   }
 }
 
-// How one call is laid out: the grid of skinny_linear_kernel and its splits of k.
+// ---- The tensor-core kernel ----
+//
+// y^T = W x^T in mma.sync m16n8k16 tiles: W is the A operand (16 rows of W: outputs), x the B
+// operand (8 rows of x). Lane (group, quad) loads 8 consecutive k of its rows with one 16-byte
+// load; inside each 32-wide step of k, W's and x's k are taken in the same permuted order (a dot
+// product does not depend on it), so every fragment comes straight from the lane's own loads,
+// with no shuffle and no shared memory. The block's warps take consecutive chunks of k of the
+// same 32 rows, so 0.5-1 KB of each row is read at once: warps owning different rows at the same
+// k (x then shared in L1) measured 1.5x slower at few rows.
+
+// As kRotateChunks, in the tensor-core kernel's chunks (measured best of 0, 1, 3, 5, 8, 12, 16).
+constexpr int kMmaRotateChunks = 12;
+constexpr int kMmaWarps = 8;                // per block, each a share of k of the same rows of W
+constexpr int kMmaTilesW = 2;               // 16-row tiles of W per block
+constexpr int kMmaRowsW = 16 * kMmaTilesW;  // rows of W per block
+
+// kTilesX 8-row tiles of x per block; kSteps 32-wide steps of k per chunk (kLoads loads of W in
+// flight per lane: 2 rows per tile per part). hi and lo together take 16 at narrow tiles
+// (measured 10% faster at 9-16 rows, where 16 loads of one part measured slower than 8).
+template <bool kHasLo, int kTilesXOf>
+struct MmaShape {
+  static constexpr int kTilesX = kTilesXOf;
+  static constexpr int kRows = 8 * kTilesX;
+  static constexpr int kParts = kHasLo ? 2 : 1;
+  static constexpr int kLoads = kHasLo && kTilesX <= 2 ? 16 : kLoadsPerLane;
+  static constexpr int kSteps = kLoads / (kMmaTilesW * 2 * kParts);
+  static constexpr int kChunk = 32 * kSteps;
+};
+
+// Four 32-bit words: 8 16-bit values, as one 16-byte load brings them.
+struct alignas(16) Words {
+  uint32_t v[4];
+};
+
+// d += a b for one m16n8k16 tile (float32 accumulators); a and b hold WT pairs.
+template <typename WT>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<WT, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#else
+  __trap();  // launched only on sm_80 and newer (supports_tensor_cores)
+#endif
+}
+
+// split::split_bf16 of two floats as bfloat16 pairs (hi only where !kHasLo). The hardware's
+// rounding gives the same bits for finite values whose hi part stays finite; the rest (inf, NaN,
+// values that round up to inf) take split_bf16 itself.
+template <bool kHasLo>
+__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = pack_pair<__nv_bfloat16>(a, b);
+  if constexpr (kHasLo) {
+    const float2 rounded = unpack_pair(hi, __nv_bfloat16{});
+    lo = pack_pair<__nv_bfloat16>(a - rounded.x, b - rounded.y);
+  }
+  if ((hi & 0x7f80u) == 0x7f80u || (hi & 0x7f800000u) == 0x7f800000u) {
+    const split::Bf16Pair pa = split::split_bf16(a), pb = split::split_bf16(b);
+    hi = pa.hi | uint32_t(pb.hi) << 16;
+    lo = pa.lo | uint32_t(pb.lo) << 16;
+  }
+}
+
+// x's 8 values at p (16-byte aligned; zeros where !inside) as the B operand's pairs: x's own
+// 16-bit values, or float32 x's bfloat16 hi part (and lo part where kHasLo).
+template <typename T, bool kHasLo>
+__device__ __forceinline__ void x_pairs(const T* p, bool inside, Words& hi, Words& lo) {
+  if constexpr (std::is_same_v<T, float>) {
+    float4 v[2] = {};
+    if (inside) {
+      v[0] = reinterpret_cast<const float4*>(p)[0];
+      v[1] = reinterpret_cast<const float4*>(p)[1];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      split_pair<kHasLo>(v[h].x, v[h].y, hi.v[2 * h], lo.v[2 * h]);
+      split_pair<kHasLo>(v[h].z, v[h].w, hi.v[2 * h + 1], lo.v[2 * h + 1]);
+    }
+  } else {
+    hi = inside ? *reinterpret_cast<const Words*>(p) : Words{};
+  }
+}
+
+// x [rows, k_in] of T, W [n_out, k_in] of WT (and W's lo part where kHasLo: then T is float32
+// and x is split as W was, for x_lo W_hi + x_hi W_lo + x_hi W_hi, smallest first), out [rows,
+// n_out]. Block (x, y, z): kMmaRowsW rows of W, the y-th split of k (a multiple of kChunk), kRows
+// rows of x; its warps take the split's chunks in turn. With one split the block applies the
+// epilogue and writes out; with several it writes its sums to partial[split][row][n].
+template <typename T, typename WT, bool kHasLo, class Shape, class Activations>
+__global__ void __launch_bounds__(kMmaWarps * 32, 2)
+    skinny_mma_kernel(const T* __restrict__ x, const WT* __restrict__ w,
+                      const WT* __restrict__ w_lo, const T* __restrict__ bias,
+                      const T* __restrict__ shift, T* __restrict__ out, float* __restrict__ partial,
+                      int64_t rows, int64_t n_out, int64_t k_in, int64_t k_per_split) {
+  constexpr int kTilesX = Shape::kTilesX, kSteps = Shape::kSteps, kChunk = Shape::kChunk;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad = lane % 4;  // the fragment's row, and its 8 k of a step
+  const int64_t n0 = int64_t(blockIdx.x) * kMmaRowsW;
+  const int64_t m0 = int64_t(blockIdx.z) * Shape::kRows;
+  const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
+  const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
+
+  // This lane's rows: of W, group and group + 8 of each tile; of x, group of each tile (rows past
+  // the last read the last row; their sums are not stored).
+  int64_t w_offset[kMmaTilesW][2];
+  bool w_inside[kMmaTilesW][2];
+#pragma unroll
+  for (int i = 0; i < kMmaTilesW; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n = n0 + 16 * i + 8 * h + group;
+      w_inside[i][h] = n < n_out;
+      w_offset[i][h] = (w_inside[i][h] ? n : 0) * k_in + quad * 8;
+    }
+  }
+  const T* x_rows[kTilesX];
+#pragma unroll
+  for (int j = 0; j < kTilesX; ++j) {
+    const int64_t m = m0 + 8 * j + group;
+    x_rows[j] = x + (m < rows ? m : rows - 1) * k_in + quad * 8;
+  }
+
+  float acc[kMmaTilesW][kTilesX][4] = {};
+  const int64_t chunks = ceil_div_device(k_end - k_begin, kChunk);
+  const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kMmaRotateChunks) % chunks : 0;
+  for (int64_t c = warp; c < chunks; c += kMmaWarps) {
+    const int64_t k0 = k_begin + (c + rotate < chunks ? c + rotate : c + rotate - chunks) * kChunk;
+    // This chunk's W first: its loads are all in flight before the first product.
+    Words hi[kSteps][kMmaTilesW][2];
+    [[maybe_unused]] Words lo[kSteps][kMmaTilesW][2];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t k = k0 + s * 32;
+      const bool k_inside = k + quad * 8 < k_end;
+#pragma unroll
+      for (int i = 0; i < kMmaTilesW; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool inside = w_inside[i][h] && k_inside;
+          hi[s][i][h] = inside ? *reinterpret_cast<const Words*>(w + w_offset[i][h] + k) : Words{};
+          if constexpr (kHasLo) {
+            lo[s][i][h] =
+                inside ? *reinterpret_cast<const Words*>(w_lo + w_offset[i][h] + k) : Words{};
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t k = k0 + s * 32;
+      const bool k_inside = k + quad * 8 < k_end;
+      // The step's x for every tile, read before the first product (its latency, from L2 for
+      // wide tiles, is then paid once a step, not once a tile).
+      Words x_hi[kTilesX];
+      [[maybe_unused]] Words x_lo[kTilesX];
+#pragma unroll
+      for (int j = 0; j < kTilesX; ++j) {
+        x_pairs<T, kHasLo>(x_rows[j] + k, k_inside, x_hi[j], x_lo[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kTilesX; ++j) {
+        // The step's two k16 products: words 0, 1 of each load, then words 2, 3.
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int lo_k = 2 * half, hi_k = 2 * half + 1;
+#pragma unroll
+          for (int i = 0; i < kMmaTilesW; ++i) {
+            const uint32_t a_hi[4] = {hi[s][i][0].v[lo_k], hi[s][i][1].v[lo_k], hi[s][i][0].v[hi_k],
+                                      hi[s][i][1].v[hi_k]};
+            if constexpr (kHasLo) {
+              const uint32_t a_lo[4] = {lo[s][i][0].v[lo_k], lo[s][i][1].v[lo_k],
+                                        lo[s][i][0].v[hi_k], lo[s][i][1].v[hi_k]};
+              mma_m16n8k16<WT>(acc[i][j], a_hi, x_lo[j].v[lo_k], x_lo[j].v[hi_k]);
+              mma_m16n8k16<WT>(acc[i][j], a_lo, x_hi[j].v[lo_k], x_hi[j].v[hi_k]);
+            }
+            mma_m16n8k16<WT>(acc[i][j], a_hi, x_hi[j].v[lo_k], x_hi[j].v[hi_k]);
+          }
+        }
+      }
+    }
+  }
+
+  // The warps' sums added in a fixed tree (upper half onto lower half) through shared memory;
+  // warp 0 ends with the block's totals.
+  constexpr int kSums = kMmaTilesW * kTilesX * 4;
+  __shared__ float exchange[kMmaWarps / 2][kSums][32];
+  for (int half = kMmaWarps / 2; half > 0; half /= 2) {
+    if (warp >= half && warp < 2 * half) {
+#pragma unroll
+      for (int i = 0; i < kMmaTilesW; ++i)
+#pragma unroll
+        for (int j = 0; j < kTilesX; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            exchange[warp - half][(i * kTilesX + j) * 4 + c][lane] = acc[i][j][c];
+    }
+    __syncthreads();
+    if (warp < half) {
+#pragma unroll
+      for (int i = 0; i < kMmaTilesW; ++i)
+#pragma unroll
+        for (int j = 0; j < kTilesX; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            acc[i][j][c] += exchange[warp][(i * kTilesX + j) * 4 + c][lane];
+    }
+    __syncthreads();
+  }
+  // Warp 0's totals laid out [row of x][row of W], then the epilogue and stores spread over the
+  // block, consecutive threads on consecutive outputs. Accumulator c of tile (i, j) is row
+  // 16 i + group (+ 8 for c >= 2) of W, row 8 j + 2 quad (+ 1 for odd c) of x.
+  float(*totals)[kMmaRowsW + 1] = reinterpret_cast<float(*)[kMmaRowsW + 1]>(&exchange[0][0][0]);
+  static_assert(Shape::kRows * (kMmaRowsW + 1) <= (kMmaWarps / 2) * kSums * 32);
+  if (warp == 0) {
+#pragma unroll
+    for (int i = 0; i < kMmaTilesW; ++i)
+#pragma unroll
+      for (int j = 0; j < kTilesX; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          totals[8 * j + 2 * quad + c % 2][16 * i + group + 8 * (c / 2)] = acc[i][j][c];
+  }
+  __syncthreads();
+  for (int index = threadIdx.x; index < Shape::kRows * kMmaRowsW; index += kMmaWarps * 32) {
+    const int m = index / kMmaRowsW, r = index % kMmaRowsW;
+    const int64_t row = m0 + m, n = n0 + r;
+    if (row >= rows || n >= n_out) continue;
+    if (partial) {
+      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = totals[m][r];
+    } else {
+      out[row * n_out + n] = finish<T, Activations>(totals[m][r], bias, shift, n);
+    }
+  }
+}
+
+// ---- Planning and dispatch ----
+
+// How one call is laid out: the grid and its splits of k.
 struct Plan {
   dim3 grid;
   int64_t k_per_split = 0;
   int splits = 1;
 };
 
-// Enough blocks for two per multiprocessor: k is split only when the rows of W (and of x) give
-// fewer, and never below one chunk per split.
-template <class Shape>
-cudaError_t make_plan(int64_t rows, int64_t n_out, int64_t k_in, Plan& plan) {
+// What one block of a kernel covers, and how many blocks per multiprocessor fill the GPU.
+struct BlockCover {
+  int64_t w_rows, x_rows, chunk;  // rows of W and of x; values of k per chunk
+  int64_t min_chunks_per_split;   // fewer would leave some of the block's warps idle
+  int64_t blocks_per_multiprocessor;
+};
+
+// Enough blocks to fill the GPU: k is split only when the rows of W (and of x) give fewer, and
+// never below the cover's chunks per split.
+cudaError_t make_plan(int64_t rows, int64_t n_out, int64_t k_in, const BlockCover& cover,
+                      Plan& plan) {
   DeviceLimits limits;
   const cudaError_t err = current_device_limits(limits);
   if (err != cudaSuccess) return err;
-  const int64_t blocks_n = ceil_div(n_out, int64_t(kWarps) * Shape::kWarpRows);
-  const int64_t tiles_m = ceil_div(rows, Shape::kRows);
+  const int64_t blocks_n = ceil_div(n_out, cover.w_rows);
+  const int64_t tiles_m = ceil_div(rows, cover.x_rows);
   if (blocks_n > 2147483647 || tiles_m > 65535) return cudaErrorInvalidConfiguration;
-  const int64_t chunks = ceil_div(k_in, Shape::kChunk);
-  const int64_t wanted = 2 * int64_t(limits.multiprocessors);
+  const int64_t chunks = ceil_div(k_in, cover.chunk);
+  const int64_t wanted = cover.blocks_per_multiprocessor * limits.multiprocessors;
   int64_t splits = 1;
-  if (blocks_n * tiles_m < wanted) splits = std::min(chunks, ceil_div(wanted, blocks_n * tiles_m));
+  if (blocks_n * tiles_m < wanted) {
+    splits = std::min(ceil_div(chunks, cover.min_chunks_per_split),
+                      ceil_div(wanted, blocks_n * tiles_m));
+  }
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
-  plan.k_per_split = ceil_div(chunks, splits) * Shape::kChunk;
+  plan.k_per_split = ceil_div(chunks, splits) * cover.chunk;
   plan.splits = int(ceil_div(k_in, plan.k_per_split));
   plan.grid = dim3(unsigned(blocks_n), unsigned(plan.splits), unsigned(tiles_m));
   return cudaSuccess;
 }
 
-// Calls fn(Shape{}) for the instantiation `rows` and the alignment of the operands take: 16-byte
-// loads of W (and as many values of x per load) where W's rows and parts and x's rows are
-// aligned for them, the narrowest tile of x rows that holds `rows`; one element per load
-// otherwise, with the widest tile (correct for any shape and alignment, not tuned).
-template <typename T, typename WT, bool kHasLo, class Fn>
-void dispatch_shape(const SkinnyLinearArgs& args, Fn&& fn) {
-  constexpr int kVec = 16 / sizeof(WT);
-  const auto aligned = [](const void* p, size_t bytes) {
-    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-  };
-  const bool vector_loads = args.in_features % kVec == 0 && aligned(args.w, 16) &&
-                            (!kHasLo || aligned(args.w_lo, 16)) &&
-                            aligned(args.x, sizeof(T) * kVec);
-  if (!vector_loads) return fn(SkinnyShape<WT, kHasLo, 1, kLargestTile>{});
-  if (args.rows <= 1) return fn(SkinnyShape<WT, kHasLo, kVec, 1>{});
-  if (args.rows <= 4) return fn(SkinnyShape<WT, kHasLo, kVec, 4>{});
-  if (args.rows <= 8) return fn(SkinnyShape<WT, kHasLo, kVec, 8>{});
-  return fn(SkinnyShape<WT, kHasLo, kVec, kLargestTile>{});
-}
-
-// x's element type T, W's WT, and whether W has a lo part: one instantiation's types.
-template <typename T, typename WT, bool kHasLo>
-struct Types {
+// One instantiation of either kernel: its element type, what its block covers, and its launch.
+template <typename T, typename WT, bool kHasLo, class Shape>
+struct CudaCoreKernel {
   using Element = T;
-  using Weight = WT;
-  static constexpr bool kLo = kHasLo;
+  static BlockCover cover() {
+    return {kWarps * Shape::kWarpRows, Shape::kRows, Shape::kChunk, 1, 2};
+  }
+  template <class Activations>
+  static void launch(const Plan& plan, const SkinnyLinearArgs& args, float* partial,
+                     cudaStream_t stream) {
+    skinny_linear_kernel<T, WT, kHasLo, Shape, Activations><<<plan.grid, kWarps * 32, 0, stream>>>(
+        static_cast<const T*>(args.x), static_cast<const WT*>(args.w),
+        static_cast<const __nv_bfloat16*>(args.w_lo), static_cast<const T*>(args.bias),
+        static_cast<const T*>(args.shift), static_cast<T*>(args.out), partial, args.rows,
+        args.out_features, args.in_features, plan.k_per_split);
+  }
 };
 
-// Calls fn(Types<...>{}) for the argument's element types: W in x's type, or, for float32 x,
-// W's bfloat16 hi part with or without its lo part.
+template <typename T, typename WT, bool kHasLo, class Shape>
+struct TensorCoreKernel {
+  using Element = T;
+  static BlockCover cover() { return {kMmaRowsW, Shape::kRows, Shape::kChunk, kMmaWarps, 1}; }
+  template <class Activations>
+  static void launch(const Plan& plan, const SkinnyLinearArgs& args, float* partial,
+                     cudaStream_t stream) {
+    skinny_mma_kernel<T, WT, kHasLo, Shape, Activations><<<plan.grid, kMmaWarps * 32, 0, stream>>>(
+        static_cast<const T*>(args.x), static_cast<const WT*>(args.w),
+        static_cast<const WT*>(args.w_lo), static_cast<const T*>(args.bias),
+        static_cast<const T*>(args.shift), static_cast<T*>(args.out), partial, args.rows,
+        args.out_features, args.in_features, plan.k_per_split);
+  }
+};
+
+// float32 W: the CUDA-core kernel with 16-byte loads of W (and as many values of x per load)
+// where W's and x's rows are aligned for them, the narrowest tile of x rows that holds `rows`;
+// one element per load otherwise, with the widest tile (correct for any shape and alignment).
 template <class Fn>
-void dispatch_types(const SkinnyLinearArgs& args, Fn&& fn) {
+cudaError_t dispatch_float_weight(const SkinnyLinearArgs& args, Fn&& fn) {
+  constexpr int kVec = 4;
+  const bool vector_loads = args.in_features % kVec == 0 && aligned16(args.w) && aligned16(args.x);
+  if (!vector_loads)
+    return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, 1, kLargestTile>>{});
+  if (args.rows <= 1)
+    return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, kVec, 1>>{});
+  if (args.rows <= 4)
+    return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, kVec, 4>>{});
+  if (args.rows <= 8)
+    return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, kVec, 8>>{});
+  return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, kVec, kLargestTile>>{});
+}
+
+// 16-bit W (x of WT, or float32 x with W's bfloat16 parts): the tensor-core kernel with the
+// narrowest tile of x rows that holds `rows`, where the GPU has mma.sync for WT (sm_80 on) and
+// W's and x's rows are 16-byte aligned; otherwise the CUDA-core kernel, one element per load
+// (float32 products of the same values, x not rounded: correct anywhere, not tuned).
+template <typename T, typename WT, bool kHasLo, class Fn>
+cudaError_t dispatch_16bit_weight(const SkinnyLinearArgs& args, const DeviceLimits& limits,
+                                  Fn&& fn) {
+  const bool tensor_cores = limits.compute_major >= 8 && args.in_features % 8 == 0 &&
+                            aligned16(args.w) && (!kHasLo || aligned16(args.w_lo)) &&
+                            aligned16(args.x);
+  if (!tensor_cores) {
+    return fn(CudaCoreKernel<T, WT, kHasLo, SkinnyShape<WT, kHasLo, 1, kLargestTile>>{});
+  }
+  if (args.rows <= 8) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 1>>{});
+  if (args.rows <= 16) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 2>>{});
+  if (args.rows <= 32) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 4>>{});
+  return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 8>>{});
+}
+
+// Calls fn(kernel) with the instantiation the arguments take (W in x's type, or, for float32 x,
+// W's bfloat16 hi part with or without its lo part) and returns its result;
+// cudaErrorInvalidValue for a weight the type does not take.
+template <class Fn>
+cudaError_t dispatch_kernel(const SkinnyLinearArgs& args, Fn&& fn) {
+  DeviceLimits limits;
+  cudaError_t err = current_device_limits(limits);
+  if (err != cudaSuccess) return err;
+  err = cudaErrorInvalidValue;
   dispatch_element(args.type, [&](auto element) {
     using T = DeviceElement<decltype(element)::value>;
-    if (args.weight == SkinnyWeight::kAsInput) return fn(Types<T, T, false>{});
     if constexpr (std::is_same_v<T, float>) {
-      if (args.weight == SkinnyWeight::kBf16) return fn(Types<T, __nv_bfloat16, false>{});
-      if (args.weight == SkinnyWeight::kBf16HiLo) return fn(Types<T, __nv_bfloat16, true>{});
+      if (args.weight == SkinnyWeight::kAsInput) err = dispatch_float_weight(args, fn);
+      if (args.weight == SkinnyWeight::kBf16) {
+        err = dispatch_16bit_weight<T, __nv_bfloat16, false>(args, limits, fn);
+      }
+      if (args.weight == SkinnyWeight::kBf16HiLo) {
+        err = dispatch_16bit_weight<T, __nv_bfloat16, true>(args, limits, fn);
+      }
+    } else if (args.weight == SkinnyWeight::kAsInput) {
+      err = dispatch_16bit_weight<T, T, false>(args, limits, fn);
     }
   });
+  return err;
 }
 
 }  // namespace
 }  // namespace cuda
 
 cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_floats) {
-  cudaError_t err = cudaErrorInvalidValue;
   workspace_floats = 0;
-  cuda::dispatch_types(args, [&](auto types) {
-    using Types = decltype(types);
-    cuda::dispatch_shape<typename Types::Element, typename Types::Weight, Types::kLo>(
-        args, [&](auto shape) {
-          cuda::Plan plan;
-          err = cuda::make_plan<decltype(shape)>(args.rows, args.out_features, args.in_features,
-                                                 plan);
-          if (err == cudaSuccess && plan.splits > 1) {
-            workspace_floats = int64_t(plan.splits) * args.rows * args.out_features;
-          }
-        });
+  return cuda::dispatch_kernel(args, [&](auto kernel) {
+    cuda::Plan plan;
+    const cudaError_t err = cuda::make_plan(args.rows, args.out_features, args.in_features,
+                                            decltype(kernel)::cover(), plan);
+    if (err == cudaSuccess && plan.splits > 1) {
+      workspace_floats = int64_t(plan.splits) * args.rows * args.out_features;
+    }
+    return err;
   });
-  return err;
 }
 
 cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
                                  cudaStream_t stream) {
   if (args.rows == 0 || args.out_features == 0) return cudaSuccess;
-  cudaError_t err = cudaErrorInvalidValue;
-  cuda::dispatch_types(args, [&](auto types) {
-    using T = typename decltype(types)::Element;
-    using WT = typename decltype(types)::Weight;
-    constexpr bool kHasLo = decltype(types)::kLo;
-    cuda::dispatch_shape<T, WT, kHasLo>(args, [&](auto shape) {
-      using Shape = decltype(shape);
-      cuda::Plan plan;
-      err = cuda::make_plan<Shape>(args.rows, args.out_features, args.in_features, plan);
-      if (err != cudaSuccess) return;
-      if (plan.splits > 1 && !workspace) {
-        err = cudaErrorInvalidValue;
-        return;
-      }
-      dispatch_epilogue<kResultPrecisionOf<T>>(args.kind, [&](auto activations) {
-        using Activations = decltype(activations);
-        const T* bias = static_cast<const T*>(args.bias);
-        const T* shift = static_cast<const T*>(args.shift);
-        T* out = static_cast<T*>(args.out);
-        cuda::skinny_linear_kernel<T, WT, kHasLo, Shape, Activations>
-            <<<plan.grid, cuda::kWarps * 32, 0, stream>>>(
-                static_cast<const T*>(args.x), static_cast<const WT*>(args.w),
-                static_cast<const __nv_bfloat16*>(args.w_lo), bias, shift, out,
-                plan.splits > 1 ? workspace : nullptr, args.rows, args.out_features,
-                args.in_features, plan.k_per_split);
-        err = cudaGetLastError();
-        if (err != cudaSuccess || plan.splits == 1) return;
-        const int64_t count = args.rows * args.out_features;
-        const int threads = 256;
-        const int64_t blocks = std::min<int64_t>(cuda::ceil_div(count, threads), 65535);
-        cuda::skinny_reduce_kernel<T, Activations><<<unsigned(blocks), threads, 0, stream>>>(
-            workspace, plan.splits, bias, shift, out, count, args.out_features);
-        err = cudaGetLastError();
-      });
+  return cuda::dispatch_kernel(args, [&](auto kernel) {
+    using Kernel = decltype(kernel);
+    using T = typename Kernel::Element;
+    cuda::Plan plan;
+    cudaError_t err =
+        cuda::make_plan(args.rows, args.out_features, args.in_features, Kernel::cover(), plan);
+    if (err != cudaSuccess) return err;
+    if (plan.splits > 1 && !workspace) return cudaErrorInvalidValue;
+    err = cudaErrorInvalidValue;
+    dispatch_epilogue<kResultPrecisionOf<T>>(args.kind, [&](auto activations) {
+      using Activations = decltype(activations);
+      Kernel::template launch<Activations>(plan, args, plan.splits > 1 ? workspace : nullptr,
+                                           stream);
+      err = cudaGetLastError();
+      if (err != cudaSuccess || plan.splits == 1) return;
+      const int64_t count = args.rows * args.out_features;
+      const int threads = 256;
+      const int64_t blocks = std::min<int64_t>(cuda::ceil_div(count, threads), 65535);
+      cuda::skinny_reduce_kernel<T, Activations><<<unsigned(blocks), threads, 0, stream>>>(
+          workspace, plan.splits, static_cast<const T*>(args.bias),
+          static_cast<const T*>(args.shift), static_cast<T*>(args.out), count, args.out_features);
+      err = cudaGetLastError();
     });
+    return err;
   });
-  return err;
 }
 
 }  // namespace fusedlinear

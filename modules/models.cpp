@@ -64,21 +64,21 @@ int64_t LinearEpilogueModel::skinny_max_rows(Precision precision) {
 }
 
 int64_t LinearEpilogueModel::default_skinny_max_rows(Precision precision, torch::ScalarType dtype) {
-  // The skinny kernel against cuBLAS at 8192 -> 8192 on an H200 (docs/RESULTS.md): float32 W
-  // 1.01-1.05x at 1 row and 1.5-1.7x at 2-8 (CUDA-graph replays), slower from 12; bf16x3's
-  // hi + lo 1.06-1.08x at 2 rows, about even at 1, slower from 4 (but gemm_plan runs ieee's
-  // kernel there, faster still); tf32, whose cuBLAS kernel is faster from 2 rows, at 1 row
-  // only; the bf16 mode's hi part alone and 16-bit models never (0.88-0.98x at 1 row).
+  // The skinny kernels against cuBLAS at 8192 -> 8192 on an H200, CUDA-graph replays
+  // (docs/RESULTS.md): float32 W on the CUDA cores 1.05x at 1 row, 1.5-1.6x at 2-8, slower from
+  // 12, and faster than tf32's cuBLAS kernel at 1 row only; bf16x3's parts on the tensor cores
+  // 1.3-1.5x at 2-16, slower from 24; the bf16 mode's hi part 1.10-1.13x at 1-8, even at 12-16;
+  // 16-bit models 0.92-0.97x (cuBLAS's bfloat16 GEMM reads W as fast, and x stays 16-bit).
   if (dtype != torch::kFloat32) return 0;
   switch (precision) {
     case Precision::kIeee:
       return 8;
     case Precision::kBf16x3:
-      return 2;
+      return 16;
     case Precision::kTf32:
       return 1;
     case Precision::kBf16:
-      return 0;
+      return 8;
   }
   return 0;
 }
@@ -96,7 +96,10 @@ LinearEpilogueModel::GemmPlan LinearEpilogueModel::gemm_plan(const torch::Tensor
     const bool reads_weight = precision == Precision::kIeee || precision == Precision::kTf32;
     return rows <= skinny_max_rows(precision) && (weight_readable || !reads_weight);
   };
-  if (precision_ == Precision::kBf16x3 && takes(Precision::kIeee)) return {Precision::kIeee, true};
+  if (precision_ == Precision::kBf16x3 && rows <= kBf16x3IeeeSkinnyMaxRows &&
+      takes(Precision::kIeee)) {
+    return {Precision::kIeee, true};
+  }
   if (takes(precision_)) return {precision_, true};
   return cublas;
 }

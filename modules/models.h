@@ -81,8 +81,9 @@ class LinearEpilogueModel : public torch::nn::Module {
   //   kCublas: cuBLAS (or the CPU's GEMM) in gemm_precision(rows).
   //   kSkinny: the skinny kernel in the precision as set, on any device.
   //   kAuto:   on a GPU, the skinny kernel where it measured faster and can read W as it lies
-  //            (output-major, or the split parts); bf16x3 runs ieee's skinny kernel where that
-  //            takes the rows, faster than bf16x3 either way and more accurate. Elsewhere cuBLAS.
+  //            (output-major, or the split parts); bf16x3 runs ieee's skinny kernel up to
+  //            kBf16x3IeeeSkinnyMaxRows rows (where ieee's takes them): as fast there and more
+  //            accurate. Elsewhere cuBLAS.
   struct GemmPlan {
     Precision precision = Precision::kIeee;
     bool skinny = false;
@@ -90,8 +91,12 @@ class LinearEpilogueModel : public torch::nn::Module {
   GemmPlan gemm_plan(const torch::Tensor& x);
   bool runs_skinny(const torch::Tensor& x) { return gemm_plan(x).skinny; }
   // The most rows at which the skinny kernel measured faster than cuBLAS at 8192 -> 8192 on an
-  // H200 (docs/RESULTS.md): float32 ieee 8, bf16x3 2, tf32 1, bf16 0; 16-bit models 0.
+  // H200 (docs/RESULTS.md): float32 ieee 8, bf16x3 16, tf32 1, bf16 8; 16-bit models 0.
   static int64_t default_skinny_max_rows(Precision precision, torch::ScalarType dtype);
+  // Up to this many rows bf16x3 runs ieee's skinny kernel (where ieee's limit takes them): as fast
+  // as bf16x3's own tensor-core kernel there (65.7 against 72.8 us at 1 row, even at 2-4; 77-79
+  // against 73-74 at 8: docs/RESULTS.md), and 20-50x more accurate.
+  static constexpr int64_t kBf16x3IeeeSkinnyMaxRows = 4;
   // The smallest batch at which bf16x3 measured faster than ieee on an H200 at 8192 -> 8192:
   // 108 us against 119 at 2 rows; at 1 row cuBLAS's float32 kernel takes 66 us.
   static constexpr int64_t kDefaultBf16x3MinRows = 2;
