@@ -6,8 +6,9 @@
 // with 16-byte loads, a chunk of k at a time with all of a chunk's loads in flight at once; x is
 // read where it lies (small, it stays in the caches), and the epilogue runs in registers before
 // the one store of each output. Two kernels share that plan:
-//   - float32 W: float32 FMAs on the CUDA cores. Each warp owns kWarpRows rows of W; each lane
-//     sums its own k's, and the warp's lanes are added in a fixed tree.
+//   - float32 W (and 16-bit W where rows are not 16-byte aligned or the GPU predates sm_80):
+//     float32 FMAs on the CUDA cores. Each warp owns kWarpRows rows of W; each lane sums its
+//     own k's, and the warp's lanes are added in a fixed tree.
 //   - 16-bit W (16-bit models, and bfloat16 parts of float32 W): mma.sync on the tensor cores,
 //     float32 accumulation. A block owns 32 rows of W; its warps share k and their sums are
 //     added in a fixed tree through shared memory.
@@ -352,7 +353,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   const int64_t chunks = ceil_div_device(k_end - k_begin, kChunk);
   const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kMmaRotateChunks) % chunks : 0;
   for (int64_t c = warp; c < chunks; c += kMmaWarps) {
-    const int64_t k0 = k_begin + (c + rotate < chunks ? c + rotate : c + rotate - chunks) * kChunk;
+    const int64_t k0 = k_begin + rotated_chunk(c, rotate, chunks) * kChunk;
     // This chunk's W first: its loads are all in flight before the first product.
     Words hi[kSteps][kMmaTilesW][2];
     [[maybe_unused]] Words lo[kSteps][kMmaTilesW][2];
