@@ -67,7 +67,7 @@ struct SkinnyLinearArgs {
 // How many floats of workspace launch_skinny_linear needs for `args` on the current device (0
 // when k is not split). Returns cudaErrorInvalidValue for a weight the type does not take
 // (kBf16 or kBf16HiLo with 16-bit x), cudaErrorInvalidConfiguration for more rows than the grid
-// takes (2^20 with float32 W).
+// takes (16 * 65535; 64 * 65535 for 16-bit W on the tensor cores).
 cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_floats);
 
 // Launches the skinny forward on `stream` (two kernels when k is split: the partial sums, then

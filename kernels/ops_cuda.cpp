@@ -212,7 +212,7 @@ torch::Tensor fused_linear_cuda(const char* op, EpilogueKind kind, const torch::
   const cudaError_t planned = plan_skinny_linear(args, workspace_floats);
   TORCH_CHECK(planned != cudaErrorInvalidConfiguration, op,
               ": too many rows for the skinny kernel's grid (", args.rows,
-              "; it takes at least 2^20)");
+              "; it takes up to 16 * 65535, 64 * 65535 on the tensor cores)");
   check_launch(op, planned);
   torch::Tensor workspace;
   if (workspace_floats > 0)
