@@ -131,7 +131,7 @@ std::string detect_model(const Settings& settings);
 // cuBLAS runs ieee, from settings).
 void configure_fused(LinearEpilogueModel& model, Precision precision, GemmKernel kernel,
                      const Settings& settings);
-// What the fused forward runs for input x: "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 9
+// What the fused forward runs for input x: "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 5
 // rows)" when the model runs ieee for bf16x3, and so on.
 std::string gemm_description(LinearEpilogueModel& model, const torch::Tensor& x);
 // Whether a path's allclose verdict counts toward the exit code: always for the float32-grade

@@ -1,7 +1,6 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -293,10 +292,8 @@ std::string gemm_description(LinearEpilogueModel& model, const torch::Tensor& x)
   std::string ran = std::string(precision_name(plan.precision)) + ", " + kernel;
   if (plan.precision == model.precision()) return ran;
   // bf16x3 below the rows where it pays: ieee's skinny kernel, or below bf16x3_min_rows.
-  const int64_t from = plan.skinny ? std::min(LinearEpilogueModel::kBf16x3IeeeSkinnyMaxRows,
-                                              model.skinny_max_rows(Precision::kIeee)) +
-                                         1
-                                   : model.bf16x3_min_rows();
+  const int64_t from =
+      plan.skinny ? model.bf16x3_ieee_skinny_max_rows() + 1 : model.bf16x3_min_rows();
   return ran + " (" + precision_name(model.precision()) + " from " + std::to_string(from) +
          " rows)";
 }

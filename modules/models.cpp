@@ -96,8 +96,8 @@ LinearEpilogueModel::GemmPlan LinearEpilogueModel::gemm_plan(const torch::Tensor
     const bool reads_weight = precision == Precision::kIeee || precision == Precision::kTf32;
     return rows <= skinny_max_rows(precision) && (weight_readable || !reads_weight);
   };
-  if (precision_ == Precision::kBf16x3 && rows <= kBf16x3IeeeSkinnyMaxRows &&
-      takes(Precision::kIeee)) {
+  if (precision_ == Precision::kBf16x3 && rows <= bf16x3_ieee_skinny_max_rows() &&
+      weight_readable) {
     return {Precision::kIeee, true};
   }
   if (takes(precision_)) return {precision_, true};

@@ -14,6 +14,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,6 +98,11 @@ class LinearEpilogueModel : public torch::nn::Module {
   // as bf16x3's own tensor-core kernel there (65.7 against 72.8 us at 1 row, even at 2-4; 77-79
   // against 73-74 at 8: docs/RESULTS.md), and 20-50x more accurate.
   static constexpr int64_t kBf16x3IeeeSkinnyMaxRows = 4;
+  // The most rows at which auto runs bf16x3 as ieee's skinny kernel: kBf16x3IeeeSkinnyMaxRows,
+  // within ieee's own limit (gemm_plan; reports say "bf16x3 from" one row more).
+  int64_t bf16x3_ieee_skinny_max_rows() {
+    return std::min(kBf16x3IeeeSkinnyMaxRows, skinny_max_rows(Precision::kIeee));
+  }
   // The smallest batch at which bf16x3 measured faster than ieee on an H200 at 8192 -> 8192:
   // 108 us against 119 at 2 rows; at 1 row cuBLAS's float32 kernel takes 66 us.
   static constexpr int64_t kDefaultBf16x3MinRows = 2;

@@ -52,8 +52,9 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
 //   auto    the skinny kernel on a GPU for inputs of up to skinny_max_rows() rows (where it
 //           measured faster: it reads W once and fuses the epilogue), cuBLAS otherwise;
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
-//   skinny  always the skinny kernel (any number of rows, W then read once per 16 rows; on the
-//           CPU its twin: a float32 GEMM and the fused epilogue).
+//   skinny  always the skinny kernel (any number of rows, W then read once per tile of x's rows:
+//           16 for float32 W, 64 on the tensor cores; on the CPU its twin: the same products in
+//           float32 and the fused epilogue).
 enum class GemmKernel { kAuto, kCublas, kSkinny };
 
 inline const std::vector<GemmKernel>& all_gemm_kernels() {
