@@ -193,7 +193,7 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
   }
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The current device's multiprocessors, resident threads per multiprocessor (2048 on sm_80
 // and sm_90, 1536 on sm_86 and sm_89) and compute capability's major version, asked of the

@@ -79,8 +79,6 @@ __device__ __forceinline__ float x_part(float v, float& lo) {
   }
 }
 
-__device__ __forceinline__ int64_t ceil_div_device(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // The chunk a loop's c-th step reads when it starts `rotate` chunks in and wraps around: blocks
 // that start together then read different DRAM channels and banks, where rows of W 2^n bytes
 // apart, all read at the same k, would crowd into a few.
@@ -123,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int m = 0; m < kRows; ++m) x_rows[m] = x + (m0 + m < rows ? m0 + m : rows - 1) * k_in;
 
   float acc[kWarpRows][kRows] = {};
-  const int64_t chunks = ceil_div_device(k_end - k_begin, kChunk);
+  const int64_t chunks = ceil_div(k_end - k_begin, kChunk);
   const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kRotateChunks) % chunks : 0;
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t k0 = k_begin + rotated_chunk(c, rotate, chunks) * kChunk;
@@ -318,7 +316,7 @@ __device__ __forceinline__ void x_pairs(const T* p, bool inside, Words& hi, Word
 template <typename T, typename WT, bool kHasLo, class Shape, class Activations>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     skinny_mma_kernel(const T* __restrict__ x, const WT* __restrict__ w,
-                      const WT* __restrict__ w_lo, const T* __restrict__ bias,
+                      const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
                       const T* __restrict__ shift, T* __restrict__ out, float* __restrict__ partial,
                       int64_t rows, int64_t n_out, int64_t k_in, int64_t k_per_split) {
   constexpr int kTilesX = Shape::kTilesX, kSteps = Shape::kSteps, kChunk = Shape::kChunk;
@@ -350,7 +348,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   }
 
   float acc[kMmaTilesW][kTilesX][4] = {};
-  const int64_t chunks = ceil_div_device(k_end - k_begin, kChunk);
+  const int64_t chunks = ceil_div(k_end - k_begin, kChunk);
   const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kMmaRotateChunks) % chunks : 0;
   for (int64_t c = warp; c < chunks; c += kMmaWarps) {
     const int64_t k0 = k_begin + rotated_chunk(c, rotate, chunks) * kChunk;
@@ -502,6 +500,17 @@ cudaError_t make_plan(int64_t rows, int64_t n_out, int64_t k_in, const BlockCove
   return cudaSuccess;
 }
 
+// Launches either kernel (they take the same arguments) with args' pointers as its types.
+template <typename T, typename WT, class Kernel>
+void launch_kernel(Kernel kernel, int threads, const Plan& plan, const SkinnyLinearArgs& args,
+                   float* partial, cudaStream_t stream) {
+  kernel<<<plan.grid, threads, 0, stream>>>(
+      static_cast<const T*>(args.x), static_cast<const WT*>(args.w),
+      static_cast<const __nv_bfloat16*>(args.w_lo), static_cast<const T*>(args.bias),
+      static_cast<const T*>(args.shift), static_cast<T*>(args.out), partial, args.rows,
+      args.out_features, args.in_features, plan.k_per_split);
+}
+
 // One instantiation of either kernel: its element type, what its block covers, and its launch.
 template <typename T, typename WT, bool kHasLo, class Shape>
 struct CudaCoreKernel {
@@ -512,11 +521,8 @@ struct CudaCoreKernel {
   template <class Activations>
   static void launch(const Plan& plan, const SkinnyLinearArgs& args, float* partial,
                      cudaStream_t stream) {
-    skinny_linear_kernel<T, WT, kHasLo, Shape, Activations><<<plan.grid, kWarps * 32, 0, stream>>>(
-        static_cast<const T*>(args.x), static_cast<const WT*>(args.w),
-        static_cast<const __nv_bfloat16*>(args.w_lo), static_cast<const T*>(args.bias),
-        static_cast<const T*>(args.shift), static_cast<T*>(args.out), partial, args.rows,
-        args.out_features, args.in_features, plan.k_per_split);
+    launch_kernel<T, WT>(skinny_linear_kernel<T, WT, kHasLo, Shape, Activations>, kWarps * 32, plan,
+                         args, partial, stream);
   }
 };
 
@@ -527,11 +533,8 @@ struct TensorCoreKernel {
   template <class Activations>
   static void launch(const Plan& plan, const SkinnyLinearArgs& args, float* partial,
                      cudaStream_t stream) {
-    skinny_mma_kernel<T, WT, kHasLo, Shape, Activations><<<plan.grid, kMmaWarps * 32, 0, stream>>>(
-        static_cast<const T*>(args.x), static_cast<const WT*>(args.w),
-        static_cast<const WT*>(args.w_lo), static_cast<const T*>(args.bias),
-        static_cast<const T*>(args.shift), static_cast<T*>(args.out), partial, args.rows,
-        args.out_features, args.in_features, plan.k_per_split);
+    launch_kernel<T, WT>(skinny_mma_kernel<T, WT, kHasLo, Shape, Activations>, kMmaWarps * 32, plan,
+                         args, partial, stream);
   }
 };
 
