@@ -355,22 +355,30 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     // This chunk's W first: its loads are all in flight before the first product.
     Words hi[kSteps][kMmaTilesW][2];
     [[maybe_unused]] Words lo[kSteps][kMmaTilesW][2];
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
+    auto load = [&](int s, int i, int h) {
       const int64_t k = k0 + s * 32;
-      const bool k_inside = k + quad * 8 < k_end;
-#pragma unroll
-      for (int i = 0; i < kMmaTilesW; ++i) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool inside = w_inside[i][h] && k_inside;
-          hi[s][i][h] = inside ? *reinterpret_cast<const Words*>(w + w_offset[i][h] + k) : Words{};
-          if constexpr (kHasLo) {
-            lo[s][i][h] =
-                inside ? *reinterpret_cast<const Words*>(w_lo + w_offset[i][h] + k) : Words{};
-          }
-        }
+      const bool inside = w_inside[i][h] && k + quad * 8 < k_end;
+      hi[s][i][h] = inside ? *reinterpret_cast<const Words*>(w + w_offset[i][h] + k) : Words{};
+      if constexpr (kHasLo) {
+        lo[s][i][h] = inside ? *reinterpret_cast<const Words*>(w_lo + w_offset[i][h] + k) : Words{};
       }
+    };
+    // With hi and lo, each row's steps are loaded back to back (measured 2-4% faster there, and
+    // 2-4% slower for one part, than all rows' first step, then their second).
+    if constexpr (kHasLo) {
+#pragma unroll
+      for (int i = 0; i < kMmaTilesW; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int s = 0; s < kSteps; ++s) load(s, i, h);
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+        for (int i = 0; i < kMmaTilesW; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) load(s, i, h);
     }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
