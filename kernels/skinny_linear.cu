@@ -363,8 +363,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
         lo[s][i][h] = inside ? *reinterpret_cast<const Words*>(w_lo + w_offset[i][h] + k) : Words{};
       }
     };
-    // With hi and lo, each row's steps are loaded back to back: 2-4% faster there than all rows'
-    // first step, then their second, which one part runs 2-4% faster with (PERFORMANCE.md).
+    // Each row's steps back to back for hi + lo; every row's first step, then their second, for
+    // one part: each order measured 2-4% faster where it is used (PERFORMANCE.md, row 40).
     if constexpr (kHasLo) {
 #pragma unroll
       for (int i = 0; i < kMmaTilesW; ++i)
