@@ -64,15 +64,17 @@ struct SkinnyLinearArgs {
   int64_t rows = 0, out_features = 0, in_features = 0;
 };
 
-// How many floats of workspace launch_skinny_linear needs for `args` on the current device (0
-// when k is not split). Returns cudaErrorInvalidValue for a weight the type does not take
-// (kBf16 or kBf16HiLo with 16-bit x), cudaErrorInvalidConfiguration for more rows than the grid
-// takes (16 * 65535; 64 * 65535 for 16-bit W on the tensor cores).
+// How many floats of workspace launch_skinny_linear needs for `args` on the current device: the
+// partial sums where k is split over blocks, and for bf16x3 from 9 rows x's bfloat16 parts (0
+// when neither). Returns cudaErrorInvalidValue for a weight the type does not take (kBf16 or
+// kBf16HiLo with 16-bit x), cudaErrorInvalidConfiguration for more rows than the grid takes
+// (16 * 65535; 64 * 65535 for 16-bit W on the tensor cores, 32 * 65535 for bf16x3 there).
 cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_floats);
 
-// Launches the skinny forward on `stream` (two kernels when k is split: the partial sums, then
-// their sum in a fixed order and the epilogue); results are bitwise the same run to run. The
-// workspace: plan_skinny_linear's floats (null when 0). Returns the launches' error.
+// Launches the skinny forward on `stream` (one kernel; before it, x's split where bf16x3 takes the
+// staged kernel; after it, where k is split, the partial sums' sum in a fixed order and the
+// epilogue); results are bitwise the same run to run. The workspace: plan_skinny_linear's floats
+// (null when 0). Returns the launches' error.
 cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
                                  cudaStream_t stream);
 

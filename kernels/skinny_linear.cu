@@ -12,10 +12,12 @@
 //   - 16-bit W (16-bit models, and bfloat16 parts of float32 W): mma.sync on the tensor cores,
 //     float32 accumulation. A block owns 32 rows of W; its warps share k and their sums are
 //     added in a fixed tree through shared memory.
+// A third, for bf16x3 from 9 rows, stages W's parts and x's through shared memory instead, so
+// that x crosses L2 once per 64 rows of W (skinny_staged_kernel).
 // Each block starts its walk over k at its own offset and wraps around (rotated_chunk), so blocks
 // running together read different DRAM channels. Results are bitwise the same run to run. Where
 // too few blocks would cover the rows of W to fill the GPU, k is split over blocks, the partial
-// sums written to a workspace and added in split order by a third kernel that applies the
+// sums written to a workspace and added in split order by another kernel that applies the
 // epilogue.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -213,6 +215,26 @@ __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int spli
     float sum = partial[i];
     for (int s = 1; s < splits; ++s) sum += partial[s * count + i];
     out[i] = finish<T, Activations>(sum, bias, shift, i % n_out);
+  }
+}
+
+// Adds the sums of kMembers warps that hold the same outputs (kSums a lane, `sums`), in a fixed
+// tree, upper half onto lower half, through `exchange` (kMembers / 2 * kSums * 32 floats of
+// shared memory); member 0 ends with the totals. Every thread of the block calls it.
+template <int kMembers, int kSums>
+__device__ __forceinline__ void add_across_warps(float* sums, float* exchange, int member,
+                                                 int lane) {
+  for (int half = kMembers / 2; half > 0; half /= 2) {
+    if (member >= half && member < 2 * half) {
+#pragma unroll
+      for (int v = 0; v < kSums; ++v) exchange[((member - half) * kSums + v) * 32 + lane] = sums[v];
+    }
+    __syncthreads();
+    if (member < half) {
+#pragma unroll
+      for (int v = 0; v < kSums; ++v) sums[v] += exchange[(member * kSums + v) * 32 + lane];
+    }
+    __syncthreads();
   }
 }
 
@@ -415,32 +437,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     }
   }
 
-  // The warps' sums added in a fixed tree (upper half onto lower half) through shared memory;
-  // warp 0 ends with the block's totals.
+  // The warps' sums added in a fixed tree through shared memory; warp 0 ends with the block's
+  // totals.
   constexpr int kSums = kMmaTilesW * kTilesX * 4;
   __shared__ float exchange[kMmaWarps / 2][kSums][32];
-  for (int half = kMmaWarps / 2; half > 0; half /= 2) {
-    if (warp >= half && warp < 2 * half) {
-#pragma unroll
-      for (int i = 0; i < kMmaTilesW; ++i)
-#pragma unroll
-        for (int j = 0; j < kTilesX; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            exchange[warp - half][(i * kTilesX + j) * 4 + c][lane] = acc[i][j][c];
-    }
-    __syncthreads();
-    if (warp < half) {
-#pragma unroll
-      for (int i = 0; i < kMmaTilesW; ++i)
-#pragma unroll
-        for (int j = 0; j < kTilesX; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            acc[i][j][c] += exchange[warp][(i * kTilesX + j) * 4 + c][lane];
-    }
-    __syncthreads();
-  }
+  add_across_warps<kMmaWarps, kSums>(&acc[0][0][0], &exchange[0][0][0], warp, lane);
   // Warp 0's totals laid out [row of x][row of W], then the epilogue and stores spread over the
   // block, consecutive threads on consecutive outputs. Accumulator c of tile (i, j) is row
   // 16 i + group (+ 8 for c >= 2) of W, row 8 j + 2 quad (+ 1 for odd c) of x.
@@ -468,6 +469,215 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   }
 }
 
+// ---- The staged tensor-core kernel ----
+//
+// For bf16x3 from 9 rows, where every block of the kernel above reads all of x, hi and lo, from
+// L2. A block of 64 rows of W copies stages of 128 k of W's parts and of x's (split into bfloat16
+// beforehand) into shared memory with cp.async, and its warps take the fragments from there with
+// ldmatrix: x crosses L2 once per 64 rows of W, and each row of W is read 256 bytes a part at a
+// time. 8 warps: 2 halves of the rows of W x 4 quarters of each stage's k, the quarters added in
+// a fixed tree at the end. Two blocks an SM, two stages each (PERFORMANCE.md, row 42: one block
+// with more stages, or 64 k a stage, measured 1.2-1.8x slower).
+
+constexpr int kStagedRowsW = 64;  // rows of W per block
+constexpr int kStagedK = 128;     // k per stage
+constexpr int kStagedWarps = 8;   // 2 halves of the rows x 4 quarters of k
+constexpr int kStagedBlocksPerMultiprocessor = 2;
+constexpr int kStagedRotate = 4;  // stages each block starts further on than the block before
+// Shared memory a block may take so that two fit an SM of sm_90 (228 KiB, 1 KiB reserved each).
+constexpr int kStagedSmemBudget = 112 * 1024;
+
+// kTilesX 8-row tiles of x per block (even: ldmatrix takes them in pairs); as many stages as the
+// budget holds.
+template <int kTilesXOf>
+struct StagedShape {
+  static constexpr int kTilesX = kTilesXOf;
+  static constexpr int kRows = 8 * kTilesX;
+  static constexpr int kChunk = kStagedK;
+  static constexpr int kWBytes = kStagedRowsW * kStagedK * 2;  // one part of W, one stage
+  static constexpr int kXBytes = kRows * kStagedK * 2;         // one part of x, one stage
+  static constexpr int kStageBytes = 2 * (kWBytes + kXBytes);  // hi and lo
+  static constexpr int kStages = kStagedSmemBudget / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static_assert(kTilesX % 2 == 0 && kStages >= 2);
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global src to shared dst, zeros where !inside (src then not read).
+__device__ __forceinline__ void copy16_async(uint32_t dst, const void* src, bool inside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(inside ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+#endif
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory; lane l gives the address of row l % 8
+// of matrix l / 8.
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#endif
+}
+
+// Byte offset of 16-byte piece `piece` of row `row` in a stage's [rows][kStagedK] tile: pieces
+// XOR-swizzled by the row, so that 8 consecutive rows' same piece fall in different banks.
+__device__ __forceinline__ uint32_t staged_offset(int row, int piece) {
+  return uint32_t(row * kStagedK * 2 + ((piece ^ (row & 7)) * 16));
+}
+
+// Copies rows [row0, row0 + kTileRows) x k [k0, k0 + kStagedK) of a 16-bit [*, ld] matrix into
+// the tile at `tile`; rows at or past `row_end` and k at or past `k_end` (a multiple of 8) as
+// zeros.
+template <int kTileRows, typename E>
+__device__ __forceinline__ void copy_tile_async(uint32_t tile, const E* m, int64_t row0,
+                                                int64_t row_end, int64_t ld, int64_t k0,
+                                                int64_t k_end) {
+  constexpr int kPiecesPerRow = kStagedK / 8;
+  constexpr int kPieces = kTileRows * kPiecesPerRow;
+#pragma unroll
+  for (int i = threadIdx.x; i < kPieces; i += kStagedWarps * 32) {
+    const int r = i / kPiecesPerRow, piece = i % kPiecesPerRow;
+    const int64_t row = row0 + r, k = k0 + piece * 8;
+    const bool inside = row < row_end && k < k_end;
+    copy16_async(tile + staged_offset(r, piece), inside ? m + row * ld + k : m, inside);
+  }
+}
+
+// x_hi, x_lo [rows, k_in]: float32 x's bfloat16 parts (split_bf16); w_hi, w_lo [n_out, k_in]: W's;
+// bias, shift, out float32. Block (x, y, z): kStagedRowsW rows of W, the y-th split of k, kRows
+// rows of x; out and partial as skinny_mma_kernel.
+template <class Shape, class Activations>
+__global__ void __launch_bounds__(kStagedWarps * 32, kStagedBlocksPerMultiprocessor)
+    skinny_staged_kernel(const __nv_bfloat16* __restrict__ x_hi,
+                         const __nv_bfloat16* __restrict__ x_lo,
+                         const __nv_bfloat16* __restrict__ w_hi,
+                         const __nv_bfloat16* __restrict__ w_lo, const float* __restrict__ bias,
+                         const float* __restrict__ shift, float* __restrict__ out,
+                         float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
+                         int64_t k_per_split) {
+  constexpr int kTilesX = Shape::kTilesX, kRows = Shape::kRows, kStages = Shape::kStages;
+  extern __shared__ __align__(128) unsigned char staged[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad = lane % 4;
+  const int half = warp / 4, quarter = warp % 4;
+  const int64_t n0 = int64_t(blockIdx.x) * kStagedRowsW;
+  const int64_t m0 = int64_t(blockIdx.z) * kRows;
+  const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
+  const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
+  const int64_t tiles = ceil_div(k_end - k_begin, kStagedK);
+  const int64_t rotate = tiles > 0 ? (int64_t(blockIdx.x) * kStagedRotate) % tiles : 0;
+  const uint32_t base = shared_address(staged);
+
+  auto w_tile = [&](int stage, int part) {
+    return base + stage * Shape::kStageBytes + part * Shape::kWBytes;
+  };
+  auto x_tile = [&](int stage, int part) {
+    return base + stage * Shape::kStageBytes + 2 * Shape::kWBytes + part * Shape::kXBytes;
+  };
+  auto copy_stage = [&](int64_t t) {
+    const int stage = int(t % kStages);
+    const int64_t k0 = k_begin + rotated_chunk(t, rotate, tiles) * kStagedK;
+    copy_tile_async<kStagedRowsW>(w_tile(stage, 0), w_hi, n0, n_out, k_in, k0, k_end);
+    copy_tile_async<kStagedRowsW>(w_tile(stage, 1), w_lo, n0, n_out, k_in, k0, k_end);
+    copy_tile_async<kRows>(x_tile(stage, 0), x_hi, m0, rows, k_in, k0, k_end);
+    copy_tile_async<kRows>(x_tile(stage, 1), x_lo, m0, rows, k_in, k0, k_end);
+  };
+
+  // The rows and pieces this lane addresses for ldmatrix: of W (A: matrices rows 0-7 / 8-15 x k
+  // 0-7 / 8-15), of x (B: tile j, k 0-7 / 8-15, then tile j + 1).
+  const int matrix = lane / 8, matrix_row = lane % 8;
+  const int a_row = half * 32 + (matrix % 2) * 8 + matrix_row, a_piece = matrix / 2;
+  const int b_row = (matrix / 2) * 8 + matrix_row, b_piece = matrix % 2;
+
+  float acc[2][kTilesX][4] = {};
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < tiles) copy_stage(s);
+    copy_async_commit();
+  }
+  for (int64_t t = 0; t < tiles; ++t) {
+    copy_async_wait<kStages - 2>();
+    __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
+    if (t + kStages - 1 < tiles) copy_stage(t + kStages - 1);
+    copy_async_commit();
+    const int stage = int(t % kStages);
+#pragma unroll
+    for (int k16 = quarter; k16 < kStagedK / 16; k16 += 4) {
+      uint32_t a[2][2][4];  // [hi, lo][tile of W]
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          load_matrices(a[p][i],
+                        w_tile(stage, p) + staged_offset(a_row + 16 * i, 2 * k16 + a_piece));
+#pragma unroll
+      for (int j = 0; j < kTilesX; j += 2) {
+        uint32_t b[2][4];  // [hi, lo]: tile j's two halves of k, then tile j + 1's
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+          load_matrices(b[p], x_tile(stage, p) + staged_offset(8 * j + b_row, 2 * k16 + b_piece));
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {  // bf16x3's products, smallest first
+            float(&d)[4] = acc[i][j + jj];
+            mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[1][2 * jj], b[1][2 * jj + 1]);
+            mma_m16n8k16<__nv_bfloat16>(d, a[1][i], b[0][2 * jj], b[0][2 * jj + 1]);
+            mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[0][2 * jj], b[0][2 * jj + 1]);
+          }
+      }
+    }
+  }
+  copy_async_wait<0>();
+  __syncthreads();
+
+  // The quarters' sums added in a fixed tree through shared memory (each half its own part of
+  // it); quarter 0 of each half ends with its rows' totals.
+  constexpr int kSums = 2 * kTilesX * 4;
+  static_assert(2 * (4 / 2) * kSums * 32 * 4 <= Shape::kSmemBytes);
+  auto* exchange = reinterpret_cast<float*>(staged) + half * ((4 / 2) * kSums * 32);
+  add_across_warps<4, kSums>(&acc[0][0][0], exchange, quarter, lane);
+  // Totals laid out [row of x][row of W]; accumulator c of tile (i, j) is row 32 half + 16 i +
+  // group (+ 8 for c >= 2) of W, row 8 j + 2 quad (+ 1 for odd c) of x.
+  float(*totals)[kStagedRowsW + 1] = reinterpret_cast<float(*)[kStagedRowsW + 1]>(staged);
+  static_assert(kRows * (kStagedRowsW + 1) * 4 <= Shape::kSmemBytes);
+  if (quarter == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < kTilesX; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          totals[8 * j + 2 * quad + c % 2][half * 32 + 16 * i + group + 8 * (c / 2)] = acc[i][j][c];
+  }
+  __syncthreads();
+  for (int index = threadIdx.x; index < kRows * kStagedRowsW; index += kStagedWarps * 32) {
+    const int m = index / kStagedRowsW, r = index % kStagedRowsW;
+    const int64_t row = m0 + m, n = n0 + r;
+    if (row >= rows || n >= n_out) continue;
+    if (partial) {
+      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = totals[m][r];
+    } else {
+      out[row * n_out + n] = finish<float, Activations>(totals[m][r], bias, shift, n);
+    }
+  }
+}
+
 // ---- Planning and dispatch ----
 
 // How one call is laid out: the grid and its splits of k.
@@ -482,6 +692,7 @@ struct BlockCover {
   int64_t w_rows, x_rows, chunk;  // rows of W and of x; values of k per chunk
   int64_t min_chunks_per_split;   // fewer would leave some of the block's warps idle
   int64_t blocks_per_multiprocessor;
+  bool within_one_wave = false;  // never more blocks than blocks_per_multiprocessor fill
 };
 
 // Enough blocks to fill the GPU: k is split only when the rows of W (and of x) give fewer, and
@@ -499,7 +710,8 @@ cudaError_t make_plan(int64_t rows, int64_t n_out, int64_t k_in, const BlockCove
   int64_t splits = 1;
   if (blocks_n * tiles_m < wanted) {
     splits = std::min(ceil_div(chunks, cover.min_chunks_per_split),
-                      ceil_div(wanted, blocks_n * tiles_m));
+                      cover.within_one_wave ? wanted / (blocks_n * tiles_m)
+                                            : ceil_div(wanted, blocks_n * tiles_m));
   }
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
   plan.k_per_split = ceil_div(chunks, splits) * cover.chunk;
@@ -526,11 +738,13 @@ struct CudaCoreKernel {
   static BlockCover cover() {
     return {kWarps * Shape::kWarpRows, Shape::kRows, Shape::kChunk, 1, 2};
   }
+  static int64_t x_workspace_floats(const SkinnyLinearArgs&) { return 0; }
   template <class Activations>
-  static void launch(const Plan& plan, const SkinnyLinearArgs& args, float* partial,
-                     cudaStream_t stream) {
+  static cudaError_t launch(const Plan& plan, const SkinnyLinearArgs& args, float*, float* partial,
+                            cudaStream_t stream) {
     launch_kernel<T, WT>(skinny_linear_kernel<T, WT, kHasLo, Shape, Activations>, kWarps * 32, plan,
                          args, partial, stream);
+    return cudaGetLastError();
   }
 };
 
@@ -538,11 +752,46 @@ template <typename T, typename WT, bool kHasLo, class Shape>
 struct TensorCoreKernel {
   using Element = T;
   static BlockCover cover() { return {kMmaRowsW, Shape::kRows, Shape::kChunk, kMmaWarps, 1}; }
+  static int64_t x_workspace_floats(const SkinnyLinearArgs&) { return 0; }
   template <class Activations>
-  static void launch(const Plan& plan, const SkinnyLinearArgs& args, float* partial,
-                     cudaStream_t stream) {
+  static cudaError_t launch(const Plan& plan, const SkinnyLinearArgs& args, float*, float* partial,
+                            cudaStream_t stream) {
     launch_kernel<T, WT>(skinny_mma_kernel<T, WT, kHasLo, Shape, Activations>, kMmaWarps * 32, plan,
                          args, partial, stream);
+    return cudaGetLastError();
+  }
+};
+
+// The staged kernel (bf16x3 only); x is split into its bfloat16 parts in the workspace first.
+template <class Shape>
+struct StagedKernel {
+  using Element = float;
+  static BlockCover cover() {
+    return {
+        kStagedRowsW, Shape::kRows, Shape::kChunk, Shape::kStages, kStagedBlocksPerMultiprocessor,
+        true};
+  }
+  static int64_t x_workspace_floats(const SkinnyLinearArgs& args) {
+    return args.rows * args.in_features;  // two bfloat16 parts
+  }
+  template <class Activations>
+  static cudaError_t launch(const Plan& plan, const SkinnyLinearArgs& args, float* workspace,
+                            float* partial, cudaStream_t stream) {
+    const int64_t count = args.rows * args.in_features;
+    auto* x_hi = reinterpret_cast<__nv_bfloat16*>(workspace);
+    cudaError_t err =
+        launch_split_bf16(static_cast<const float*>(args.x), x_hi, x_hi + count, count, stream);
+    if (err != cudaSuccess) return err;
+    auto kernel = skinny_staged_kernel<Shape, Activations>;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               Shape::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    kernel<<<plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream>>>(
+        x_hi, x_hi + count, static_cast<const __nv_bfloat16*>(args.w),
+        static_cast<const __nv_bfloat16*>(args.w_lo), static_cast<const float*>(args.bias),
+        static_cast<const float*>(args.shift), static_cast<float*>(args.out), partial, args.rows,
+        args.out_features, args.in_features, plan.k_per_split);
+    return cudaGetLastError();
   }
 };
 
@@ -578,6 +827,14 @@ cudaError_t dispatch_16bit_weight(const SkinnyLinearArgs& args, const DeviceLimi
     return fn(CudaCoreKernel<T, WT, kHasLo, SkinnyShape<WT, kHasLo, 1, kLargestTile>>{});
   }
   if (args.rows <= 8) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 1>>{});
+  // bf16x3 from 9 rows: the staged kernel, where the GPU has the shared memory for it
+  // (PERFORMANCE.md, row 42).
+  if constexpr (kHasLo) {
+    if (limits.shared_bytes_per_block >= StagedShape<4>::kSmemBytes) {
+      if (args.rows <= 16) return fn(StagedKernel<StagedShape<2>>{});
+      return fn(StagedKernel<StagedShape<4>>{});
+    }
+  }
   if (args.rows <= 16) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 2>>{});
   if (args.rows <= 32) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 4>>{});
   return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 8>>{});
@@ -618,9 +875,9 @@ cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_
     cuda::Plan plan;
     const cudaError_t err = cuda::make_plan(args.rows, args.out_features, args.in_features,
                                             decltype(kernel)::cover(), plan);
-    if (err == cudaSuccess && plan.splits > 1) {
-      workspace_floats = int64_t(plan.splits) * args.rows * args.out_features;
-    }
+    if (err != cudaSuccess) return err;
+    workspace_floats = decltype(kernel)::x_workspace_floats(args);
+    if (plan.splits > 1) workspace_floats += int64_t(plan.splits) * args.rows * args.out_features;
     return err;
   });
 }
@@ -635,20 +892,20 @@ cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
     cudaError_t err =
         cuda::make_plan(args.rows, args.out_features, args.in_features, Kernel::cover(), plan);
     if (err != cudaSuccess) return err;
-    if (plan.splits > 1 && !workspace) return cudaErrorInvalidValue;
+    const int64_t x_floats = Kernel::x_workspace_floats(args);
+    if ((plan.splits > 1 || x_floats > 0) && !workspace) return cudaErrorInvalidValue;
+    float* partial = plan.splits > 1 ? workspace + x_floats : nullptr;
     err = cudaErrorInvalidValue;
     dispatch_epilogue<kResultPrecisionOf<T>>(args.kind, [&](auto activations) {
       using Activations = decltype(activations);
-      Kernel::template launch<Activations>(plan, args, plan.splits > 1 ? workspace : nullptr,
-                                           stream);
-      err = cudaGetLastError();
+      err = Kernel::template launch<Activations>(plan, args, workspace, partial, stream);
       if (err != cudaSuccess || plan.splits == 1) return;
       const int64_t count = args.rows * args.out_features;
       const int threads = 256;
       const int64_t blocks = std::min<int64_t>(cuda::ceil_div(count, threads), 65535);
       cuda::skinny_reduce_kernel<T, Activations><<<unsigned(blocks), threads, 0, stream>>>(
-          workspace, plan.splits, static_cast<const T*>(args.bias),
-          static_cast<const T*>(args.shift), static_cast<T*>(args.out), count, args.out_features);
+          partial, plan.splits, static_cast<const T*>(args.bias), static_cast<const T*>(args.shift),
+          static_cast<T*>(args.out), count, args.out_features);
       err = cudaGetLastError();
     });
     return err;

@@ -282,34 +282,40 @@ TEST_F(SkinnyLinearCuda, MisalignedWeightAndInput) {
 // carry to infinity (finite results, as on the CPU) and for inf and NaN (non-finite rows).
 TEST_F(SkinnyLinearCuda, SplitOfExtremeInputsMatchesTheCpuTwin) {
   torch::NoGradGuard no_grad;
-  Problem p = make_problem("mish_mish", 4, 64, 256, torch::kFloat32, torch::kCPU, 9);
-  p.x = p.x * 1e-3;
-  p.x[0][5] = 3.39e38f;  // rounds up to bfloat16's infinity
-  p.x[1][7] = -3.39e38f;
-  p.x[2][9] = std::numeric_limits<float>::infinity();
-  p.x[3][11] = std::numeric_limits<float>::quiet_NaN();
-  const auto [hi, lo] = split_bf16(p.w);
-  for (const Variant v : {Variant::kHiLo, Variant::kHi}) {
-    const c10::optional<torch::Tensor> w_lo =
-        v == Variant::kHiLo ? c10::optional<torch::Tensor>(lo) : c10::nullopt;
-    const torch::Tensor want = run_op(p, hi, w_lo);
-    const torch::Tensor got =
-        fused_linear_mish_mish(p.x.cuda(), hi.cuda(),
-                               w_lo ? c10::optional<torch::Tensor>(w_lo->cuda()) : c10::nullopt,
-                               p.bias.cuda())
-            .cpu();
-    const torch::Tensor finite_rows = got.narrow(0, 0, 2);
-    EXPECT_TRUE(torch::isfinite(finite_rows).all().item<bool>()) << variant_name(v);
-    EXPECT_TRUE(torch::allclose(finite_rows, want.narrow(0, 0, 2), 1e-4, 1e-6)) << variant_name(v);
-    EXPECT_FALSE(torch::isfinite(got.narrow(0, 2, 2)).any().item<bool>()) << variant_name(v);
-    EXPECT_FALSE(torch::isfinite(want.narrow(0, 2, 2)).any().item<bool>()) << variant_name(v);
+  for (const int64_t rows : {4, 24}) {  // x split in the kernel, and beforehand (from 17 rows)
+    Problem p = make_problem("mish_mish", rows, 64, 256, torch::kFloat32, torch::kCPU, 9);
+    p.x = p.x * 1e-3;
+    p.x[0][5] = 3.39e38f;  // rounds up to bfloat16's infinity
+    p.x[1][7] = -3.39e38f;
+    p.x[2][9] = std::numeric_limits<float>::infinity();
+    p.x[3][11] = std::numeric_limits<float>::quiet_NaN();
+    const auto [hi, lo] = split_bf16(p.w);
+    for (const Variant v : {Variant::kHiLo, Variant::kHi}) {
+      const c10::optional<torch::Tensor> w_lo =
+          v == Variant::kHiLo ? c10::optional<torch::Tensor>(lo) : c10::nullopt;
+      const torch::Tensor want = run_op(p, hi, w_lo);
+      const torch::Tensor got =
+          fused_linear_mish_mish(p.x.cuda(), hi.cuda(),
+                                 w_lo ? c10::optional<torch::Tensor>(w_lo->cuda()) : c10::nullopt,
+                                 p.bias.cuda())
+              .cpu();
+      const torch::Tensor finite_rows = got.narrow(0, 0, 2);
+      EXPECT_TRUE(torch::isfinite(finite_rows).all().item<bool>()) << variant_name(v);
+      EXPECT_TRUE(torch::allclose(finite_rows, want.narrow(0, 0, 2), 1e-4, 1e-6))
+          << variant_name(v);
+      EXPECT_FALSE(torch::isfinite(got.narrow(0, 2, 2)).any().item<bool>()) << variant_name(v);
+      EXPECT_FALSE(torch::isfinite(want.narrow(0, 2, 2)).any().item<bool>()) << variant_name(v);
+      EXPECT_TRUE(
+          torch::allclose(got.narrow(0, 4, rows - 4), want.narrow(0, 4, rows - 4), 1e-4, 1e-6))
+          << variant_name(v);
+    }
   }
 }
 
 TEST_F(SkinnyLinearCuda, BitwiseRepeatable) {
   torch::NoGradGuard no_grad;
   for (const auto& [rows, out, in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 64, 8192}, {8, 8192, 1024}, {16, 300, 3000}}) {
+           {1, 64, 8192}, {8, 8192, 1024}, {16, 300, 3000}, {32, 300, 3000}, {40, 16384, 256}}) {
     const Problem p = make_problem("swish_chain", rows, out, in, torch::kFloat32, torch::kCUDA, 8);
     for (const Variant v : variants_of(torch::kFloat32)) {
       const torch::Tensor first = run_variant(p, v);
@@ -331,11 +337,14 @@ TEST_F(SkinnyLinearCuda, SameResultFromACudaGraph) {
       model->to(torch::kCUDA);
       model->set_precision(precision);
       model->set_gemm_kernel(GemmKernel::kSkinny);
-      const torch::Tensor x = torch::rand({8, 4096}, torch::kCUDA);
-      const torch::Tensor want = model->forward(x);
-      const torch::Tensor got =
-          testing_support::replayed_from_cuda_graph([&] { return model->forward(x); });
-      EXPECT_TRUE(torch::equal(got, want)) << out << " " << precision_name(precision);
+      for (const int64_t rows : {8, 32}) {
+        const torch::Tensor x = torch::rand({rows, 4096}, torch::kCUDA);
+        const torch::Tensor want = model->forward(x);
+        const torch::Tensor got =
+            testing_support::replayed_from_cuda_graph([&] { return model->forward(x); });
+        EXPECT_TRUE(torch::equal(got, want))
+            << rows << "x4096 -> " << out << " " << precision_name(precision);
+      }
     }
   }
 }
