@@ -95,6 +95,25 @@ __device__ __forceinline__ T finish(float sum, const T* bias, const T* shift, in
   return from_float<T>(Activations{}(sum));
 }
 
+// Stores a block's totals, laid out [row of x][row of W] (rows kRowsW + 1 floats apart), for rows
+// m0... of x and n0... of W: the epilogue and the output, or with several splits of k the
+// partial sums of split blockIdx.y. Consecutive threads take consecutive outputs.
+template <typename T, class Activations, int kRowsX, int kRowsW, int kThreads>
+__device__ __forceinline__ void store_totals(const float (*totals)[kRowsW + 1], int64_t m0,
+                                             int64_t n0, int64_t rows, int64_t n_out, const T* bias,
+                                             const T* shift, T* out, float* partial) {
+  for (int index = threadIdx.x; index < kRowsX * kRowsW; index += kThreads) {
+    const int m = index / kRowsW, r = index % kRowsW;
+    const int64_t row = m0 + m, n = n0 + r;
+    if (row >= rows || n >= n_out) continue;
+    if (partial) {
+      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = totals[m][r];
+    } else {
+      out[row * n_out + n] = finish<T, Activations>(totals[m][r], bias, shift, n);
+    }
+  }
+}
+
 // x [rows, k_in], W [n_out, k_in] (and W's lo part, bfloat16, where kHasLo), out [rows, n_out];
 // T is x's, bias's, shift's and out's type. Block (x, y, z): kWarps * kWarpRows rows of W, the
 // y-th split of k (k_per_split values, a multiple of kChunk), kRows rows of x. With one split the
@@ -457,16 +476,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
           totals[8 * j + 2 * quad + c % 2][16 * i + group + 8 * (c / 2)] = acc[i][j][c];
   }
   __syncthreads();
-  for (int index = threadIdx.x; index < Shape::kRows * kMmaRowsW; index += kMmaWarps * 32) {
-    const int m = index / kMmaRowsW, r = index % kMmaRowsW;
-    const int64_t row = m0 + m, n = n0 + r;
-    if (row >= rows || n >= n_out) continue;
-    if (partial) {
-      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = totals[m][r];
-    } else {
-      out[row * n_out + n] = finish<T, Activations>(totals[m][r], bias, shift, n);
-    }
-  }
+  store_totals<T, Activations, Shape::kRows, kMmaRowsW, kMmaWarps * 32>(totals, m0, n0, rows, n_out,
+                                                                        bias, shift, out, partial);
 }
 
 // ---- The staged tensor-core kernel ----
@@ -666,16 +677,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedBlocksPerMultiproces
           totals[8 * j + 2 * quad + c % 2][half * 32 + 16 * i + group + 8 * (c / 2)] = acc[i][j][c];
   }
   __syncthreads();
-  for (int index = threadIdx.x; index < kRows * kStagedRowsW; index += kStagedWarps * 32) {
-    const int m = index / kStagedRowsW, r = index % kStagedRowsW;
-    const int64_t row = m0 + m, n = n0 + r;
-    if (row >= rows || n >= n_out) continue;
-    if (partial) {
-      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = totals[m][r];
-    } else {
-      out[row * n_out + n] = finish<float, Activations>(totals[m][r], bias, shift, n);
-    }
-  }
+  store_totals<float, Activations, kRows, kStagedRowsW, kStagedWarps * 32>(
+      totals, m0, n0, rows, n_out, bias, shift, out, partial);
 }
 
 // ---- Planning and dispatch ----
