@@ -717,8 +717,9 @@ cudaError_t make_plan(int64_t rows, int64_t n_out, int64_t k_in, const BlockCove
                                             : ceil_div(wanted, blocks_n * tiles_m));
   }
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
-  plan.k_per_split = ceil_div(chunks, splits) * cover.chunk;
-  plan.splits = int(ceil_div(k_in, plan.k_per_split));
+  // No k at all (in_features 0) still takes one split, whose sums are 0.
+  plan.k_per_split = std::max<int64_t>(1, ceil_div(chunks, splits)) * cover.chunk;
+  plan.splits = int(std::max<int64_t>(1, ceil_div(k_in, plan.k_per_split)));
   plan.grid = dim3(unsigned(blocks_n), unsigned(plan.splits), unsigned(tiles_m));
   return cudaSuccess;
 }

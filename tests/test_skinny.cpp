@@ -48,7 +48,7 @@ Problem make_problem(const std::string& model, int64_t rows, int64_t out, int64_
   torch::manual_seed(seed);
   Problem p;
   p.model = model;
-  const double bound = 1 / std::sqrt(double(in));
+  const double bound = 1 / std::sqrt(double(std::max<int64_t>(in, 1)));
   p.x = torch::rand({rows, in});
   p.w = (torch::rand({out, in}) * 2 - 1) * bound;
   p.bias = (torch::rand({out}) * 2 - 1) * bound;
@@ -136,7 +136,7 @@ void check_shapes(torch::Device device, const std::vector<int64_t>& row_counts,
 }
 
 TEST(SkinnyLinear, CpuTwinWithinBoundsOfFloat64) {
-  check_shapes(torch::kCPU, {1, 3, 17}, {{19, 37}, {8, 256}}, {torch::kFloat32});
+  check_shapes(torch::kCPU, {1, 3, 17}, {{19, 37}, {8, 256}, {16, 0}}, {torch::kFloat32});
 }
 
 TEST(SkinnyLinear, LeadingDimensionsAndEmptyInputs) {
@@ -243,10 +243,11 @@ class SkinnyLinearCuda : public ::testing::Test {
 };
 
 // Rows 1-64 (each tile, and counts past it), widths that are a multiple of 8 (16-byte loads),
-// odd (one element per load), and an out_features count that splits k over blocks.
+// odd (one element per load), an out_features count that splits k over blocks, and no inputs at
+// all (the chain of the bias alone).
 TEST_F(SkinnyLinearCuda, EveryVariantWithinBoundsOfFloat64) {
   check_shapes(torch::kCUDA, {1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64},
-               {{515, 1000}, {67, 1003}, {64, 4096}},
+               {{515, 1000}, {67, 1003}, {64, 4096}, {16, 0}},
                {torch::kFloat32, torch::kBFloat16, torch::kFloat16});
 }
 
