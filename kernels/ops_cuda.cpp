@@ -179,7 +179,8 @@ torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
 }
 
 // The skinny kernel's whole forward (ops.h: fused_linear_swish_chain). Its workspace, for the
-// partial sums when k is split, comes from libtorch's caching allocator on the current stream.
+// partial sums when k is split and bf16x3's split of x from 9 rows, comes from libtorch's caching
+// allocator on the current stream.
 torch::Tensor fused_linear_cuda(const char* op, EpilogueKind kind, const torch::Tensor& x,
                                 const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
                                 const c10::optional<torch::Tensor>& bias,
