@@ -488,7 +488,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 // ldmatrix: x crosses L2 once per 64 rows of W, and each row of W is read 256 bytes a part at a
 // time. 8 warps: 2 halves of the rows of W x 4 quarters of each stage's k, the quarters added in
 // a fixed tree at the end. Two blocks an SM, two stages each (PERFORMANCE.md, row 42: one block
-// with more stages, or 64 k a stage, measured 1.2-1.8x slower).
+// with more stages, or 64 k a stage, measured 1.1-1.8x slower at 24-32 rows).
 
 constexpr int kStagedRowsW = 64;  // rows of W per block
 constexpr int kStagedK = 128;     // k per stage
