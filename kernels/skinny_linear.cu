@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -483,34 +484,44 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 // ---- The staged tensor-core kernel ----
 //
 // For bf16x3 from 9 rows, where every block of the kernel above reads all of x, hi and lo, from
-// L2. A block of 64 rows of W copies stages of 128 k of W's parts and of x's (split into bfloat16
-// beforehand) into shared memory with cp.async, and its warps take the fragments from there with
-// ldmatrix: x crosses L2 once per 64 rows of W, and each row of W is read 256 bytes a part at a
-// time. 8 warps: 2 halves of the rows of W x 4 quarters of each stage's k, the quarters added in
-// a fixed tree at the end. Two blocks an SM, two stages each (PERFORMANCE.md, row 42: one block
-// with more stages, or 64 k a stage, measured 1.1-1.8x slower at 24-32 rows).
+// L2. A block of 64 or 128 rows of W copies stages of 128 or 64 k of W's parts and of x's (split
+// into bfloat16 beforehand) into shared memory with cp.async, and its warps take the fragments
+// from there with ldmatrix: x crosses L2 once per block's rows of W, and each row of W is read
+// 128-256 bytes a part at a time. 8 warps: groups of 32 rows of W x shares of each stage's k,
+// the shares added in a fixed tree at the end. Two blocks an SM, two or three stages each
+// (PERFORMANCE.md, rows 42-43: at 24-32 rows one block with more stages, or 64 k a stage with 64
+// rows, measured 1.1-1.8x slower; from 33 rows 128 rows of W a block halve x's reads and
+// measured 1.2-1.35x faster).
 
-constexpr int kStagedRowsW = 64;  // rows of W per block
-constexpr int kStagedK = 128;     // k per stage
-constexpr int kStagedWarps = 8;   // 2 halves of the rows x 4 quarters of k
-constexpr int kStagedBlocksPerMultiprocessor = 2;
-constexpr int kStagedRotate = 4;  // stages each block starts further on than the block before
-// Shared memory a block may take so that two fit an SM of sm_90 (228 KiB, 1 KiB reserved each).
-constexpr int kStagedSmemBudget = 112 * 1024;
+constexpr int kStagedWarps = 8;
+constexpr int kStagedWarpRowsW = 32;  // rows of W per warp: two 16-row tiles
+constexpr int kStagedRotate = 4;      // stages each block starts further on than the block before
+// Shared memory a block may take so that n fit an SM of sm_90 (228 KiB, 1 KiB reserved each).
+constexpr int staged_smem_budget(int blocks_per_multiprocessor) {
+  return (228 / blocks_per_multiprocessor - 1) * 1024;
+}
 
-// kTilesX 8-row tiles of x per block (even: ldmatrix takes them in pairs); as many stages as the
-// budget holds.
-template <int kTilesXOf>
+// kTilesX 8-row tiles of x per block (even: ldmatrix takes them in pairs), kRowsW rows of W
+// per block, kK values of k a stage, kBlocks blocks an SM; as many stages as their share of
+// shared memory holds. The warps: kRowGroups groups of 32 rows of W x kKGroups shares of each
+// stage's k.
+template <int kTilesXOf, int kRowsWOf = 64, int kKOf = 128, int kBlocksOf = 2>
 struct StagedShape {
   static constexpr int kTilesX = kTilesXOf;
   static constexpr int kRows = 8 * kTilesX;
-  static constexpr int kChunk = kStagedK;
-  static constexpr int kWBytes = kStagedRowsW * kStagedK * 2;  // one part of W, one stage
-  static constexpr int kXBytes = kRows * kStagedK * 2;         // one part of x, one stage
+  static constexpr int kRowsW = kRowsWOf;
+  static constexpr int kK = kKOf;
+  static constexpr int kBlocksPerMultiprocessor = kBlocksOf;
+  static constexpr int kRowGroups = kRowsW / kStagedWarpRowsW;
+  static constexpr int kKGroups = kStagedWarps / kRowGroups;
+  static constexpr int kWBytes = kRowsW * kK * 2;              // one part of W, one stage
+  static constexpr int kXBytes = kRows * kK * 2;               // one part of x, one stage
   static constexpr int kStageBytes = 2 * (kWBytes + kXBytes);  // hi and lo
-  static constexpr int kStages = kStagedSmemBudget / kStageBytes;
+  static constexpr int kStages = staged_smem_budget(kBlocksOf) / kStageBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
   static_assert(kTilesX % 2 == 0 && kStages >= 2);
+  static_assert(kRowGroups * kKGroups == kStagedWarps && kRowsW % kStagedWarpRowsW == 0);
+  static_assert(kK % (16 * kKGroups) == 0 && kK / 8 >= 8);  // every k group a step; swizzle
 };
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -546,35 +557,35 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address
 #endif
 }
 
-// Byte offset of 16-byte piece `piece` of row `row` in a stage's [rows][kStagedK] tile: pieces
+// Byte offset of 16-byte piece `piece` of row `row` in a stage's [rows][kK] tile: pieces
 // XOR-swizzled by the row, so that 8 consecutive rows' same piece fall in different banks.
+template <int kK>
 __device__ __forceinline__ uint32_t staged_offset(int row, int piece) {
-  return uint32_t(row * kStagedK * 2 + ((piece ^ (row & 7)) * 16));
+  return uint32_t(row * kK * 2 + ((piece ^ (row & 7)) * 16));
 }
 
-// Copies rows [row0, row0 + kTileRows) x k [k0, k0 + kStagedK) of a 16-bit [*, ld] matrix into
-// the tile at `tile`; rows at or past `row_end` and k at or past `k_end` (a multiple of 8) as
-// zeros.
-template <int kTileRows, typename E>
+// Copies rows [row0, row0 + kTileRows) x k [k0, k0 + kK) of a 16-bit [*, ld] matrix into the
+// tile at `tile`; rows at or past `row_end` and k at or past `k_end` (a multiple of 8) as zeros.
+template <int kTileRows, int kK, typename E>
 __device__ __forceinline__ void copy_tile_async(uint32_t tile, const E* m, int64_t row0,
                                                 int64_t row_end, int64_t ld, int64_t k0,
                                                 int64_t k_end) {
-  constexpr int kPiecesPerRow = kStagedK / 8;
+  constexpr int kPiecesPerRow = kK / 8;
   constexpr int kPieces = kTileRows * kPiecesPerRow;
 #pragma unroll
   for (int i = threadIdx.x; i < kPieces; i += kStagedWarps * 32) {
     const int r = i / kPiecesPerRow, piece = i % kPiecesPerRow;
     const int64_t row = row0 + r, k = k0 + piece * 8;
     const bool inside = row < row_end && k < k_end;
-    copy16_async(tile + staged_offset(r, piece), inside ? m + row * ld + k : m, inside);
+    copy16_async(tile + staged_offset<kK>(r, piece), inside ? m + row * ld + k : m, inside);
   }
 }
 
 // x_hi, x_lo [rows, k_in]: float32 x's bfloat16 parts (split_bf16); w_hi, w_lo [n_out, k_in]: W's;
-// bias, shift, out float32. Block (x, y, z): kStagedRowsW rows of W, the y-th split of k, kRows
+// bias, shift, out float32. Block (x, y, z): kRowsW rows of W, the y-th split of k, kRows
 // rows of x; out and partial as skinny_mma_kernel.
 template <class Shape, class Activations>
-__global__ void __launch_bounds__(kStagedWarps * 32, kStagedBlocksPerMultiprocessor)
+__global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiprocessor)
     skinny_staged_kernel(const __nv_bfloat16* __restrict__ x_hi,
                          const __nv_bfloat16* __restrict__ x_lo,
                          const __nv_bfloat16* __restrict__ w_hi,
@@ -583,15 +594,16 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedBlocksPerMultiproces
                          float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
                          int64_t k_per_split) {
   constexpr int kTilesX = Shape::kTilesX, kRows = Shape::kRows, kStages = Shape::kStages;
+  constexpr int kK = Shape::kK, kRowsW = Shape::kRowsW, kKGroups = Shape::kKGroups;
   extern __shared__ __align__(128) unsigned char staged[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
-  const int half = warp / 4, quarter = warp % 4;
-  const int64_t n0 = int64_t(blockIdx.x) * kStagedRowsW;
+  const int row_group = warp / kKGroups, k_group = warp % kKGroups;
+  const int64_t n0 = int64_t(blockIdx.x) * kRowsW;
   const int64_t m0 = int64_t(blockIdx.z) * kRows;
   const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
   const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
-  const int64_t tiles = ceil_div(k_end - k_begin, kStagedK);
+  const int64_t tiles = ceil_div(k_end - k_begin, kK);
   const int64_t rotate = tiles > 0 ? (int64_t(blockIdx.x) * kStagedRotate) % tiles : 0;
   const uint32_t base = shared_address(staged);
 
@@ -603,17 +615,18 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedBlocksPerMultiproces
   };
   auto copy_stage = [&](int64_t t) {
     const int stage = int(t % kStages);
-    const int64_t k0 = k_begin + rotated_chunk(t, rotate, tiles) * kStagedK;
-    copy_tile_async<kStagedRowsW>(w_tile(stage, 0), w_hi, n0, n_out, k_in, k0, k_end);
-    copy_tile_async<kStagedRowsW>(w_tile(stage, 1), w_lo, n0, n_out, k_in, k0, k_end);
-    copy_tile_async<kRows>(x_tile(stage, 0), x_hi, m0, rows, k_in, k0, k_end);
-    copy_tile_async<kRows>(x_tile(stage, 1), x_lo, m0, rows, k_in, k0, k_end);
+    const int64_t k0 = k_begin + rotated_chunk(t, rotate, tiles) * kK;
+    copy_tile_async<kRowsW, kK>(w_tile(stage, 0), w_hi, n0, n_out, k_in, k0, k_end);
+    copy_tile_async<kRowsW, kK>(w_tile(stage, 1), w_lo, n0, n_out, k_in, k0, k_end);
+    copy_tile_async<kRows, kK>(x_tile(stage, 0), x_hi, m0, rows, k_in, k0, k_end);
+    copy_tile_async<kRows, kK>(x_tile(stage, 1), x_lo, m0, rows, k_in, k0, k_end);
   };
 
   // The rows and pieces this lane addresses for ldmatrix: of W (A: matrices rows 0-7 / 8-15 x k
   // 0-7 / 8-15), of x (B: tile j, k 0-7 / 8-15, then tile j + 1).
   const int matrix = lane / 8, matrix_row = lane % 8;
-  const int a_row = half * 32 + (matrix % 2) * 8 + matrix_row, a_piece = matrix / 2;
+  const int a_row = row_group * kStagedWarpRowsW + (matrix % 2) * 8 + matrix_row,
+            a_piece = matrix / 2;
   const int b_row = (matrix / 2) * 8 + matrix_row, b_piece = matrix % 2;
 
   float acc[2][kTilesX][4] = {};
@@ -628,20 +641,21 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedBlocksPerMultiproces
     copy_async_commit();
     const int stage = int(t % kStages);
 #pragma unroll
-    for (int k16 = quarter; k16 < kStagedK / 16; k16 += 4) {
+    for (int k16 = k_group; k16 < kK / 16; k16 += kKGroups) {
       uint32_t a[2][2][4];  // [hi, lo][tile of W]
 #pragma unroll
       for (int p = 0; p < 2; ++p)
 #pragma unroll
         for (int i = 0; i < 2; ++i)
           load_matrices(a[p][i],
-                        w_tile(stage, p) + staged_offset(a_row + 16 * i, 2 * k16 + a_piece));
+                        w_tile(stage, p) + staged_offset<kK>(a_row + 16 * i, 2 * k16 + a_piece));
 #pragma unroll
       for (int j = 0; j < kTilesX; j += 2) {
         uint32_t b[2][4];  // [hi, lo]: tile j's two halves of k, then tile j + 1's
 #pragma unroll
         for (int p = 0; p < 2; ++p)
-          load_matrices(b[p], x_tile(stage, p) + staged_offset(8 * j + b_row, 2 * k16 + b_piece));
+          load_matrices(b[p],
+                        x_tile(stage, p) + staged_offset<kK>(8 * j + b_row, 2 * k16 + b_piece));
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
@@ -657,28 +671,30 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedBlocksPerMultiproces
   copy_async_wait<0>();
   __syncthreads();
 
-  // The quarters' sums added in a fixed tree through shared memory (each half its own part of
-  // it); quarter 0 of each half ends with its rows' totals.
+  // The k groups' sums added in a fixed tree through shared memory (each row group its own part
+  // of it); k group 0 of each row group ends with its rows' totals.
   constexpr int kSums = 2 * kTilesX * 4;
-  static_assert(2 * (4 / 2) * kSums * 32 * 4 <= Shape::kSmemBytes);
-  auto* exchange = reinterpret_cast<float*>(staged) + half * ((4 / 2) * kSums * 32);
-  add_across_warps<4, kSums>(&acc[0][0][0], exchange, quarter, lane);
-  // Totals laid out [row of x][row of W]; accumulator c of tile (i, j) is row 32 half + 16 i +
-  // group (+ 8 for c >= 2) of W, row 8 j + 2 quad (+ 1 for odd c) of x.
-  float(*totals)[kStagedRowsW + 1] = reinterpret_cast<float(*)[kStagedRowsW + 1]>(staged);
-  static_assert(kRows * (kStagedRowsW + 1) * 4 <= Shape::kSmemBytes);
-  if (quarter == 0) {
+  constexpr int kExchangeFloats = (kKGroups / 2) * kSums * 32;  // a row group's
+  static_assert(Shape::kRowGroups * kExchangeFloats * 4 <= Shape::kSmemBytes);
+  auto* exchange = reinterpret_cast<float*>(staged) + row_group * kExchangeFloats;
+  add_across_warps<kKGroups, kSums>(&acc[0][0][0], exchange, k_group, lane);
+  // Totals laid out [row of x][row of W]; accumulator c of tile (i, j) is row 32 row_group +
+  // 16 i + group (+ 8 for c >= 2) of W, row 8 j + 2 quad (+ 1 for odd c) of x.
+  float(*totals)[kRowsW + 1] = reinterpret_cast<float(*)[kRowsW + 1]>(staged);
+  static_assert(kRows * (kRowsW + 1) * 4 <= Shape::kSmemBytes);
+  if (k_group == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < kTilesX; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-          totals[8 * j + 2 * quad + c % 2][half * 32 + 16 * i + group + 8 * (c / 2)] = acc[i][j][c];
+          totals[8 * j + 2 * quad + c % 2]
+                [row_group * kStagedWarpRowsW + 16 * i + group + 8 * (c / 2)] = acc[i][j][c];
   }
   __syncthreads();
-  store_totals<float, Activations, kRows, kStagedRowsW, kStagedWarps * 32>(
-      totals, m0, n0, rows, n_out, bias, shift, out, partial);
+  store_totals<float, Activations, kRows, kRowsW, kStagedWarps * 32>(totals, m0, n0, rows, n_out,
+                                                                     bias, shift, out, partial);
 }
 
 // ---- Planning and dispatch ----
@@ -766,14 +782,27 @@ struct TensorCoreKernel {
   }
 };
 
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device, where `allowed` (the
+// kernel's own record, bit d for device d) says it has not yet: once per device, not per launch.
+inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes,
+                                           std::atomic<uint64_t>& allowed) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;  // past 64: every launch
+  if (bit != 0 && (allowed.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) allowed.fetch_or(bit, std::memory_order_relaxed);
+  return err;
+}
+
 // The staged kernel (bf16x3 only); x is split into its bfloat16 parts in the workspace first.
 template <class Shape>
 struct StagedKernel {
   using Element = float;
   static BlockCover cover() {
-    return {
-        kStagedRowsW, Shape::kRows, Shape::kChunk, Shape::kStages, kStagedBlocksPerMultiprocessor,
-        true};
+    return {Shape::kRowsW, Shape::kRows, Shape::kK, Shape::kStages, Shape::kBlocksPerMultiprocessor,
+            true};
   }
   static int64_t x_workspace_floats(const SkinnyLinearArgs& args) {
     return args.rows * args.in_features;  // two bfloat16 parts
@@ -787,8 +816,9 @@ struct StagedKernel {
         launch_split_bf16(static_cast<const float*>(args.x), x_hi, x_hi + count, count, stream);
     if (err != cudaSuccess) return err;
     auto kernel = skinny_staged_kernel<Shape, Activations>;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               Shape::kSmemBytes);
+    static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
+    err = allow_shared_bytes_once(reinterpret_cast<const void*>(kernel), Shape::kSmemBytes,
+                                  devices_allowed);
     if (err != cudaSuccess) return err;
     kernel<<<plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream>>>(
         x_hi, x_hi + count, static_cast<const __nv_bfloat16*>(args.w),
@@ -832,11 +862,15 @@ cudaError_t dispatch_16bit_weight(const SkinnyLinearArgs& args, const DeviceLimi
   }
   if (args.rows <= 8) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 1>>{});
   // bf16x3 from 9 rows: the staged kernel, where the GPU has the shared memory for it
-  // (PERFORMANCE.md, row 42).
+  // (PERFORMANCE.md, rows 42-43).
   if constexpr (kHasLo) {
-    if (limits.shared_bytes_per_block >= StagedShape<4>::kSmemBytes) {
-      if (args.rows <= 16) return fn(StagedKernel<StagedShape<2>>{});
-      return fn(StagedKernel<StagedShape<4>>{});
+    using UpTo16 = StagedShape<2>;
+    using UpTo32 = StagedShape<4>;
+    using From33 = StagedShape<8, 128, 64>;
+    if (limits.shared_bytes_per_block >= std::max(UpTo32::kSmemBytes, From33::kSmemBytes)) {
+      if (args.rows <= 16) return fn(StagedKernel<UpTo16>{});
+      if (args.rows <= 32) return fn(StagedKernel<UpTo32>{});
+      return fn(StagedKernel<From33>{});
     }
   }
   if (args.rows <= 16) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 2>>{});

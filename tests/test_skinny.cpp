@@ -283,7 +283,7 @@ TEST_F(SkinnyLinearCuda, MisalignedWeightAndInput) {
 // carry to infinity (finite results, as on the CPU) and for inf and NaN (non-finite rows).
 TEST_F(SkinnyLinearCuda, SplitOfExtremeInputsMatchesTheCpuTwin) {
   torch::NoGradGuard no_grad;
-  for (const int64_t rows : {4, 24}) {  // x split in the kernel, and beforehand (from 9 rows)
+  for (const int64_t rows : {4, 24, 40}) {  // x split in the kernel, and beforehand (from 9 rows)
     Problem p = make_problem("mish_mish", rows, 64, 256, torch::kFloat32, torch::kCPU, 9);
     p.x = p.x * 1e-3;
     p.x[0][5] = 3.39e38f;  // rounds up to bfloat16's infinity
@@ -338,7 +338,7 @@ TEST_F(SkinnyLinearCuda, SameResultFromACudaGraph) {
       model->to(torch::kCUDA);
       model->set_precision(precision);
       model->set_gemm_kernel(GemmKernel::kSkinny);
-      for (const int64_t rows : {8, 32}) {
+      for (const int64_t rows : {8, 32, 64}) {
         const torch::Tensor x = torch::rand({rows, 4096}, torch::kCUDA);
         const torch::Tensor want = model->forward(x);
         const torch::Tensor got =
