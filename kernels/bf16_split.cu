@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "bf16_split.h"
+#include "dependent_launch.cuh"
 #include "linear_cuda.h"
 
 namespace fusedlinear {
@@ -22,6 +23,7 @@ __device__ __forceinline__ uint32_t pair_word(uint16_t low, uint16_t high) {
 // n8: how many whole groups of 8 values; the last n % 8 values go through split_tail.
 __global__ void split_bf16_kernel(const float4* __restrict__ v, uint4* __restrict__ hi,
                                   uint4* __restrict__ lo, int64_t n8) {
+  cuda::allow_next_kernel_start();  // the staged skinny kernel's first copies of W may start
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n8; i += stride) {
     const float4 a = v[2 * i], b = v[2 * i + 1];
@@ -43,6 +45,7 @@ __global__ void split_bf16_kernel(const float4* __restrict__ v, uint4* __restric
 // 16-byte aligned.
 __global__ void split_bf16_one_kernel(const float* __restrict__ v, uint16_t* __restrict__ hi,
                                       uint16_t* __restrict__ lo, int64_t n) {
+  cuda::allow_next_kernel_start();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const split::Bf16Pair parts = split::split_bf16(v[i]);

@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "bf16_split.h"
+#include "dependent_launch.cuh"
 #include "fused_epilogue.cuh"
 #include "linear_cuda.h"
 
@@ -197,6 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
+  allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
   // The lanes' sums added in a butterfly: partners add the same two values, so every lane ends
   // with the same, order-fixed total.
 #pragma unroll
@@ -225,11 +227,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// out[i] = epilogue(sum over the splits, in order, of partial[split][i]) for i < count.
+// out[i] = epilogue(sum over the splits, in order, of partial[split][i]) for i < count. Launched
+// with launch_dependent after the kernel that writes partial.
 template <typename T, class Activations>
 __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int splits,
                                      const T* __restrict__ bias, const T* __restrict__ shift,
                                      T* __restrict__ out, int64_t count, int64_t n_out) {
+  wait_for_previous_kernel();  // launched as the skinny kernel's dependent: its partial sums
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     float sum = partial[i];
@@ -457,6 +461,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     }
   }
 
+  allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
   // The warps' sums added in a fixed tree through shared memory; warp 0 ends with the block's
   // totals.
   constexpr int kSums = kMmaTilesW * kTilesX * 4;
@@ -613,11 +618,15 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   auto x_tile = [&](int stage, int part) {
     return base + stage * Shape::kStageBytes + 2 * Shape::kWBytes + part * Shape::kXBytes;
   };
-  auto copy_stage = [&](int64_t t) {
+  auto copy_w = [&](int64_t t) {
     const int stage = int(t % kStages);
     const int64_t k0 = k_begin + rotated_chunk(t, rotate, tiles) * kK;
     copy_tile_async<kRowsW, kK>(w_tile(stage, 0), w_hi, n0, n_out, k_in, k0, k_end);
     copy_tile_async<kRowsW, kK>(w_tile(stage, 1), w_lo, n0, n_out, k_in, k0, k_end);
+  };
+  auto copy_x = [&](int64_t t) {
+    const int stage = int(t % kStages);
+    const int64_t k0 = k_begin + rotated_chunk(t, rotate, tiles) * kK;
     copy_tile_async<kRows, kK>(x_tile(stage, 0), x_hi, m0, rows, k_in, k0, k_end);
     copy_tile_async<kRows, kK>(x_tile(stage, 1), x_lo, m0, rows, k_in, k0, k_end);
   };
@@ -630,14 +639,23 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   const int b_row = (matrix / 2) * 8 + matrix_row, b_piece = matrix % 2;
 
   float acc[2][kTilesX][4] = {};
+  // The first stages' W on its way while the split of x (the kernel before this one) ends; the
+  // first commit group holds them all, so each stage's group still completes it.
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles) copy_stage(s);
+    if (s < tiles) copy_w(s);
+  }
+  wait_for_previous_kernel();
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < tiles) copy_x(s);
     copy_async_commit();
   }
   for (int64_t t = 0; t < tiles; ++t) {
     copy_async_wait<kStages - 2>();
     __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
-    if (t + kStages - 1 < tiles) copy_stage(t + kStages - 1);
+    if (t + kStages - 1 < tiles) {
+      copy_w(t + kStages - 1);
+      copy_x(t + kStages - 1);
+    }
     copy_async_commit();
     const int stage = int(t % kStages);
 #pragma unroll
@@ -669,6 +687,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
     }
   }
   copy_async_wait<0>();
+  allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
   __syncthreads();
 
   // The k groups' sums added in a fixed tree through shared memory (each row group its own part
@@ -820,12 +839,13 @@ struct StagedKernel {
     err = allow_shared_bytes_once(reinterpret_cast<const void*>(kernel), Shape::kSmemBytes,
                                   devices_allowed);
     if (err != cudaSuccess) return err;
-    kernel<<<plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream>>>(
-        x_hi, x_hi + count, static_cast<const __nv_bfloat16*>(args.w),
-        static_cast<const __nv_bfloat16*>(args.w_lo), static_cast<const float*>(args.bias),
-        static_cast<const float*>(args.shift), static_cast<float*>(args.out), partial, args.rows,
-        args.out_features, args.in_features, plan.k_per_split);
-    return cudaGetLastError();
+    // Overlapping the split's tail: the kernel waits for it before it reads x's parts.
+    return launch_dependent(
+        kernel, plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream, x_hi, x_hi + count,
+        static_cast<const __nv_bfloat16*>(args.w), static_cast<const __nv_bfloat16*>(args.w_lo),
+        static_cast<const float*>(args.bias), static_cast<const float*>(args.shift),
+        static_cast<float*>(args.out), partial, args.rows, args.out_features, args.in_features,
+        plan.k_per_split);
   }
 };
 
@@ -941,10 +961,10 @@ cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
       const int64_t count = args.rows * args.out_features;
       const int threads = 256;
       const int64_t blocks = std::min<int64_t>(cuda::ceil_div(count, threads), 65535);
-      cuda::skinny_reduce_kernel<T, Activations><<<unsigned(blocks), threads, 0, stream>>>(
-          partial, plan.splits, static_cast<const T*>(args.bias), static_cast<const T*>(args.shift),
-          static_cast<T*>(args.out), count, args.out_features);
-      err = cudaGetLastError();
+      err = cuda::launch_dependent(
+          cuda::skinny_reduce_kernel<T, Activations>, unsigned(blocks), threads, 0, stream,
+          static_cast<const float*>(partial), plan.splits, static_cast<const T*>(args.bias),
+          static_cast<const T*>(args.shift), static_cast<T*>(args.out), count, args.out_features);
     });
     return err;
   });
