@@ -493,10 +493,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 // into bfloat16 beforehand) into shared memory with cp.async, and its warps take the fragments
 // from there with ldmatrix: x crosses L2 once per block's rows of W, and each row of W is read
 // 128-256 bytes a part at a time. 8 warps: groups of 32 rows of W x shares of each stage's k,
-// the shares added in a fixed tree at the end. Two blocks an SM, two or three stages each
+// the shares added in a fixed tree at the end. Two blocks an SM, two stages each
 // (PERFORMANCE.md, rows 42-43: at 24-32 rows one block with more stages, or 64 k a stage with 64
 // rows, measured 1.1-1.8x slower; from 33 rows 128 rows of W a block halve x's reads and
-// measured 1.2-1.35x faster).
+// measured 1.3-1.4x faster than two tiles of 32 rows).
 
 constexpr int kStagedWarps = 8;
 constexpr int kStagedWarpRowsW = 32;  // rows of W per warp: two 16-row tiles
