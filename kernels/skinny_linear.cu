@@ -13,7 +13,8 @@
 //     float32 accumulation. A block owns 32 rows of W; its warps share k and their sums are
 //     added in a fixed tree through shared memory.
 // A third, for bf16x3 from 9 rows, stages W's parts and x's through shared memory instead, so
-// that x crosses L2 once per 64 rows of W (skinny_staged_kernel).
+// that x crosses L2 once per 64 or 128 rows of W (skinny_staged_kernel); it is launched to start
+// while the split of x before it ends (dependent_launch.cuh), as is the reduce of split k.
 // Each block starts its walk over k at its own offset and wraps around (rotated_chunk), so blocks
 // running together read different DRAM channels. Results are bitwise the same run to run. Where
 // too few blocks would cover the rows of W to fill the GPU, k is split over blocks, the partial
