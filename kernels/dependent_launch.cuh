@@ -27,14 +27,12 @@ __device__ __forceinline__ void allow_next_kernel_start() {
 #endif
 }
 
-// kernel<<<grid, threads, shared_bytes, stream>>>(args...), as a programmatic dependent of the
-// kernel before it on the stream where the GPU has them (sm_90 on), an ordinary launch before.
+// kernel<<<grid, threads, shared_bytes, stream>>>(args...) on the device `limits` describes (the
+// current one), as a programmatic dependent of the kernel before it on the stream where the GPU
+// has them (sm_90 on), an ordinary launch before.
 template <typename... Params, typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 threads,
-                             size_t shared_bytes, cudaStream_t stream, Args... args) {
-  DeviceLimits limits;
-  const cudaError_t err = current_device_limits(limits);
-  if (err != cudaSuccess) return err;
+cudaError_t launch_dependent(const DeviceLimits& limits, void (*kernel)(Params...), dim3 grid,
+                             dim3 threads, size_t shared_bytes, cudaStream_t stream, Args... args) {
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;

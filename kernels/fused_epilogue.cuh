@@ -195,11 +195,11 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The current device's multiprocessors, resident threads per multiprocessor (2048 on sm_80
-// and sm_90, 1536 on sm_86 and sm_89), compute capability's major version and the shared memory
-// a block may opt in to, asked of the runtime once per device.
+// The current device: its number, multiprocessors, resident threads per multiprocessor (2048 on
+// sm_80 and sm_90, 1536 on sm_86 and sm_89), compute capability's major version and the shared
+// memory a block may opt in to, asked of the runtime once per device.
 struct DeviceLimits {
-  int multiprocessors = 0, threads_per_multiprocessor = 0, compute_major = 0;
+  int device = 0, multiprocessors = 0, threads_per_multiprocessor = 0, compute_major = 0;
   int shared_bytes_per_block = 0;
 };
 inline cudaError_t current_device_limits(DeviceLimits& limits) {
@@ -212,6 +212,7 @@ inline cudaError_t current_device_limits(DeviceLimits& limits) {
   auto it = known.find(device);
   if (it == known.end()) {
     DeviceLimits asked;
+    asked.device = device;
     err = cudaDeviceGetAttribute(&asked.multiprocessors, cudaDevAttrMultiProcessorCount, device);
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&asked.threads_per_multiprocessor,

@@ -8,7 +8,7 @@
 // the one store of each output. Two kernels share that plan:
 //   - float32 W (and 16-bit W where rows are not 16-byte aligned or the GPU predates sm_80):
 //     float32 FMAs on the CUDA cores. Each warp owns kWarpRows rows of W; each lane sums its
-//     own k's, and the warp's lanes are added in a fixed tree.
+//     own k's, and the warp's lanes are added in a fixed order (add_across_lanes).
 //   - 16-bit W (16-bit models, and bfloat16 parts of float32 W): mma.sync on the tensor cores,
 //     float32 accumulation. A block owns 32 rows of W; its warps share k and their sums are
 //     added in a fixed tree through shared memory.
@@ -48,7 +48,7 @@ constexpr int kLargestTile = 16;  // rows of x per block; more rows take more bl
 // Rows of W per warp: each x value a lane reads (from L1) serves that many rows, so wider tiles
 // of x, with more values to read per load of W, take more: about one read of x per load of W
 // keeps L1 from binding before memory does. 16 rows would need 16 (too many registers): the
-// widest tile is correct but slower, and not chosen automatically.
+// widest tile takes 4.
 template <int kRows>
 inline constexpr int kWarpRowsFor = kRows == 1   ? 2
                                     : kRows == 4 ? 4
@@ -117,6 +117,32 @@ __device__ __forceinline__ void store_totals(const float (*totals)[kRowsW + 1], 
   }
 }
 
+// Adds kCount sums a lane (a power of two) over the warp's lanes in a fixed order, by halving: at
+// each lane offset partners swap halves of what they hold, each keeping the half its offset bit
+// selects and adding the partner's, until each sum lives in one lane; the offsets left add in a
+// butterfly. 31 shuffles for 32 sums instead of a butterfly's 160, and each total ends in its own
+// lane, so the epilogue runs once a total, not once a lane. Lane l then holds in sums[j] the total
+// of index (l / max(1, 32 / kCount)) * max(1, kCount / 32) + j, for j < max(1, kCount / 32).
+template <int kCount, int kOffset>
+__device__ __forceinline__ void add_across_lanes(float* sums, int lane) {
+  if constexpr (kOffset > 0) {
+    if constexpr (kCount > 1) {
+      constexpr int kHalf = kCount / 2;
+      const bool upper = lane & kOffset;
+#pragma unroll
+      for (int i = 0; i < kHalf; ++i) {
+        const float send = upper ? sums[i] : sums[i + kHalf];
+        const float keep = upper ? sums[i + kHalf] : sums[i];
+        sums[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
+      }
+      add_across_lanes<kHalf, kOffset / 2>(sums, lane);
+    } else {
+      sums[0] += __shfl_xor_sync(0xffffffffu, sums[0], kOffset);  // partners add the same two
+      add_across_lanes<1, kOffset / 2>(sums, lane);
+    }
+  }
+}
+
 // x [rows, k_in], W [n_out, k_in] (and W's lo part, bfloat16, where kHasLo), out [rows, n_out];
 // T is x's, bias's, shift's and out's type. Block (x, y, z): kWarps * kWarpRows rows of W, the
 // y-th split of k (k_per_split values, a multiple of kChunk), kRows rows of x. With one split the
@@ -181,7 +207,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         // x's values, read where they lie (they stay in L1 and L2: every warp reads them).
         float xv[kVec];
         [[maybe_unused]] float xv_lo[kVec];
-        to_floats(*reinterpret_cast<const Packed<T, kVec>*>(x_rows[m] + k), xv);
+        // Copied whole first: read through a reference, each value took a load of its own.
+        const Packed<T, kVec> x_pack = *reinterpret_cast<const Packed<T, kVec>*>(x_rows[m] + k);
+        to_floats(x_pack, xv);
 #pragma unroll
         for (int v = 0; v < kVec; ++v) xv[v] = x_part<T, WT, kHasLo>(xv[v], xv_lo[v]);
 #pragma unroll
@@ -200,30 +228,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
-  // The lanes' sums added in a butterfly: partners add the same two values, so every lane ends
-  // with the same, order-fixed total.
+  // The lanes' sums added by halving; then each total lives in kLanesPerSum lanes (the first
+  // stores it), each lane holding kSumsPerLane totals of consecutive indices r * kRows + m.
+  constexpr int kSums = kWarpRows * kRows;
+  static_assert((kSums & (kSums - 1)) == 0, "add_across_lanes halves the sums");
+  constexpr int kLanesPerSum = kSums >= 32 ? 1 : 32 / kSums;
+  constexpr int kSumsPerLane = kSums >= 32 ? kSums / 32 : 1;
+  float* sums = &acc[0][0];
+  add_across_lanes<kSums, 16>(sums, lane);
+  if (lane % kLanesPerSum != 0) return;
 #pragma unroll
-  for (int r = 0; r < kWarpRows; ++r) {
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], offset);
-      }
-    }
-  }
-  // Each total stored by one lane, the stores spread over the warp.
-#pragma unroll
-  for (int r = 0; r < kWarpRows; ++r) {
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      const int64_t n = n0 + r, row = m0 + m;
-      if (lane != (r * kRows + m) % 32 || n >= n_out || row >= rows) continue;
-      if (partial) {
-        partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = acc[r][m];
-      } else {
-        out[row * n_out + n] = finish<T, Activations>(acc[r][m], bias, shift, n);
-      }
+  for (int j = 0; j < kSumsPerLane; ++j) {
+    const int index = lane / kLanesPerSum * kSumsPerLane + j;
+    const int64_t n = n0 + index / kRows, row = m0 + index % kRows;
+    if (n >= n_out || row >= rows) continue;
+    if (partial) {
+      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = sums[j];
+    } else {
+      out[row * n_out + n] = finish<T, Activations>(sums[j], bias, shift, n);
     }
   }
 }
@@ -737,10 +759,7 @@ struct BlockCover {
 // Enough blocks to fill the GPU: k is split only when the rows of W (and of x) give fewer, and
 // never below the cover's chunks per split.
 cudaError_t make_plan(int64_t rows, int64_t n_out, int64_t k_in, const BlockCover& cover,
-                      Plan& plan) {
-  DeviceLimits limits;
-  const cudaError_t err = current_device_limits(limits);
-  if (err != cudaSuccess) return err;
+                      const DeviceLimits& limits, Plan& plan) {
   const int64_t blocks_n = ceil_div(n_out, cover.w_rows);
   const int64_t tiles_m = ceil_div(rows, cover.x_rows);
   if (blocks_n > 2147483647 || tiles_m > 65535) return cudaErrorInvalidConfiguration;
@@ -780,8 +799,8 @@ struct CudaCoreKernel {
   }
   static int64_t x_workspace_floats(const SkinnyLinearArgs&) { return 0; }
   template <class Activations>
-  static cudaError_t launch(const Plan& plan, const SkinnyLinearArgs& args, float*, float* partial,
-                            cudaStream_t stream) {
+  static cudaError_t launch(const DeviceLimits&, const Plan& plan, const SkinnyLinearArgs& args,
+                            float*, float* partial, cudaStream_t stream) {
     launch_kernel<T, WT>(skinny_linear_kernel<T, WT, kHasLo, Shape, Activations>, kWarps * 32, plan,
                          args, partial, stream);
     return cudaGetLastError();
@@ -794,8 +813,8 @@ struct TensorCoreKernel {
   static BlockCover cover() { return {kMmaRowsW, Shape::kRows, Shape::kChunk, kMmaWarps, 1}; }
   static int64_t x_workspace_floats(const SkinnyLinearArgs&) { return 0; }
   template <class Activations>
-  static cudaError_t launch(const Plan& plan, const SkinnyLinearArgs& args, float*, float* partial,
-                            cudaStream_t stream) {
+  static cudaError_t launch(const DeviceLimits&, const Plan& plan, const SkinnyLinearArgs& args,
+                            float*, float* partial, cudaStream_t stream) {
     launch_kernel<T, WT>(skinny_mma_kernel<T, WT, kHasLo, Shape, Activations>, kMmaWarps * 32, plan,
                          args, partial, stream);
     return cudaGetLastError();
@@ -804,14 +823,12 @@ struct TensorCoreKernel {
 
 // Lets `kernel` take `bytes` of dynamic shared memory on the current device, where `allowed` (the
 // kernel's own record, bit d for device d) says it has not yet: once per device, not per launch.
-inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes,
+inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes, int device,
                                            std::atomic<uint64_t>& allowed) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
   const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;  // past 64: every launch
   if (bit != 0 && (allowed.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess) allowed.fetch_or(bit, std::memory_order_relaxed);
   return err;
 }
@@ -828,8 +845,9 @@ struct StagedKernel {
     return args.rows * args.in_features;  // two bfloat16 parts
   }
   template <class Activations>
-  static cudaError_t launch(const Plan& plan, const SkinnyLinearArgs& args, float* workspace,
-                            float* partial, cudaStream_t stream) {
+  static cudaError_t launch(const DeviceLimits& limits, const Plan& plan,
+                            const SkinnyLinearArgs& args, float* workspace, float* partial,
+                            cudaStream_t stream) {
     const int64_t count = args.rows * args.in_features;
     auto* x_hi = reinterpret_cast<__nv_bfloat16*>(workspace);
     cudaError_t err =
@@ -838,11 +856,11 @@ struct StagedKernel {
     auto kernel = skinny_staged_kernel<Shape, Activations>;
     static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
     err = allow_shared_bytes_once(reinterpret_cast<const void*>(kernel), Shape::kSmemBytes,
-                                  devices_allowed);
+                                  limits.device, devices_allowed);
     if (err != cudaSuccess) return err;
     // Overlapping the split's tail: the kernel waits for it before it reads x's parts.
     return launch_dependent(
-        kernel, plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream, x_hi, x_hi + count,
+        limits, kernel, plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream, x_hi, x_hi + count,
         static_cast<const __nv_bfloat16*>(args.w), static_cast<const __nv_bfloat16*>(args.w_lo),
         static_cast<const float*>(args.bias), static_cast<const float*>(args.shift),
         static_cast<float*>(args.out), partial, args.rows, args.out_features, args.in_features,
@@ -899,15 +917,12 @@ cudaError_t dispatch_16bit_weight(const SkinnyLinearArgs& args, const DeviceLimi
   return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 8>>{});
 }
 
-// Calls fn(kernel) with the instantiation the arguments take (W in x's type, or, for float32 x,
-// W's bfloat16 hi part with or without its lo part) and returns its result;
-// cudaErrorInvalidValue for a weight the type does not take.
+// Calls fn(kernel) with the instantiation the arguments take on the device `limits` describes (W
+// in x's type, or, for float32 x, W's bfloat16 hi part with or without its lo part) and returns
+// its result; cudaErrorInvalidValue for a weight the type does not take.
 template <class Fn>
-cudaError_t dispatch_kernel(const SkinnyLinearArgs& args, Fn&& fn) {
-  DeviceLimits limits;
-  cudaError_t err = current_device_limits(limits);
-  if (err != cudaSuccess) return err;
-  err = cudaErrorInvalidValue;
+cudaError_t dispatch_kernel(const SkinnyLinearArgs& args, const DeviceLimits& limits, Fn&& fn) {
+  cudaError_t err = cudaErrorInvalidValue;
   dispatch_element(args.type, [&](auto element) {
     using T = DeviceElement<decltype(element)::value>;
     if constexpr (std::is_same_v<T, float>) {
@@ -930,10 +945,13 @@ cudaError_t dispatch_kernel(const SkinnyLinearArgs& args, Fn&& fn) {
 
 cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_floats) {
   workspace_floats = 0;
-  return cuda::dispatch_kernel(args, [&](auto kernel) {
+  cuda::DeviceLimits limits;
+  const cudaError_t limits_err = cuda::current_device_limits(limits);
+  if (limits_err != cudaSuccess) return limits_err;
+  return cuda::dispatch_kernel(args, limits, [&](auto kernel) {
     cuda::Plan plan;
     const cudaError_t err = cuda::make_plan(args.rows, args.out_features, args.in_features,
-                                            decltype(kernel)::cover(), plan);
+                                            decltype(kernel)::cover(), limits, plan);
     if (err != cudaSuccess) return err;
     workspace_floats = decltype(kernel)::x_workspace_floats(args);
     if (plan.splits > 1) workspace_floats += int64_t(plan.splits) * args.rows * args.out_features;
@@ -944,12 +962,16 @@ cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_
 cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
                                  cudaStream_t stream) {
   if (args.rows == 0 || args.out_features == 0) return cudaSuccess;
-  return cuda::dispatch_kernel(args, [&](auto kernel) {
+  // The device's limits looked up once a call, for the plan and every launch.
+  cuda::DeviceLimits limits;
+  const cudaError_t limits_err = cuda::current_device_limits(limits);
+  if (limits_err != cudaSuccess) return limits_err;
+  return cuda::dispatch_kernel(args, limits, [&](auto kernel) {
     using Kernel = decltype(kernel);
     using T = typename Kernel::Element;
     cuda::Plan plan;
-    cudaError_t err =
-        cuda::make_plan(args.rows, args.out_features, args.in_features, Kernel::cover(), plan);
+    cudaError_t err = cuda::make_plan(args.rows, args.out_features, args.in_features,
+                                      Kernel::cover(), limits, plan);
     if (err != cudaSuccess) return err;
     const int64_t x_floats = Kernel::x_workspace_floats(args);
     if ((plan.splits > 1 || x_floats > 0) && !workspace) return cudaErrorInvalidValue;
@@ -957,13 +979,13 @@ cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
     err = cudaErrorInvalidValue;
     dispatch_epilogue<kResultPrecisionOf<T>>(args.kind, [&](auto activations) {
       using Activations = decltype(activations);
-      err = Kernel::template launch<Activations>(plan, args, workspace, partial, stream);
+      err = Kernel::template launch<Activations>(limits, plan, args, workspace, partial, stream);
       if (err != cudaSuccess || plan.splits == 1) return;
       const int64_t count = args.rows * args.out_features;
       const int threads = 256;
       const int64_t blocks = std::min<int64_t>(cuda::ceil_div(count, threads), 65535);
       err = cuda::launch_dependent(
-          cuda::skinny_reduce_kernel<T, Activations>, unsigned(blocks), threads, 0, stream,
+          limits, cuda::skinny_reduce_kernel<T, Activations>, unsigned(blocks), threads, 0, stream,
           static_cast<const float*>(partial), plan.splits, static_cast<const T*>(args.bias),
           static_cast<const T*>(args.shift), static_cast<T*>(args.out), count, args.out_features);
     });
