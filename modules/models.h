@@ -95,8 +95,9 @@ class LinearEpilogueModel : public torch::nn::Module {
   // H200 (docs/RESULTS.md): float32 ieee 16, bf16x3 64, tf32 1, bf16 8; 16-bit models 0.
   static int64_t default_skinny_max_rows(Precision precision, torch::ScalarType dtype);
   // Up to this many rows bf16x3 runs ieee's skinny kernel (where ieee's limit takes them): as fast
-  // as bf16x3's own tensor-core kernel there (65.7 against 72.8 us at 1 row, even at 2-4; 77-79
-  // against 73-74 at 8: docs/RESULTS.md), and 20-50x more accurate.
+  // as bf16x3's own tensor-core kernel there or faster (64.0 against 71.9-72.8 us at 1 row,
+  // 69.1-69.5 against 72.6-73.7 at 2-4; 79.8-80.7 against 69.9-70.2 at 8: docs/RESULTS.md), and
+  // 20-50x more accurate.
   static constexpr int64_t kBf16x3IeeeSkinnyMaxRows = 4;
   // The most rows at which auto runs bf16x3 as ieee's skinny kernel: kBf16x3IeeeSkinnyMaxRows,
   // within ieee's own limit (gemm_plan; reports say "bf16x3 from" one row more).
