@@ -45,19 +45,19 @@ constexpr int kLoadsPerLane = 8;  // 16-byte loads of W in flight per lane per c
 constexpr int kRotateChunks = 4;
 constexpr int kLargestTile = 16;  // rows of x per block; more rows take more blocks (grid z)
 
-// Rows of W per warp: each x value a lane reads (from L1) serves that many rows, so wider tiles
-// of x, with more values to read per load of W, take more: about one read of x per load of W
-// keeps L1 from binding before memory does. 16 rows would need 16 (too many registers): the
-// widest tile takes 4.
+// Rows of W per warp: each x value a lane reads (from L1) serves that many rows. The widest tile
+// takes 8 (242 registers: its 256 blocks fill one wave at two an SM; with 4, 512 blocks ran in two
+// waves); the 8-row tile 4, capped at 128 registers so that its 512 blocks fill one wave at four
+// an SM (with 8 rows a warp at 168 registers, three an SM, it ran 1.1-1.5x slower: PERFORMANCE.md,
+// row 50).
 template <int kRows>
-inline constexpr int kWarpRowsFor = kRows == 1   ? 2
-                                    : kRows == 4 ? 4
-                                    : kRows == 8 ? 8
-                                                 : 4;
+inline constexpr int kWarpRowsFor = kRows == 1              ? 2
+                                    : kRows == kLargestTile ? 8
+                                                            : 4;
 
 // The shape of one instantiation: kVec elements of W per load (16 bytes, or 1 where W's rows are
 // not 16-byte aligned), kParts loads per element group (2 with a lo part), kSteps loads per row
-// per lane per chunk, kChunk values of k per chunk.
+// per lane per chunk, kChunk values of k per chunk; kMinBlocks blocks an SM for the launch bounds.
 template <typename WT, bool kHasLo, int kVecOf, int kRowsOf>
 struct SkinnyShape {
   static constexpr int kVec = kVecOf;
@@ -66,6 +66,7 @@ struct SkinnyShape {
   static constexpr int kParts = kHasLo ? 2 : 1;
   static constexpr int kSteps = std::max(1, kLoadsPerLane / (kWarpRows * kParts));
   static constexpr int kChunk = kSteps * 32 * kVec;
+  static constexpr int kMinBlocks = kRows == 8 ? 4 : 1;
 };
 
 // x's value as the products take it: itself where W is of x's type; for float32 x with W's
@@ -149,7 +150,7 @@ __device__ __forceinline__ void add_across_lanes(float* sums, int lane) {
 // block applies the epilogue and writes out; with several it writes its sums to
 // partial[split][row][n] for skinny_reduce_kernel.
 template <typename T, typename WT, bool kHasLo, class Shape, class Activations>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
     skinny_linear_kernel(const T* __restrict__ x, const WT* __restrict__ w,
                          const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
                          const T* __restrict__ shift, T* __restrict__ out,
@@ -641,17 +642,16 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   auto x_tile = [&](int stage, int part) {
     return base + stage * Shape::kStageBytes + 2 * Shape::kWBytes + part * Shape::kXBytes;
   };
+  // Step t of the walk over k: its stage's slot, and its first k.
+  auto stage_of = [&](int64_t t) { return int(t % kStages); };
+  auto k_of = [&](int64_t t) { return k_begin + rotated_chunk(t, rotate, tiles) * kK; };
   auto copy_w = [&](int64_t t) {
-    const int stage = int(t % kStages);
-    const int64_t k0 = k_begin + rotated_chunk(t, rotate, tiles) * kK;
-    copy_tile_async<kRowsW, kK>(w_tile(stage, 0), w_hi, n0, n_out, k_in, k0, k_end);
-    copy_tile_async<kRowsW, kK>(w_tile(stage, 1), w_lo, n0, n_out, k_in, k0, k_end);
+    copy_tile_async<kRowsW, kK>(w_tile(stage_of(t), 0), w_hi, n0, n_out, k_in, k_of(t), k_end);
+    copy_tile_async<kRowsW, kK>(w_tile(stage_of(t), 1), w_lo, n0, n_out, k_in, k_of(t), k_end);
   };
   auto copy_x = [&](int64_t t) {
-    const int stage = int(t % kStages);
-    const int64_t k0 = k_begin + rotated_chunk(t, rotate, tiles) * kK;
-    copy_tile_async<kRows, kK>(x_tile(stage, 0), x_hi, m0, rows, k_in, k0, k_end);
-    copy_tile_async<kRows, kK>(x_tile(stage, 1), x_lo, m0, rows, k_in, k0, k_end);
+    copy_tile_async<kRows, kK>(x_tile(stage_of(t), 0), x_hi, m0, rows, k_in, k_of(t), k_end);
+    copy_tile_async<kRows, kK>(x_tile(stage_of(t), 1), x_lo, m0, rows, k_in, k_of(t), k_end);
   };
 
   // The rows and pieces this lane addresses for ldmatrix: of W (A: matrices rows 0-7 / 8-15 x k
@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
       copy_x(t + kStages - 1);
     }
     copy_async_commit();
-    const int stage = int(t % kStages);
+    const int stage = stage_of(t);
 #pragma unroll
     for (int k16 = k_group; k16 < kK / 16; k16 += kKGroups) {
       uint32_t a[2][2][4];  // [hi, lo][tile of W]
@@ -794,8 +794,12 @@ void launch_kernel(Kernel kernel, int threads, const Plan& plan, const SkinnyLin
 template <typename T, typename WT, bool kHasLo, class Shape>
 struct CudaCoreKernel {
   using Element = T;
+  // Two blocks an SM fill the GPU; the widest tile's blocks, two an SM, stay within one wave
+  // (split in two, its 256 blocks at 8192 outputs measured 4 us slower).
   static BlockCover cover() {
-    return {kWarps * Shape::kWarpRows, Shape::kRows, Shape::kChunk, 1, 2};
+    BlockCover cover{kWarps * Shape::kWarpRows, Shape::kRows, Shape::kChunk, 1, 2};
+    cover.within_one_wave = Shape::kRows == kLargestTile;
+    return cover;
   }
   static int64_t x_workspace_floats(const SkinnyLinearArgs&) { return 0; }
   template <class Activations>
@@ -940,43 +944,57 @@ cudaError_t dispatch_kernel(const SkinnyLinearArgs& args, const DeviceLimits& li
   return err;
 }
 
+// The workspace of one call, in floats: x's bfloat16 parts first (the staged kernel's), then the
+// partial sums of split k.
+struct WorkspaceLayout {
+  int64_t x_floats = 0, partial_floats = 0;
+  int64_t total() const { return x_floats + partial_floats; }
+};
+
+template <class Kernel>
+WorkspaceLayout workspace_layout(const SkinnyLinearArgs& args, const Plan& plan) {
+  return {Kernel::x_workspace_floats(args),
+          plan.splits > 1 ? int64_t(plan.splits) * args.rows * args.out_features : 0};
+}
+
+// Looks up the current device's limits (once a call), picks the instantiation the arguments take
+// and plans its launch, then returns fn(kernel, limits, plan).
+template <class Fn>
+cudaError_t with_plan(const SkinnyLinearArgs& args, Fn&& fn) {
+  DeviceLimits limits;
+  const cudaError_t limits_err = current_device_limits(limits);
+  if (limits_err != cudaSuccess) return limits_err;
+  return dispatch_kernel(args, limits, [&](auto kernel) {
+    Plan plan;
+    const cudaError_t err = make_plan(args.rows, args.out_features, args.in_features,
+                                      decltype(kernel)::cover(), limits, plan);
+    if (err != cudaSuccess) return err;
+    return fn(kernel, limits, plan);
+  });
+}
+
 }  // namespace
 }  // namespace cuda
 
 cudaError_t plan_skinny_linear(const SkinnyLinearArgs& args, int64_t& workspace_floats) {
   workspace_floats = 0;
-  cuda::DeviceLimits limits;
-  const cudaError_t limits_err = cuda::current_device_limits(limits);
-  if (limits_err != cudaSuccess) return limits_err;
-  return cuda::dispatch_kernel(args, limits, [&](auto kernel) {
-    cuda::Plan plan;
-    const cudaError_t err = cuda::make_plan(args.rows, args.out_features, args.in_features,
-                                            decltype(kernel)::cover(), limits, plan);
-    if (err != cudaSuccess) return err;
-    workspace_floats = decltype(kernel)::x_workspace_floats(args);
-    if (plan.splits > 1) workspace_floats += int64_t(plan.splits) * args.rows * args.out_features;
-    return err;
+  return cuda::with_plan(args, [&](auto kernel, const cuda::DeviceLimits&, const cuda::Plan& plan) {
+    workspace_floats = cuda::workspace_layout<decltype(kernel)>(args, plan).total();
+    return cudaSuccess;
   });
 }
 
 cudaError_t launch_skinny_linear(const SkinnyLinearArgs& args, float* workspace,
                                  cudaStream_t stream) {
   if (args.rows == 0 || args.out_features == 0) return cudaSuccess;
-  // The device's limits looked up once a call, for the plan and every launch.
-  cuda::DeviceLimits limits;
-  const cudaError_t limits_err = cuda::current_device_limits(limits);
-  if (limits_err != cudaSuccess) return limits_err;
-  return cuda::dispatch_kernel(args, limits, [&](auto kernel) {
+  return cuda::with_plan(args, [&](auto kernel, const cuda::DeviceLimits& limits,
+                                   const cuda::Plan& plan) {
     using Kernel = decltype(kernel);
     using T = typename Kernel::Element;
-    cuda::Plan plan;
-    cudaError_t err = cuda::make_plan(args.rows, args.out_features, args.in_features,
-                                      Kernel::cover(), limits, plan);
-    if (err != cudaSuccess) return err;
-    const int64_t x_floats = Kernel::x_workspace_floats(args);
-    if ((plan.splits > 1 || x_floats > 0) && !workspace) return cudaErrorInvalidValue;
-    float* partial = plan.splits > 1 ? workspace + x_floats : nullptr;
-    err = cudaErrorInvalidValue;
+    const cuda::WorkspaceLayout layout = cuda::workspace_layout<Kernel>(args, plan);
+    if (layout.total() > 0 && !workspace) return cudaErrorInvalidValue;
+    float* partial = layout.partial_floats > 0 ? workspace + layout.x_floats : nullptr;
+    cudaError_t err = cudaErrorInvalidValue;
     dispatch_epilogue<kResultPrecisionOf<T>>(args.kind, [&](auto activations) {
       using Activations = decltype(activations);
       err = Kernel::template launch<Activations>(limits, plan, args, workspace, partial, stream);
