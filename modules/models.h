@@ -94,11 +94,10 @@ class LinearEpilogueModel : public torch::nn::Module {
   // The most rows at which the skinny kernel measured faster than cuBLAS at 8192 -> 8192 on an
   // H200 (docs/RESULTS.md): float32 ieee 16, bf16x3 64, tf32 1, bf16 8; 16-bit models 0.
   static int64_t default_skinny_max_rows(Precision precision, torch::ScalarType dtype);
-  // Up to this many rows bf16x3 runs ieee's skinny kernel (where ieee's limit takes them): as fast
-  // as bf16x3's own tensor-core kernel there or faster (64.0 against 71.9-72.8 us at 1 row,
-  // 69.1-69.5 against 72.6-73.7 at 2-4; 79.8-80.7 against 69.9-70.2 at 8: docs/RESULTS.md), and
+  // Up to this many rows bf16x3 runs ieee's skinny kernel (where ieee's limit takes them): faster
+  // than bf16x3's own tensor-core kernel there (docs/RESULTS.md, both forced in one run), and
   // 20-50x more accurate.
-  static constexpr int64_t kBf16x3IeeeSkinnyMaxRows = 4;
+  static constexpr int64_t kBf16x3IeeeSkinnyMaxRows = 8;
   // The most rows at which auto runs bf16x3 as ieee's skinny kernel: kBf16x3IeeeSkinnyMaxRows,
   // within ieee's own limit (gemm_plan; reports say "bf16x3 from" one row more).
   int64_t bf16x3_ieee_skinny_max_rows() {
