@@ -4,11 +4,13 @@
 //
 // W [n, k] (row-major: output-major, as nn.Linear keeps it) is read once, straight from memory,
 // with 16-byte loads, a chunk of k at a time with all of a chunk's loads in flight at once; x is
-// read where it lies (small, it stays in the caches), and the epilogue runs in registers before
-// the one store of each output. Two kernels share that plan:
+// small and stays on chip, and the epilogue runs in registers before the one store of each
+// output. Two kernels share that plan:
 //   - float32 W (and 16-bit W where rows are not 16-byte aligned or the GPU predates sm_80):
 //     float32 FMAs on the CUDA cores. Each warp owns kWarpRows rows of W; each lane sums its
-//     own k's, and the warp's lanes are added in a fixed order (add_across_lanes).
+//     own k's, and the warp's lanes are added in a fixed order (add_across_lanes). x is read
+//     where it lies (L1 and L2), or at the 4- and 8-row tiles staged a chunk at a time through
+//     shared memory (SkinnyShape::kStageX).
 //   - 16-bit W (16-bit models, and bfloat16 parts of float32 W): mma.sync on the tensor cores,
 //     float32 accumulation. A block owns 32 rows of W; its warps share k and their sums are
 //     added in a fixed tree through shared memory.

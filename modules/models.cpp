@@ -65,7 +65,7 @@ int64_t LinearEpilogueModel::skinny_max_rows(Precision precision) {
 
 int64_t LinearEpilogueModel::default_skinny_max_rows(Precision precision, torch::ScalarType dtype) {
   // The skinny kernels against cuBLAS at 8192 -> 8192 on an H200, CUDA-graph replays
-  // (docs/RESULTS.md): float32 W on the CUDA cores 1.05x at 1 row, 1.5-1.7x at 2-8, ~1.3x at
+  // (docs/RESULTS.md): float32 W on the CUDA cores 1.05x at 1 row, 1.75-1.8x at 2-8, 1.45x at
   // 9-16 (one tile of 16 rows), slower from 17 (two tiles), and faster than tf32's cuBLAS kernel
   // at 1 row only; bf16x3's parts on the tensor cores
   // 1.45-1.5x at 2-16, 1.3x at 24-32, 1.02-1.04x at 40-64 (1.07-1.08x launched; the staged
