@@ -277,8 +277,9 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
       }
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
-        // x's values from its stage, or where they lie (they stay in L1 and L2: every warp reads
-        // them), copied whole first: read through a reference, each value took a load of its own.
+        // x's values from its stage (whose one row, where x is not staged, is never read), or
+        // where they lie (they stay in L1 and L2: every warp reads them); copied whole first:
+        // read through a reference, each value took a load of its own.
         float xv[kVec];
         [[maybe_unused]] float xv_lo[kVec];
         const T* x_at =
