@@ -183,6 +183,16 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
+// Calls copy(row, piece) for each 16-byte piece of a tile of kRows rows x kPiecesPerRow pieces,
+// the block's kThreads threads taking consecutive pieces in turn.
+template <int kRows, int kPiecesPerRow, int kThreads, class Copy>
+__device__ __forceinline__ void for_each_piece(Copy&& copy) {
+#pragma unroll
+  for (int i = threadIdx.x; i < kRows * kPiecesPerRow; i += kThreads) {
+    copy(i / kPiecesPerRow, i % kPiecesPerRow);
+  }
+}
+
 // x [rows, k_in], W [n_out, k_in] (and W's lo part, bfloat16, where kHasLo), out [rows, n_out];
 // T is x's, bias's, shift's and out's type. Block (x, y, z): kWarps * kWarpRows rows of W, the
 // y-th split of k (k_per_split values, a multiple of kChunk), kRows rows of x. With one split the
@@ -207,13 +217,12 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
 
   // Rows of x past the last (a tile's padding) read the last row; their sums are not stored.
   auto x_row = [&](int m) { return x + (m0 + m < rows ? m0 + m : rows - 1) * k_in; };
-  const T* x_rows[kRows];
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) x_rows[m] = x_row(m);
 
   float acc[kWarpRows][kRows] = {};
   const int64_t chunks = ceil_div(k_end - k_begin, kChunk);
   const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kRotateChunks) % chunks : 0;
+  // The first k of the loop's c-th chunk.
+  auto k_of = [&](int64_t c) { return k_begin + rotated_chunk(c, rotate, chunks) * kChunk; };
 
   // Where x is staged: chunk c's x, all of the tile's rows, copied by the block's threads into
   // stage `slot`; k past k_end as zeros.
@@ -221,14 +230,10 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
   constexpr int kXStages = Shape::kXStages;
   __shared__ __align__(16) T x_stage[kStageX ? kXStages : 1][kStageX ? kRows : 1][kChunk];
   [[maybe_unused]] auto copy_x = [&](int64_t c, int slot) {
-    const int64_t k0 = k_begin + rotated_chunk(c, rotate, chunks) * kChunk;
-    constexpr int kPiecesPerRow = kChunk / kVec;
-#pragma unroll
-    for (int i = threadIdx.x; i < kRows * kPiecesPerRow; i += kWarps * 32) {
-      const int m = i / kPiecesPerRow, piece = i % kPiecesPerRow;
-      const int64_t k = k0 + piece * kVec;
+    for_each_piece<kRows, kChunk / kVec, kWarps * 32>([&](int m, int piece) {
+      const int64_t k = k_of(c) + piece * kVec;
       copy16_async(shared_address(&x_stage[slot][m][piece * kVec]), x_row(m) + k, k < k_end);
-    }
+    });
   };
   if constexpr (kStageX) {
 #pragma unroll
@@ -238,7 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
     }
   }
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t k0 = k_begin + rotated_chunk(c, rotate, chunks) * kChunk;
+    const int64_t k0 = k_of(c);
     // This chunk's W first: its loads are all in flight before the first product.
     Pack hi[kWarpRows][kSteps];
     [[maybe_unused]] LoPack lo[kWarpRows][kSteps];
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
         float xv[kVec];
         [[maybe_unused]] float xv_lo[kVec];
         const T* x_at =
-            kStageX ? &x_stage[slot][kStageX ? m : 0][(s * 32 + lane) * kVec] : x_rows[m] + k;
+            kStageX ? &x_stage[slot][kStageX ? m : 0][(s * 32 + lane) * kVec] : x_row(m) + k;
         const Packed<T, kVec> x_pack = *reinterpret_cast<const Packed<T, kVec>*>(x_at);
         to_floats(x_pack, xv);
 #pragma unroll
@@ -651,15 +656,11 @@ template <int kTileRows, int kK, typename E>
 __device__ __forceinline__ void copy_tile_async(uint32_t tile, const E* m, int64_t row0,
                                                 int64_t row_end, int64_t ld, int64_t k0,
                                                 int64_t k_end) {
-  constexpr int kPiecesPerRow = kK / 8;
-  constexpr int kPieces = kTileRows * kPiecesPerRow;
-#pragma unroll
-  for (int i = threadIdx.x; i < kPieces; i += kStagedWarps * 32) {
-    const int r = i / kPiecesPerRow, piece = i % kPiecesPerRow;
+  for_each_piece<kTileRows, kK / 8, kStagedWarps * 32>([&](int r, int piece) {
     const int64_t row = row0 + r, k = k0 + piece * 8;
     const bool inside = row < row_end && k < k_end;
     copy16_async(tile + staged_offset<kK>(r, piece), inside ? m + row * ld + k : m, inside);
-  }
+  });
 }
 
 // x_hi, x_lo [rows, k_in]: float32 x's bfloat16 parts (split_bf16); w_hi, w_lo [n_out, k_in]: W's;
