@@ -15,8 +15,10 @@
 //     float32 accumulation. A block owns 32 rows of W; its warps share k and their sums are
 //     added in a fixed tree through shared memory.
 // A third, for bf16x3 from 9 rows, stages W's parts and x's through shared memory instead, so
-// that x crosses L2 once per 64 or 128 rows of W (skinny_staged_kernel); it is launched to start
-// while the split of x before it ends (dependent_launch.cuh), as is the reduce of split k.
+// that x crosses L2 once per 64 or 128 rows of W (skinny_staged_kernel), its products by ldmatrix
+// and mma.sync, or from 33 rows, built for sm_90a, by warpgroup MMA (wgmma) straight from shared
+// memory; it is launched to start while the split of x before it ends (dependent_launch.cuh), as
+// is the reduce of split k.
 // Each block starts its walk over k at its own offset and wraps around (rotated_chunk), so blocks
 // running together read different DRAM channels. Results are bitwise the same run to run. Where
 // too few blocks would cover the rows of W to fill the GPU, k is split over blocks, the partial
@@ -600,7 +602,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 // the shares added in a fixed tree at the end. Two blocks an SM, two stages each
 // (PERFORMANCE.md, rows 42-43: at 24-32 rows one block with more stages, or 64 k a stage with 64
 // rows, measured 1.1-1.8x slower; from 33 rows 128 rows of W a block halve x's reads and
-// measured 1.3-1.4x faster than two tiles of 32 rows).
+// measured 1.3-1.4x faster than two tiles of 32 rows). At that shape (64 k a stage: 128-byte rows,
+// wgmma's swizzle), built for sm_90a, each half of the block (a warpgroup) instead forms its 64
+// rows' products for the whole stage with wgmma: 1.2x faster (row 57).
 
 constexpr int kStagedWarps = 8;
 constexpr int kStagedWarpRowsW = 32;  // rows of W per warp: two 16-row tiles
@@ -643,6 +647,60 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address
 #endif
 }
 
+// Warpgroup MMA (wgmma, sm_90a): its operands read straight from shared memory. Compiled only for
+// sm_90a (CMAKE_CUDA_ARCHITECTURES 90a), where the staged kernel at 128 rows of W and 64 k a
+// stage takes it instead of ldmatrix and mma.sync.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kHasWarpgroupMma = true;
+#else
+constexpr bool kHasWarpgroupMma = false;
+#endif
+
+// The descriptor of a K-major tile of 128-byte rows in shared memory at `address` (its 8-row
+// groups 1024 bytes apart, 1024-byte aligned at its first row), swizzled as staged_offset lays
+// pieces out, which is wgmma's 128-byte swizzle.
+[[maybe_unused]] __device__ __forceinline__ uint64_t swizzled_tile_descriptor(uint32_t address) {
+  return uint64_t((address >> 4) & 0x3fff) | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// d += a b^T for a 64 x 16 tile a (rows of W) and a 64 x 16 tile b (rows of x), bfloat16, float32
+// accumulators: thread t of the warpgroup holds d[i] at row 16 (t / 32) + (t % 32) / 4 + 8 (i / 2
+// % 2), column 8 (i / 4) + 2 (t % 4) + i % 2.
+[[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_m64n64k16(float (&d)[32], uint64_t a,
+                                                                         uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, %32, %33, accumulate, "
+      "1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(1));
+#endif
+}
+[[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+[[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_commit_and_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+// Makes this thread's writes to shared memory (cp.async's, once waited for) visible to the
+// tensor cores' reads (the async proxy); a barrier after it extends that to the block's.
+[[maybe_unused]] __device__ __forceinline__ void fence_shared_for_async_reads() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // Byte offset of 16-byte piece `piece` of row `row` in a stage's [rows][kK] tile: pieces
 // XOR-swizzled by the row, so that 8 consecutive rows' same piece fall in different banks.
 template <int kK>
@@ -677,7 +735,10 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
                          int64_t k_per_split) {
   constexpr int kTilesX = Shape::kTilesX, kRows = Shape::kRows, kStages = Shape::kStages;
   constexpr int kK = Shape::kK, kRowsW = Shape::kRowsW, kKGroups = Shape::kKGroups;
-  extern __shared__ __align__(128) unsigned char staged[];
+  // Warpgroup MMA where the GPU code has it and the tiles are its 128-byte swizzled rows: each
+  // half of the block (a warpgroup) forms its 64 rows of W's products over the whole stage.
+  constexpr bool kWarpgroupMma = kHasWarpgroupMma && kK == 64 && kRowsW == 128 && kRows == 64;
+  extern __shared__ __align__(1024) unsigned char staged[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
   const int row_group = warp / kKGroups, k_group = warp % kKGroups;
@@ -715,6 +776,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   const int b_row = (matrix / 2) * 8 + matrix_row, b_piece = matrix % 2;
 
   float acc[2][kTilesX][4] = {};
+  [[maybe_unused]] float warpgroup_acc[kWarpgroupMma ? 32 : 1] = {};
+  const int warpgroup = warp / 4;
   // The first stages' W on its way while the split of x (the kernel before this one) ends; the
   // first commit group holds them all, so each stage's group still completes it.
   for (int s = 0; s < kStages - 1; ++s) {
@@ -727,6 +790,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   }
   for (int64_t t = 0; t < tiles; ++t) {
     copy_async_wait<kStages - 2>();
+    if constexpr (kWarpgroupMma) fence_shared_for_async_reads();
     __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
     if (t + kStages - 1 < tiles) {
       copy_w(t + kStages - 1);
@@ -734,58 +798,85 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
     }
     copy_async_commit();
     const int stage = stage_of(t);
+    if constexpr (kWarpgroupMma) {
+      // bf16x3's products, smallest first, for each 16 k: the tiles' descriptors step 32 bytes
+      // along their rows. Waited for before the next stage's barrier, after which its slot is
+      // overwritten.
+      warpgroup_mma_fence();
 #pragma unroll
-    for (int k16 = k_group; k16 < kK / 16; k16 += kKGroups) {
-      uint32_t a[2][2][4];  // [hi, lo][tile of W]
+      for (int k16 = 0; k16 < kK / 16; ++k16) {
+        const uint32_t w_rows = warpgroup * 64 * kK * 2 + k16 * 32, x_rows = k16 * 32;
+        const uint64_t a_hi = swizzled_tile_descriptor(w_tile(stage, 0) + w_rows);
+        const uint64_t a_lo = swizzled_tile_descriptor(w_tile(stage, 1) + w_rows);
+        const uint64_t b_hi = swizzled_tile_descriptor(x_tile(stage, 0) + x_rows);
+        const uint64_t b_lo = swizzled_tile_descriptor(x_tile(stage, 1) + x_rows);
+        warpgroup_mma_m64n64k16(warpgroup_acc, a_hi, b_lo);
+        warpgroup_mma_m64n64k16(warpgroup_acc, a_lo, b_hi);
+        warpgroup_mma_m64n64k16(warpgroup_acc, a_hi, b_hi);
+      }
+      warpgroup_mma_commit_and_wait();
+    } else {
 #pragma unroll
-      for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          load_matrices(a[p][i],
-                        w_tile(stage, p) + staged_offset<kK>(a_row + 16 * i, 2 * k16 + a_piece));
-#pragma unroll
-      for (int j = 0; j < kTilesX; j += 2) {
-        uint32_t b[2][4];  // [hi, lo]: tile j's two halves of k, then tile j + 1's
+      for (int k16 = k_group; k16 < kK / 16; k16 += kKGroups) {
+        uint32_t a[2][2][4];  // [hi, lo][tile of W]
 #pragma unroll
         for (int p = 0; p < 2; ++p)
-          load_matrices(b[p],
-                        x_tile(stage, p) + staged_offset<kK>(8 * j + b_row, 2 * k16 + b_piece));
 #pragma unroll
-        for (int jj = 0; jj < 2; ++jj)
+          for (int i = 0; i < 2; ++i)
+            load_matrices(a[p][i],
+                          w_tile(stage, p) + staged_offset<kK>(a_row + 16 * i, 2 * k16 + a_piece));
 #pragma unroll
-          for (int i = 0; i < 2; ++i) {  // bf16x3's products, smallest first
-            float(&d)[4] = acc[i][j + jj];
-            mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[1][2 * jj], b[1][2 * jj + 1]);
-            mma_m16n8k16<__nv_bfloat16>(d, a[1][i], b[0][2 * jj], b[0][2 * jj + 1]);
-            mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[0][2 * jj], b[0][2 * jj + 1]);
-          }
+        for (int j = 0; j < kTilesX; j += 2) {
+          uint32_t b[2][4];  // [hi, lo]: tile j's two halves of k, then tile j + 1's
+#pragma unroll
+          for (int p = 0; p < 2; ++p)
+            load_matrices(b[p],
+                          x_tile(stage, p) + staged_offset<kK>(8 * j + b_row, 2 * k16 + b_piece));
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {  // bf16x3's products, smallest first
+              float(&d)[4] = acc[i][j + jj];
+              mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[1][2 * jj], b[1][2 * jj + 1]);
+              mma_m16n8k16<__nv_bfloat16>(d, a[1][i], b[0][2 * jj], b[0][2 * jj + 1]);
+              mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[0][2 * jj], b[0][2 * jj + 1]);
+            }
+        }
       }
     }
   }
   copy_async_wait<0>();
   allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
   __syncthreads();
-
-  // The k groups' sums added in a fixed tree through shared memory (each row group its own part
-  // of it); k group 0 of each row group ends with its rows' totals.
-  constexpr int kSums = 2 * kTilesX * 4;
-  constexpr int kExchangeFloats = (kKGroups / 2) * kSums * 32;  // a row group's
-  static_assert(Shape::kRowGroups * kExchangeFloats * 4 <= Shape::kSmemBytes);
-  auto* exchange = reinterpret_cast<float*>(staged) + row_group * kExchangeFloats;
-  add_across_warps<kKGroups, kSums>(&acc[0][0][0], exchange, k_group, lane);
-  // Totals laid out [row of x][row of W]; accumulator c of tile (i, j) is row 32 row_group +
-  // 16 i + group (+ 8 for c >= 2) of W, row 8 j + 2 quad (+ 1 for odd c) of x.
   float(*totals)[kRowsW + 1] = reinterpret_cast<float(*)[kRowsW + 1]>(staged);
   static_assert(kRows * (kRowsW + 1) * 4 <= Shape::kSmemBytes);
-  if (k_group == 0) {
+  if constexpr (kWarpgroupMma) {
+    // Each warpgroup's totals, laid out [row of x][row of W] (warpgroup_mma_m64n64k16's layout).
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < 32; ++i) {
+      totals[8 * (i / 4) + 2 * quad + i % 2]
+            [64 * warpgroup + 16 * (warp % 4) + group + 8 * (i / 2 % 2)] = warpgroup_acc[i];
+    }
+  } else {
+    // The k groups' sums added in a fixed tree through shared memory (each row group its own part
+    // of it); k group 0 of each row group ends with its rows' totals.
+    constexpr int kSums = 2 * kTilesX * 4;
+    constexpr int kExchangeFloats = (kKGroups / 2) * kSums * 32;  // a row group's
+    static_assert(Shape::kRowGroups * kExchangeFloats * 4 <= Shape::kSmemBytes);
+    auto* exchange = reinterpret_cast<float*>(staged) + row_group * kExchangeFloats;
+    add_across_warps<kKGroups, kSums>(&acc[0][0][0], exchange, k_group, lane);
+    // Totals laid out [row of x][row of W]; accumulator c of tile (i, j) is row 32 row_group +
+    // 16 i + group (+ 8 for c >= 2) of W, row 8 j + 2 quad (+ 1 for odd c) of x.
+    if (k_group == 0) {
 #pragma unroll
-      for (int j = 0; j < kTilesX; ++j)
+      for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          totals[8 * j + 2 * quad + c % 2]
-                [row_group * kStagedWarpRowsW + 16 * i + group + 8 * (c / 2)] = acc[i][j][c];
+        for (int j = 0; j < kTilesX; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            totals[8 * j + 2 * quad + c % 2]
+                  [row_group * kStagedWarpRowsW + 16 * i + group + 8 * (c / 2)] = acc[i][j][c];
+    }
   }
   __syncthreads();
   store_totals<float, Activations, kRows, kRowsW, kStagedWarps * 32>(totals, m0, n0, rows, n_out,
