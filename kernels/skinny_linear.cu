@@ -185,15 +185,50 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
-// Calls copy(row, piece) for each 16-byte piece of a tile of kRows rows x kPiecesPerRow pieces,
-// the block's kThreads threads taking consecutive pieces in turn.
-template <int kRows, int kPiecesPerRow, int kThreads, class Copy>
-__device__ __forceinline__ void for_each_piece(Copy&& copy) {
+// One thread's share of copying tiles of kTileRows rows x kPiecesPerRow 16-byte pieces (each
+// tile a stage's k of rows row0... of an E [*, ld] matrix) into shared memory: the block's
+// kThreads threads take consecutive pieces in turn, each the same piece of every kRowStep-th row,
+// so where its rows lie is worked out once and each stage adds only its k. (A loop over pieces of
+// a count the compiler could not know, each address worked out in full, took most of the staged
+// kernel's instructions: PERFORMANCE.md, row 58.)
+template <typename E, int kTileRows, int kPiecesPerRow, int kThreads>
+struct TileSource {
+  static constexpr int kPerPiece = 16 / int(sizeof(E));
+  static constexpr int kRowStep = kThreads / kPiecesPerRow;
+  static constexpr int kCount = kTileRows / kRowStep;  // pieces a thread copies a tile
+  static_assert(kThreads % kPiecesPerRow == 0 && kTileRows % kRowStep == 0,
+                "every thread copies the same piece of as many rows");
+  int row, piece;       // the thread's first row in the tile, and its piece of each row
+  int64_t at[kCount];   // where its rows start in the matrix, at k = 0
+  bool inside[kCount];  // rows before row_end; the rest are copied as zeros
+  __device__ TileSource(int64_t row0, int64_t row_end, int64_t ld)
+      : row(int(threadIdx.x) / kPiecesPerRow), piece(int(threadIdx.x) % kPiecesPerRow) {
 #pragma unroll
-  for (int i = threadIdx.x; i < kRows * kPiecesPerRow; i += kThreads) {
-    copy(i / kPiecesPerRow, i % kPiecesPerRow);
+    for (int j = 0; j < kCount; ++j) {
+      const int64_t r = row0 + row + j * kRowStep;
+      inside[j] = r < row_end;
+      at[j] = (inside[j] ? r : 0) * ld;
+    }
   }
-}
+  // Copies k0... of m's rows into the tile at `tile` (k at or past k_end as zeros; k_end a
+  // multiple of kPerPiece); offset(row, piece) is where a piece lies in the tile, in bytes.
+  template <class Offset>
+  __device__ __forceinline__ void copy(uint32_t tile, const E* m, int64_t k0, int64_t k_end,
+                                       Offset&& offset) const {
+    const int64_t k = k0 + piece * kPerPiece;
+    const bool k_inside = k < k_end;
+    const E* from = m + (k_inside ? k : 0);  // in the matrix even where nothing is read
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) {
+      copy16_async(tile + offset(row + j * kRowStep, piece), from + at[j], inside[j] && k_inside);
+    }
+  }
+};
+
+// Stands in for a TileSource where a kernel stages nothing.
+struct NoTileSource {
+  __device__ NoTileSource(int64_t, int64_t, int64_t) {}
+};
 
 // x [rows, k_in], W [n_out, k_in] (and W's lo part, bfloat16, where kHasLo), out [rows, n_out];
 // T is x's, bias's, shift's and out's type. Block (x, y, z): kWarps * kWarpRows rows of W, the
@@ -227,15 +262,19 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
   auto k_of = [&](int64_t c) { return k_begin + rotated_chunk(c, rotate, chunks) * kChunk; };
 
   // Where x is staged: chunk c's x, all of the tile's rows, copied by the block's threads into
-  // stage `slot`; k past k_end as zeros.
+  // stage `slot`; rows past the last and k past k_end as zeros.
   constexpr bool kStageX = Shape::kStageX && kHasCopyAsync;
   constexpr int kXStages = Shape::kXStages;
   __shared__ __align__(16) T x_stage[kStageX ? kXStages : 1][kStageX ? kRows : 1][kChunk];
+  using XSource =
+      std::conditional_t<kStageX, TileSource<T, kRows, kChunk / kVec, kWarps * 32>, NoTileSource>;
+  [[maybe_unused]] const XSource x_source(m0, rows, k_in);
   [[maybe_unused]] auto copy_x = [&](int64_t c, int slot) {
-    for_each_piece<kRows, kChunk / kVec, kWarps * 32>([&](int m, int piece) {
-      const int64_t k = k_of(c) + piece * kVec;
-      copy16_async(shared_address(&x_stage[slot][m][piece * kVec]), x_row(m) + k, k < k_end);
-    });
+    if constexpr (kStageX) {
+      x_source.copy(shared_address(&x_stage[slot][0][0]), x, k_of(c), k_end, [](int m, int piece) {
+        return uint32_t((m * kChunk + piece * kVec) * sizeof(T));
+      });
+    }
   };
   if constexpr (kStageX) {
 #pragma unroll
@@ -708,19 +747,6 @@ __device__ __forceinline__ uint32_t staged_offset(int row, int piece) {
   return uint32_t(row * kK * 2 + ((piece ^ (row & 7)) * 16));
 }
 
-// Copies rows [row0, row0 + kTileRows) x k [k0, k0 + kK) of a 16-bit [*, ld] matrix into the
-// tile at `tile`; rows at or past `row_end` and k at or past `k_end` (a multiple of 8) as zeros.
-template <int kTileRows, int kK, typename E>
-__device__ __forceinline__ void copy_tile_async(uint32_t tile, const E* m, int64_t row0,
-                                                int64_t row_end, int64_t ld, int64_t k0,
-                                                int64_t k_end) {
-  for_each_piece<kTileRows, kK / 8, kStagedWarps * 32>([&](int r, int piece) {
-    const int64_t row = row0 + r, k = k0 + piece * 8;
-    const bool inside = row < row_end && k < k_end;
-    copy16_async(tile + staged_offset<kK>(r, piece), inside ? m + row * ld + k : m, inside);
-  });
-}
-
 // x_hi, x_lo [rows, k_in]: float32 x's bfloat16 parts (split_bf16); w_hi, w_lo [n_out, k_in]: W's;
 // bias, shift, out float32. Block (x, y, z): kRowsW rows of W, the y-th split of k, kRows
 // rows of x; out and partial as skinny_mma_kernel.
@@ -759,13 +785,16 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   // Step t of the walk over k: its stage's slot, and its first k.
   auto stage_of = [&](int64_t t) { return int(t % kStages); };
   auto k_of = [&](int64_t t) { return k_begin + rotated_chunk(t, rotate, tiles) * kK; };
+  // Step t's tiles of W's parts and of x's, rows past the last and k past k_end as zeros.
+  const TileSource<__nv_bfloat16, kRowsW, kK / 8, kStagedWarps * 32> w_source(n0, n_out, k_in);
+  const TileSource<__nv_bfloat16, kRows, kK / 8, kStagedWarps * 32> x_source(m0, rows, k_in);
   auto copy_w = [&](int64_t t) {
-    copy_tile_async<kRowsW, kK>(w_tile(stage_of(t), 0), w_hi, n0, n_out, k_in, k_of(t), k_end);
-    copy_tile_async<kRowsW, kK>(w_tile(stage_of(t), 1), w_lo, n0, n_out, k_in, k_of(t), k_end);
+    w_source.copy(w_tile(stage_of(t), 0), w_hi, k_of(t), k_end, staged_offset<kK>);
+    w_source.copy(w_tile(stage_of(t), 1), w_lo, k_of(t), k_end, staged_offset<kK>);
   };
   auto copy_x = [&](int64_t t) {
-    copy_tile_async<kRows, kK>(x_tile(stage_of(t), 0), x_hi, m0, rows, k_in, k_of(t), k_end);
-    copy_tile_async<kRows, kK>(x_tile(stage_of(t), 1), x_lo, m0, rows, k_in, k_of(t), k_end);
+    x_source.copy(x_tile(stage_of(t), 0), x_hi, k_of(t), k_end, staged_offset<kK>);
+    x_source.copy(x_tile(stage_of(t), 1), x_lo, k_of(t), k_end, staged_offset<kK>);
   };
 
   // The rows and pieces this lane addresses for ldmatrix: of W (A: matrices rows 0-7 / 8-15 x k
@@ -805,11 +834,12 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
       warpgroup_mma_fence();
 #pragma unroll
       for (int k16 = 0; k16 < kK / 16; ++k16) {
-        const uint32_t w_rows = warpgroup * 64 * kK * 2 + k16 * 32, x_rows = k16 * 32;
-        const uint64_t a_hi = swizzled_tile_descriptor(w_tile(stage, 0) + w_rows);
-        const uint64_t a_lo = swizzled_tile_descriptor(w_tile(stage, 1) + w_rows);
-        const uint64_t b_hi = swizzled_tile_descriptor(x_tile(stage, 0) + x_rows);
-        const uint64_t b_lo = swizzled_tile_descriptor(x_tile(stage, 1) + x_rows);
+        // Bytes into the tiles: this warpgroup's 64 rows of W, and the 16 k's first.
+        const uint32_t w_at = warpgroup * 64 * kK * 2 + k16 * 32, x_at = k16 * 32;
+        const uint64_t a_hi = swizzled_tile_descriptor(w_tile(stage, 0) + w_at);
+        const uint64_t a_lo = swizzled_tile_descriptor(w_tile(stage, 1) + w_at);
+        const uint64_t b_hi = swizzled_tile_descriptor(x_tile(stage, 0) + x_at);
+        const uint64_t b_lo = swizzled_tile_descriptor(x_tile(stage, 1) + x_at);
         warpgroup_mma_m64n64k16(warpgroup_acc, a_hi, b_lo);
         warpgroup_mma_m64n64k16(warpgroup_acc, a_lo, b_hi);
         warpgroup_mma_m64n64k16(warpgroup_acc, a_hi, b_hi);
