@@ -687,8 +687,8 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address
 }
 
 // Warpgroup MMA (wgmma, sm_90a): its operands read straight from shared memory. Compiled only for
-// sm_90a (CMAKE_CUDA_ARCHITECTURES 90a), where the staged kernel at 128 rows of W and 64 k a
-// stage takes it instead of ldmatrix and mma.sync.
+// sm_90a (CMAKE_CUDA_ARCHITECTURES 90a-real, the default), where the staged kernel at 128 rows of W
+// and 64 k a stage takes it instead of ldmatrix and mma.sync.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr bool kHasWarpgroupMma = true;
 #else
