@@ -18,7 +18,9 @@
 // that x crosses L2 once per 64 or 128 rows of W (skinny_staged_kernel), its products by ldmatrix
 // and mma.sync, or from 33 rows, built for sm_90a, by warpgroup MMA (wgmma) straight from shared
 // memory; it is launched to start while the split of x before it ends (dependent_launch.cuh), as
-// is the reduce of split k.
+// is the reduce of split k. A fourth, for float32 W from 9 rows, stages W and x the same way and
+// forms its products with float32 FMAs, each lane summing 8 rows of W against 4 of x
+// (skinny_lane_rows_kernel).
 // Each block starts its walk over k at its own offset and wraps around (rotated_chunk), so blocks
 // running together read different DRAM channels. Results are bitwise the same run to run. Where
 // too few blocks would cover the rows of W to fill the GPU, k is split over blocks, the partial
@@ -913,6 +915,131 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
                                                                      bias, shift, out, partial);
 }
 
+// ---- The lane-rows kernel (float32 W, from 9 rows of x) ----
+//
+// Each warp forms the products of a block's 64 rows of W and 16 rows of x over its share of each
+// stage's k: lane (g, q) = (lane % 8, lane / 8) sums rows g + 8 i of W (i < 8) against rows
+// q + 4 j of x (j < 4), 32 sums a lane where the CUDA-core kernel's 16-row tile holds 128. W's
+// tile and x's are staged a stage at a time with cp.async (each row padded by 16 bytes, so that a
+// load's 8 rows fall in different banks); a 16-byte load of W then serves 4 lanes and one of x 8,
+// 12 loads for 128 products. Two blocks an SM, each waiting only at its own barriers, k split in
+// two: one block of 16 warps measured 1.12x slower, its loads and products barely overlapping
+// (PERFORMANCE.md, row 60). The warps' sums are added in a fixed order at the end.
+struct LaneRowsShape {
+  static constexpr int kRows = 16;               // rows of x per block
+  static constexpr int kRowsW = 64;              // rows of W per block
+  static constexpr int kLaneRowsW = kRowsW / 8;  // of W per lane
+  static constexpr int kLaneRowsX = kRows / 4;   // of x per lane
+  static constexpr int kWarps = 8;               // each a share of every stage's k
+  static constexpr int kK = 64;                  // values of k a stage
+  static constexpr int kWarpK = kK / kWarps;     // a warp's share of a stage
+  static constexpr int kStride = kK + 4;         // floats from one staged row to the next
+  static constexpr int kWFloats = kRowsW * kStride;
+  static constexpr int kStageFloats = (kRowsW + kRows) * kStride;
+  static constexpr int kStages = 4;
+  static constexpr int kBlocks = 2;  // an SM
+  static constexpr int kSmemBytes = kStages * kStageFloats * 4;
+  static constexpr int kSums = kLaneRowsW * kLaneRowsX;  // a lane's
+  // At the end every warp's sums, [warp][sum][lane], reuse the stages' memory.
+  static_assert(kWarps * kSums * 32 <= kStages * kStageFloats && kWarpK % 4 == 0);
+};
+
+// x [rows, k_in], W [n_out, k_in], out [rows, n_out], all float32, rows 16-byte aligned. Block
+// (x, y, z): Shape::kRowsW rows of W, the y-th split of k (k_per_split values, a multiple of
+// Shape::kK), Shape::kRows rows of x; out and partial as skinny_linear_kernel.
+template <class Shape, class Activations>
+__global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
+    skinny_lane_rows_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                            const float* __restrict__ bias, const float* __restrict__ shift,
+                            float* __restrict__ out, float* __restrict__ partial, int64_t rows,
+                            int64_t n_out, int64_t k_in, int64_t k_per_split) {
+  constexpr int kRows = Shape::kRows, kRowsW = Shape::kRowsW, kWarps = Shape::kWarps;
+  constexpr int kLaneRowsW = Shape::kLaneRowsW, kLaneRowsX = Shape::kLaneRowsX;
+  constexpr int kK = Shape::kK, kStride = Shape::kStride, kStages = Shape::kStages;
+  constexpr int kThreads = kWarps * 32, kSums = Shape::kSums;
+  extern __shared__ __align__(16) float stages[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n0 = int64_t(blockIdx.x) * kRowsW;
+  const int64_t m0 = int64_t(blockIdx.z) * kRows;
+  const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
+  const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
+  const int64_t tiles = ceil_div(k_end - k_begin, kK);
+  const int64_t rotate = tiles > 0 ? (int64_t(blockIdx.x) * kRotateChunks) % tiles : 0;
+
+  // Step t of the walk over k: its stage's slot (W's rows, then x's), and its first k.
+  auto stage_of = [&](int64_t t) { return stages + (t % kStages) * Shape::kStageFloats; };
+  auto k_of = [&](int64_t t) { return k_begin + rotated_chunk(t, rotate, tiles) * kK; };
+  // Step t's tiles of W and x, rows past the last and k past k_end as zeros.
+  const TileSource<float, kRowsW, kK / 4, kThreads> w_source(n0, n_out, k_in);
+  const TileSource<float, kRows, kK / 4, kThreads> x_source(m0, rows, k_in);
+  auto copy_stage = [&](int64_t t) {
+    const uint32_t tile = shared_address(stage_of(t));
+    auto offset = [](int row, int piece) { return uint32_t((row * kStride + piece * 4) * 4); };
+    w_source.copy(tile, w, k_of(t), k_end, offset);
+    x_source.copy(tile + Shape::kWFloats * 4, x, k_of(t), k_end, offset);
+  };
+
+  // This lane's rows: g + 8 i of W, q + 4 j of x.
+  const int g = lane % 8, q = lane / 8;
+  float acc[kLaneRowsW][kLaneRowsX] = {};
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < tiles) copy_stage(s);
+    copy_async_commit();
+  }
+  for (int64_t t = 0; t < tiles; ++t) {
+    copy_async_wait<kStages - 2>();
+    __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
+    if (t + kStages - 1 < tiles) copy_stage(t + kStages - 1);
+    copy_async_commit();
+    const float* w_at = stage_of(t) + g * kStride + warp * Shape::kWarpK;
+    const float* x_at = stage_of(t) + Shape::kWFloats + q * kStride + warp * Shape::kWarpK;
+#pragma unroll
+    for (int k4 = 0; k4 < Shape::kWarpK; k4 += 4) {
+      float4 wv[kLaneRowsW], xv[kLaneRowsX];
+#pragma unroll
+      for (int i = 0; i < kLaneRowsW; ++i) {
+        wv[i] = *reinterpret_cast<const float4*>(w_at + 8 * i * kStride + k4);
+      }
+#pragma unroll
+      for (int j = 0; j < kLaneRowsX; ++j) {
+        xv[j] = *reinterpret_cast<const float4*>(x_at + 4 * j * kStride + k4);
+      }
+#pragma unroll
+      for (int i = 0; i < kLaneRowsW; ++i) {
+#pragma unroll
+        for (int j = 0; j < kLaneRowsX; ++j) {
+          acc[i][j] = fmaf(xv[j].x, wv[i].x, acc[i][j]);
+          acc[i][j] = fmaf(xv[j].y, wv[i].y, acc[i][j]);
+          acc[i][j] = fmaf(xv[j].z, wv[i].z, acc[i][j]);
+          acc[i][j] = fmaf(xv[j].w, wv[i].w, acc[i][j]);
+        }
+      }
+    }
+  }
+  copy_async_wait<0>();
+  allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
+  __syncthreads();
+  // The warps' sums added in warp order. Sum s = i * kLaneRowsX + j of lane (g, q) is row
+  // n0 + g + 8 i of W, m0 + q + 4 j of x; consecutive threads take consecutive rows of W.
+  float* sums = stages;  // [warp][sum][lane]
+#pragma unroll
+  for (int s = 0; s < kSums; ++s) sums[(warp * kSums + s) * 32 + lane] = (&acc[0][0])[s];
+  __syncthreads();
+  for (int index = threadIdx.x; index < kRows * kRowsW; index += kThreads) {
+    const int m = index / kRowsW, r = index % kRowsW;
+    const int64_t row = m0 + m, n = n0 + r;
+    if (row >= rows || n >= n_out) continue;
+    const int at = ((r / 8) * kLaneRowsX + m / 4) * 32 + r % 8 + 8 * (m % 4);
+    float total = sums[at];
+    for (int v = 1; v < kWarps; ++v) total += sums[v * kSums * 32 + at];
+    if (partial) {
+      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = total;
+    } else {
+      out[row * n_out + n] = finish<float, Activations>(total, bias, shift, n);
+    }
+  }
+}
+
 // ---- Planning and dispatch ----
 
 // How one call is laid out: the grid and its splits of k.
@@ -1046,11 +1173,41 @@ struct StagedKernel {
   }
 };
 
-// float32 W: the CUDA-core kernel with 16-byte loads of W (and as many values of x per load)
-// where W's and x's rows are aligned for them, the narrowest tile of x rows that holds `rows`;
-// one element per load otherwise, with the widest tile (correct for any shape and alignment).
+// The lane-rows kernel (float32 W, 16-byte aligned rows, sm_80 on): two blocks an SM, within one
+// wave (at 8192 outputs 128 blocks of rows of W, k split in two).
+template <class Shape>
+struct LaneRowsKernel {
+  using Element = float;
+  static BlockCover cover() {
+    return {Shape::kRowsW, Shape::kRows, Shape::kK, 1, Shape::kBlocks, true};
+  }
+  static int64_t x_workspace_floats(const SkinnyLinearArgs&) { return 0; }
+  template <class Activations>
+  static cudaError_t launch(const DeviceLimits& limits, const Plan& plan,
+                            const SkinnyLinearArgs& args, float*, float* partial,
+                            cudaStream_t stream) {
+    auto kernel = skinny_lane_rows_kernel<Shape, Activations>;
+    static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
+    const cudaError_t err = allow_shared_bytes_once(
+        reinterpret_cast<const void*>(kernel), Shape::kSmemBytes, limits.device, devices_allowed);
+    if (err != cudaSuccess) return err;
+    kernel<<<plan.grid, Shape::kWarps * 32, Shape::kSmemBytes, stream>>>(
+        static_cast<const float*>(args.x), static_cast<const float*>(args.w),
+        static_cast<const float*>(args.bias), static_cast<const float*>(args.shift),
+        static_cast<float*>(args.out), partial, args.rows, args.out_features, args.in_features,
+        plan.k_per_split);
+    return cudaGetLastError();
+  }
+};
+
+// float32 W: where W's and x's rows are aligned for 16-byte loads, the CUDA-core kernel with the
+// narrowest tile of x rows that holds `rows` up to 8 rows, the lane-rows kernel from 9 (the
+// CUDA-core kernel's 16-row tile where the GPU lacks cp.async or the shared memory); otherwise
+// the CUDA-core kernel, one element per load, with the widest tile (correct for any shape and
+// alignment).
 template <class Fn>
-cudaError_t dispatch_float_weight(const SkinnyLinearArgs& args, Fn&& fn) {
+cudaError_t dispatch_float_weight(const SkinnyLinearArgs& args, const DeviceLimits& limits,
+                                  Fn&& fn) {
   constexpr int kVec = 4;
   const bool vector_loads = args.in_features % kVec == 0 && aligned16(args.w) && aligned16(args.x);
   if (!vector_loads)
@@ -1061,6 +1218,8 @@ cudaError_t dispatch_float_weight(const SkinnyLinearArgs& args, Fn&& fn) {
     return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, kVec, 4>>{});
   if (args.rows <= 8)
     return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, kVec, 8>>{});
+  if (limits.compute_major >= 8 && limits.shared_bytes_per_block >= LaneRowsShape::kSmemBytes)
+    return fn(LaneRowsKernel<LaneRowsShape>{});
   return fn(CudaCoreKernel<float, float, false, SkinnyShape<float, false, kVec, kLargestTile>>{});
 }
 
@@ -1104,7 +1263,7 @@ cudaError_t dispatch_kernel(const SkinnyLinearArgs& args, const DeviceLimits& li
   dispatch_element(args.type, [&](auto element) {
     using T = DeviceElement<decltype(element)::value>;
     if constexpr (std::is_same_v<T, float>) {
-      if (args.weight == SkinnyWeight::kAsInput) err = dispatch_float_weight(args, fn);
+      if (args.weight == SkinnyWeight::kAsInput) err = dispatch_float_weight(args, limits, fn);
       if (args.weight == SkinnyWeight::kBf16) {
         err = dispatch_16bit_weight<T, __nv_bfloat16, false>(args, limits, fn);
       }

@@ -92,7 +92,7 @@ class LinearEpilogueModel : public torch::nn::Module {
   GemmPlan gemm_plan(const torch::Tensor& x);
   bool runs_skinny(const torch::Tensor& x) { return gemm_plan(x).skinny; }
   // The most rows at which the skinny kernel measured faster than cuBLAS at 8192 -> 8192 on an
-  // H200 (docs/RESULTS.md): float32 ieee 16, bf16x3 64, tf32 1, bf16 8; 16-bit models 0.
+  // H200 (docs/RESULTS.md): float32 ieee 32, bf16x3 64, tf32 1, bf16 8; 16-bit models 0.
   static int64_t default_skinny_max_rows(Precision precision, torch::ScalarType dtype);
   // Up to this many rows bf16x3 runs ieee's skinny kernel (where ieee's limit takes them): faster
   // than bf16x3's own tensor-core kernel there (docs/RESULTS.md, both forced in one run), and
