@@ -104,6 +104,24 @@ __device__ __forceinline__ int64_t rotated_chunk(int64_t c, int64_t rotate, int6
   return c + rotate < chunks ? c + rotate : c + rotate - chunks;
 }
 
+// A block's walk over its split of k (blockIdx.y; k_per_split values a split) in steps of kStep
+// values, starting blockIdx.x * kRotateSteps steps in and wrapping around (rotated_chunk).
+template <int kStep, int kRotateSteps>
+struct KWalk {
+  int64_t begin, end;  // the split's k: [begin, end)
+  int64_t steps;       // of kStep values, the last maybe partial
+  int64_t rotate;      // steps in at the start
+  __device__ KWalk(int64_t k_in, int64_t k_per_split)
+      : begin(int64_t(blockIdx.y) * k_per_split),
+        end(begin + k_per_split < k_in ? begin + k_per_split : k_in),
+        steps(ceil_div(end - begin, kStep)),
+        rotate(steps > 0 ? (int64_t(blockIdx.x) * kRotateSteps) % steps : 0) {}
+  // The first k of the walk's t-th step.
+  __device__ int64_t k_of(int64_t t) const {
+    return begin + rotated_chunk(t, rotate, steps) * kStep;
+  }
+};
+
 template <typename T, class Activations>
 __device__ __forceinline__ T finish(float sum, const T* bias, const T* shift, int64_t n) {
   if (bias) sum += to_float(bias[n]);
@@ -251,20 +269,15 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n0 = (int64_t(blockIdx.x) * kWarps + warp) * kWarpRows;
   const int64_t m0 = int64_t(blockIdx.z) * kRows;
-  const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
-  const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
+  const KWalk<kChunk, kRotateChunks> walk(k_in, k_per_split);
 
   // Rows of x past the last (a tile's padding) read the last row; their sums are not stored.
   auto x_row = [&](int m) { return x + (m0 + m < rows ? m0 + m : rows - 1) * k_in; };
 
   float acc[kWarpRows][kRows] = {};
-  const int64_t chunks = ceil_div(k_end - k_begin, kChunk);
-  const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kRotateChunks) % chunks : 0;
-  // The first k of the loop's c-th chunk.
-  auto k_of = [&](int64_t c) { return k_begin + rotated_chunk(c, rotate, chunks) * kChunk; };
 
   // Where x is staged: chunk c's x, all of the tile's rows, copied by the block's threads into
-  // stage `slot`; rows past the last and k past k_end as zeros.
+  // stage `slot`; rows past the last and k past the split's end as zeros.
   constexpr bool kStageX = Shape::kStageX && kHasCopyAsync;
   constexpr int kXStages = Shape::kXStages;
   __shared__ __align__(16) T x_stage[kStageX ? kXStages : 1][kStageX ? kRows : 1][kChunk];
@@ -273,20 +286,20 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
   [[maybe_unused]] const XSource x_source(m0, rows, k_in);
   [[maybe_unused]] auto copy_x = [&](int64_t c, int slot) {
     if constexpr (kStageX) {
-      x_source.copy(shared_address(&x_stage[slot][0][0]), x, k_of(c), k_end, [](int m, int piece) {
-        return uint32_t((m * kChunk + piece * kVec) * sizeof(T));
-      });
+      x_source.copy(
+          shared_address(&x_stage[slot][0][0]), x, walk.k_of(c), walk.end,
+          [](int m, int piece) { return uint32_t((m * kChunk + piece * kVec) * sizeof(T)); });
     }
   };
   if constexpr (kStageX) {
 #pragma unroll
     for (int stage = 0; stage < kXStages - 1; ++stage) {
-      if (stage < chunks) copy_x(stage, stage);
+      if (stage < walk.steps) copy_x(stage, stage);
       copy_async_commit();
     }
   }
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t k0 = k_of(c);
+  for (int64_t c = 0; c < walk.steps; ++c) {
+    const int64_t k0 = walk.k_of(c);
     // This chunk's W first: its loads are all in flight before the first product.
     Pack hi[kWarpRows][kSteps];
     [[maybe_unused]] LoPack lo[kWarpRows][kSteps];
@@ -295,7 +308,7 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const int64_t k = k0 + (s * 32 + lane) * kVec;
-        const bool inside = n0 + r < n_out && k < k_end;
+        const bool inside = n0 + r < n_out && k < walk.end;
         const int64_t at = (n0 + r) * k_in + k;
         hi[r][s] = inside ? *reinterpret_cast<const Pack*>(w + at) : Pack{};
         if constexpr (kHasLo) {
@@ -308,14 +321,14 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
       copy_async_wait<kXStages - 2>();
       __syncthreads();  // chunk c's x arrived for every thread; chunk c - 1's is read by no warp
       const int64_t ahead = c + kXStages - 1;
-      if (ahead < chunks) copy_x(ahead, int(ahead % kXStages));
+      if (ahead < walk.steps) copy_x(ahead, int(ahead % kXStages));
       copy_async_commit();
       slot = int(c % kXStages);
     }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t k = k0 + (s * 32 + lane) * kVec;
-      if (k >= k_end) break;
+      if (k >= walk.end) break;
       float wv[kWarpRows][kVec];
       [[maybe_unused]] float wv_lo[kWarpRows][kVec];
 #pragma unroll
@@ -517,8 +530,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   const int group = lane / 4, quad = lane % 4;  // the fragment's row, and its 8 k of a step
   const int64_t n0 = int64_t(blockIdx.x) * kMmaRowsW;
   const int64_t m0 = int64_t(blockIdx.z) * Shape::kRows;
-  const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
-  const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
+  const KWalk<kChunk, kMmaRotateChunks> walk(k_in, k_per_split);
 
   // This lane's rows: of W, group and group + 8 of each tile; of x, group of each tile (rows past
   // the last read the last row; their sums are not stored).
@@ -541,16 +553,14 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   }
 
   float acc[kMmaTilesW][kTilesX][4] = {};
-  const int64_t chunks = ceil_div(k_end - k_begin, kChunk);
-  const int64_t rotate = chunks > 0 ? (int64_t(blockIdx.x) * kMmaRotateChunks) % chunks : 0;
-  for (int64_t c = warp; c < chunks; c += kMmaWarps) {
-    const int64_t k0 = k_begin + rotated_chunk(c, rotate, chunks) * kChunk;
+  for (int64_t c = warp; c < walk.steps; c += kMmaWarps) {
+    const int64_t k0 = walk.k_of(c);
     // This chunk's W first: its loads are all in flight before the first product.
     Words hi[kSteps][kMmaTilesW][2];
     [[maybe_unused]] Words lo[kSteps][kMmaTilesW][2];
     auto load = [&](int s, int i, int h) {
       const int64_t k = k0 + s * 32;
-      const bool inside = w_inside[i][h] && k + quad * 8 < k_end;
+      const bool inside = w_inside[i][h] && k + quad * 8 < walk.end;
       hi[s][i][h] = inside ? *reinterpret_cast<const Words*>(w + w_offset[i][h] + k) : Words{};
       if constexpr (kHasLo) {
         lo[s][i][h] = inside ? *reinterpret_cast<const Words*>(w_lo + w_offset[i][h] + k) : Words{};
@@ -576,7 +586,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t k = k0 + s * 32;
-      const bool k_inside = k + quad * 8 < k_end;
+      const bool k_inside = k + quad * 8 < walk.end;
       // The step's x for every tile, read before the first product (its latency, from L2 for
       // wide tiles, is then paid once a step, not once a tile).
       Words x_hi[kTilesX];
@@ -772,10 +782,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   const int row_group = warp / kKGroups, k_group = warp % kKGroups;
   const int64_t n0 = int64_t(blockIdx.x) * kRowsW;
   const int64_t m0 = int64_t(blockIdx.z) * kRows;
-  const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
-  const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
-  const int64_t tiles = ceil_div(k_end - k_begin, kK);
-  const int64_t rotate = tiles > 0 ? (int64_t(blockIdx.x) * kStagedRotate) % tiles : 0;
+  const KWalk<kK, kStagedRotate> walk(k_in, k_per_split);
   const uint32_t base = shared_address(staged);
 
   auto w_tile = [&](int stage, int part) {
@@ -784,19 +791,18 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   auto x_tile = [&](int stage, int part) {
     return base + stage * Shape::kStageBytes + 2 * Shape::kWBytes + part * Shape::kXBytes;
   };
-  // Step t of the walk over k: its stage's slot, and its first k.
+  // Step t of the walk over k: its stage's slot.
   auto stage_of = [&](int64_t t) { return int(t % kStages); };
-  auto k_of = [&](int64_t t) { return k_begin + rotated_chunk(t, rotate, tiles) * kK; };
-  // Step t's tiles of W's parts and of x's, rows past the last and k past k_end as zeros.
+  // Step t's tiles of W's parts and of x's, rows past the last and k past the split's end as zeros.
   const TileSource<__nv_bfloat16, kRowsW, kK / 8, kStagedWarps * 32> w_source(n0, n_out, k_in);
   const TileSource<__nv_bfloat16, kRows, kK / 8, kStagedWarps * 32> x_source(m0, rows, k_in);
   auto copy_w = [&](int64_t t) {
-    w_source.copy(w_tile(stage_of(t), 0), w_hi, k_of(t), k_end, staged_offset<kK>);
-    w_source.copy(w_tile(stage_of(t), 1), w_lo, k_of(t), k_end, staged_offset<kK>);
+    w_source.copy(w_tile(stage_of(t), 0), w_hi, walk.k_of(t), walk.end, staged_offset<kK>);
+    w_source.copy(w_tile(stage_of(t), 1), w_lo, walk.k_of(t), walk.end, staged_offset<kK>);
   };
   auto copy_x = [&](int64_t t) {
-    x_source.copy(x_tile(stage_of(t), 0), x_hi, k_of(t), k_end, staged_offset<kK>);
-    x_source.copy(x_tile(stage_of(t), 1), x_lo, k_of(t), k_end, staged_offset<kK>);
+    x_source.copy(x_tile(stage_of(t), 0), x_hi, walk.k_of(t), walk.end, staged_offset<kK>);
+    x_source.copy(x_tile(stage_of(t), 1), x_lo, walk.k_of(t), walk.end, staged_offset<kK>);
   };
 
   // The rows and pieces this lane addresses for ldmatrix: of W (A: matrices rows 0-7 / 8-15 x k
@@ -812,18 +818,18 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   // The first stages' W on its way while the split of x (the kernel before this one) ends; the
   // first commit group holds them all, so each stage's group still completes it.
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles) copy_w(s);
+    if (s < walk.steps) copy_w(s);
   }
   wait_for_previous_kernel();
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles) copy_x(s);
+    if (s < walk.steps) copy_x(s);
     copy_async_commit();
   }
-  for (int64_t t = 0; t < tiles; ++t) {
+  for (int64_t t = 0; t < walk.steps; ++t) {
     copy_async_wait<kStages - 2>();
     if constexpr (kWarpgroupMma) fence_shared_for_async_reads();
     __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
-    if (t + kStages - 1 < tiles) {
+    if (t + kStages - 1 < walk.steps) {
       copy_w(t + kStages - 1);
       copy_x(t + kStages - 1);
     }
@@ -961,35 +967,31 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n0 = int64_t(blockIdx.x) * kRowsW;
   const int64_t m0 = int64_t(blockIdx.z) * kRows;
-  const int64_t k_begin = int64_t(blockIdx.y) * k_per_split;
-  const int64_t k_end = k_begin + k_per_split < k_in ? k_begin + k_per_split : k_in;
-  const int64_t tiles = ceil_div(k_end - k_begin, kK);
-  const int64_t rotate = tiles > 0 ? (int64_t(blockIdx.x) * kRotateChunks) % tiles : 0;
+  const KWalk<kK, kRotateChunks> walk(k_in, k_per_split);
 
-  // Step t of the walk over k: its stage's slot (W's rows, then x's), and its first k.
+  // Step t of the walk over k: its stage's slot (W's rows, then x's).
   auto stage_of = [&](int64_t t) { return stages + (t % kStages) * Shape::kStageFloats; };
-  auto k_of = [&](int64_t t) { return k_begin + rotated_chunk(t, rotate, tiles) * kK; };
-  // Step t's tiles of W and x, rows past the last and k past k_end as zeros.
+  // Step t's tiles of W and x, rows past the last and k past the split's end as zeros.
   const TileSource<float, kRowsW, kK / 4, kThreads> w_source(n0, n_out, k_in);
   const TileSource<float, kRows, kK / 4, kThreads> x_source(m0, rows, k_in);
   auto copy_stage = [&](int64_t t) {
     const uint32_t tile = shared_address(stage_of(t));
     auto offset = [](int row, int piece) { return uint32_t((row * kStride + piece * 4) * 4); };
-    w_source.copy(tile, w, k_of(t), k_end, offset);
-    x_source.copy(tile + Shape::kWFloats * 4, x, k_of(t), k_end, offset);
+    w_source.copy(tile, w, walk.k_of(t), walk.end, offset);
+    x_source.copy(tile + Shape::kWFloats * 4, x, walk.k_of(t), walk.end, offset);
   };
 
   // This lane's rows: g + 8 i of W, q + 4 j of x.
   const int g = lane % 8, q = lane / 8;
   float acc[kLaneRowsW][kLaneRowsX] = {};
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles) copy_stage(s);
+    if (s < walk.steps) copy_stage(s);
     copy_async_commit();
   }
-  for (int64_t t = 0; t < tiles; ++t) {
+  for (int64_t t = 0; t < walk.steps; ++t) {
     copy_async_wait<kStages - 2>();
     __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
-    if (t + kStages - 1 < tiles) copy_stage(t + kStages - 1);
+    if (t + kStages - 1 < walk.steps) copy_stage(t + kStages - 1);
     copy_async_commit();
     const float* w_at = stage_of(t) + g * kStride + warp * Shape::kWarpK;
     const float* x_at = stage_of(t) + Shape::kWFloats + q * kStride + warp * Shape::kWarpK;
