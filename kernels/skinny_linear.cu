@@ -129,21 +129,22 @@ __device__ __forceinline__ T finish(float sum, const T* bias, const T* shift, in
   return from_float<T>(Activations{}(sum));
 }
 
-// Stores a block's totals, laid out [row of x][row of W] (rows kRowsW + 1 floats apart), for rows
-// m0... of x and n0... of W: the epilogue and the output, or with several splits of k the
-// partial sums of split blockIdx.y. Consecutive threads take consecutive outputs.
-template <typename T, class Activations, int kRowsX, int kRowsW, int kThreads>
-__device__ __forceinline__ void store_totals(const float (*totals)[kRowsW + 1], int64_t m0,
-                                             int64_t n0, int64_t rows, int64_t n_out, const T* bias,
+// Stores a block's totals for rows m0... of x and n0... of W, total_of(m, r) that of rows m0 + m
+// and n0 + r: the epilogue and the output, or with several splits of k the partial sums of split
+// blockIdx.y. Consecutive threads take consecutive outputs.
+template <typename T, class Activations, int kRowsX, int kRowsW, int kThreads, class TotalOf>
+__device__ __forceinline__ void store_totals(TotalOf&& total_of, int64_t m0, int64_t n0,
+                                             int64_t rows, int64_t n_out, const T* bias,
                                              const T* shift, T* out, float* partial) {
   for (int index = threadIdx.x; index < kRowsX * kRowsW; index += kThreads) {
     const int m = index / kRowsW, r = index % kRowsW;
     const int64_t row = m0 + m, n = n0 + r;
     if (row >= rows || n >= n_out) continue;
+    const float total = total_of(m, r);
     if (partial) {
-      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = totals[m][r];
+      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = total;
     } else {
-      out[row * n_out + n] = finish<T, Activations>(totals[m][r], bias, shift, n);
+      out[row * n_out + n] = finish<T, Activations>(total, bias, shift, n);
     }
   }
 }
@@ -639,8 +640,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
           totals[8 * j + 2 * quad + c % 2][16 * i + group + 8 * (c / 2)] = acc[i][j][c];
   }
   __syncthreads();
-  store_totals<T, Activations, Shape::kRows, kMmaRowsW, kMmaWarps * 32>(totals, m0, n0, rows, n_out,
-                                                                        bias, shift, out, partial);
+  store_totals<T, Activations, Shape::kRows, kMmaRowsW, kMmaWarps * 32>(
+      [&](int m, int r) { return totals[m][r]; }, m0, n0, rows, n_out, bias, shift, out, partial);
 }
 
 // ---- The staged tensor-core kernel ----
@@ -917,8 +918,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
     }
   }
   __syncthreads();
-  store_totals<float, Activations, kRows, kRowsW, kStagedWarps * 32>(totals, m0, n0, rows, n_out,
-                                                                     bias, shift, out, partial);
+  store_totals<float, Activations, kRows, kRowsW, kStagedWarps * 32>(
+      [&](int m, int r) { return totals[m][r]; }, m0, n0, rows, n_out, bias, shift, out, partial);
 }
 
 // ---- The lane-rows kernel (float32 W, from 9 rows of x) ----
@@ -1022,24 +1023,19 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
   allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
   __syncthreads();
   // The warps' sums added in warp order. Sum s = i * kLaneRowsX + j of lane (g, q) is row
-  // n0 + g + 8 i of W, m0 + q + 4 j of x; consecutive threads take consecutive rows of W.
+  // n0 + g + 8 i of W, m0 + q + 4 j of x.
   float* sums = stages;  // [warp][sum][lane]
 #pragma unroll
   for (int s = 0; s < kSums; ++s) sums[(warp * kSums + s) * 32 + lane] = (&acc[0][0])[s];
   __syncthreads();
-  for (int index = threadIdx.x; index < kRows * kRowsW; index += kThreads) {
-    const int m = index / kRowsW, r = index % kRowsW;
-    const int64_t row = m0 + m, n = n0 + r;
-    if (row >= rows || n >= n_out) continue;
-    const int at = ((r / 8) * kLaneRowsX + m / 4) * 32 + r % 8 + 8 * (m % 4);
-    float total = sums[at];
-    for (int v = 1; v < kWarps; ++v) total += sums[v * kSums * 32 + at];
-    if (partial) {
-      partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = total;
-    } else {
-      out[row * n_out + n] = finish<float, Activations>(total, bias, shift, n);
-    }
-  }
+  store_totals<float, Activations, kRows, kRowsW, kThreads>(
+      [&](int m, int r) {
+        const int at = ((r / 8) * kLaneRowsX + m / 4) * 32 + r % 8 + 8 * (m % 4);
+        float total = sums[at];
+        for (int v = 1; v < kWarps; ++v) total += sums[v * kSums * 32 + at];
+        return total;
+      },
+      m0, n0, rows, n_out, bias, shift, out, partial);
 }
 
 // ---- Planning and dispatch ----
