@@ -20,7 +20,9 @@
 // memory; it is launched to start while the split of x before it ends (dependent_launch.cuh), as
 // is the reduce of split k. A fourth, for float32 W from 9 rows, stages W and x the same way and
 // forms its products with float32 FMAs, each lane summing 8 rows of W against 4 of x
-// (skinny_lane_rows_kernel).
+// (skinny_lane_rows_kernel). From sm_90 the TMA copies these two kernels' stages (tma.cuh: one
+// thread a stage, 128-byte-swizzled tiles), where each stage's rows are 128 bytes of k or split
+// into such tiles: the lane-rows kernel always, the staged kernel at 64 k a stage (from 33 rows).
 // Each block starts its walk over k at its own offset and wraps around (rotated_chunk), so blocks
 // running together read different DRAM channels. Results are bitwise the same run to run. Where
 // too few blocks would cover the rows of W to fill the GPU, k is split over blocks, the partial
@@ -39,6 +41,7 @@
 #include "dependent_launch.cuh"
 #include "fused_epilogue.cuh"
 #include "linear_cuda.h"
+#include "tma.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -246,7 +249,7 @@ struct TileSource {
   }
 };
 
-// Stands in for a TileSource where a kernel stages nothing.
+// Stands in for a TileSource where a kernel's threads copy nothing themselves.
 struct NoTileSource {
   __device__ NoTileSource(int64_t, int64_t, int64_t) {}
 };
@@ -656,7 +659,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 // rows, measured 1.1-1.8x slower; from 33 rows 128 rows of W a block halve x's reads and
 // measured 1.3-1.4x faster than two tiles of 32 rows). At that shape (64 k a stage: 128-byte rows,
 // wgmma's swizzle), built for sm_90a, each half of the block (a warpgroup) instead forms its 64
-// rows' products for the whole stage with wgmma: 1.2x faster (row 57).
+// rows' products for the whole stage with wgmma: 1.2x faster (row 57). Its stages are then the
+// TMA's tiles, and from sm_90 one thread copies them (1.01-1.04x faster, row 61).
 
 constexpr int kStagedWarps = 8;
 constexpr int kStagedWarpRowsW = 32;  // rows of W per warp: two 16-row tiles
@@ -682,9 +686,12 @@ struct StagedShape {
   static constexpr int kWBytes = kRowsW * kK * 2;              // one part of W, one stage
   static constexpr int kXBytes = kRows * kK * 2;               // one part of x, one stage
   static constexpr int kStageBytes = 2 * (kWBytes + kXBytes);  // hi and lo
-  static constexpr int kStages = staged_smem_budget(kBlocksOf) / kStageBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes;
-  static_assert(kTilesX % 2 == 0 && kStages >= 2);
+  static constexpr int kBarrierBytes = 64;                     // the TMA's mbarriers, 8 at most
+  static constexpr int kStages = (staged_smem_budget(kBlocksOf) - kBarrierBytes) / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes;
+  // Stages of 64 k: 128-byte rows, the TMA's tiles (tma.cuh) in the layout staged_offset gives.
+  static constexpr bool kTmaTiles = kK * 2 == kTileRowBytes;
+  static_assert(kTilesX % 2 == 0 && kStages >= 2 && kStages * 8 <= kBarrierBytes);
   static_assert(kRowGroups * kKGroups == kStagedWarps && kRowsW % kStagedWarpRowsW == 0);
   static_assert(kK % (16 * kKGroups) == 0 && kK / 8 >= 8);  // every k group a step; swizzle
 };
@@ -760,10 +767,17 @@ __device__ __forceinline__ uint32_t staged_offset(int row, int piece) {
   return uint32_t(row * kK * 2 + ((piece ^ (row & 7)) * 16));
 }
 
+// The TMA's descriptions of the staged kernel's four matrices (describe_matrix).
+struct StagedMaps {
+  CUtensorMap w_hi, w_lo, x_hi, x_lo;
+};
+
 // x_hi, x_lo [rows, k_in]: float32 x's bfloat16 parts (split_bf16); w_hi, w_lo [n_out, k_in]: W's;
 // bias, shift, out float32. Block (x, y, z): kRowsW rows of W, the y-th split of k, kRows
-// rows of x; out and partial as skinny_mma_kernel.
-template <class Shape, class Activations>
+// rows of x; out and partial as skinny_mma_kernel. kTileCopies (Shape::kTmaTiles only): the
+// stages copied by the TMA from the maps of the four (tiles of kRowsW and kRows rows), where the
+// kernel is built for sm_90 on; otherwise the maps are not read.
+template <class Shape, class Activations, bool kTileCopies>
 __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiprocessor)
     skinny_staged_kernel(const __nv_bfloat16* __restrict__ x_hi,
                          const __nv_bfloat16* __restrict__ x_lo,
@@ -771,12 +785,13 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
                          const __nv_bfloat16* __restrict__ w_lo, const float* __restrict__ bias,
                          const float* __restrict__ shift, float* __restrict__ out,
                          float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
-                         int64_t k_per_split) {
+                         int64_t k_per_split, const __grid_constant__ StagedMaps maps) {
   constexpr int kTilesX = Shape::kTilesX, kRows = Shape::kRows, kStages = Shape::kStages;
   constexpr int kK = Shape::kK, kRowsW = Shape::kRowsW, kKGroups = Shape::kKGroups;
   // Warpgroup MMA where the GPU code has it and the tiles are its 128-byte swizzled rows: each
   // half of the block (a warpgroup) forms its 64 rows of W's products over the whole stage.
   constexpr bool kWarpgroupMma = kHasWarpgroupMma && kK == 64 && kRowsW == 128 && kRows == 64;
+  constexpr bool kTma = kTileCopies && Shape::kTmaTiles && kHasTensorCopies;
   extern __shared__ __align__(1024) unsigned char staged[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
@@ -795,16 +810,42 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   // Step t of the walk over k: its stage's slot.
   auto stage_of = [&](int64_t t) { return int(t % kStages); };
   // Step t's tiles of W's parts and of x's, rows past the last and k past the split's end as zeros.
-  const TileSource<__nv_bfloat16, kRowsW, kK / 8, kStagedWarps * 32> w_source(n0, n_out, k_in);
-  const TileSource<__nv_bfloat16, kRows, kK / 8, kStagedWarps * 32> x_source(m0, rows, k_in);
+  using WSource = std::conditional_t<kTma, NoTileSource,
+                                     TileSource<__nv_bfloat16, kRowsW, kK / 8, kStagedWarps * 32>>;
+  using XSource = std::conditional_t<kTma, NoTileSource,
+                                     TileSource<__nv_bfloat16, kRows, kK / 8, kStagedWarps * 32>>;
+  [[maybe_unused]] const WSource w_source(n0, n_out, k_in);
+  [[maybe_unused]] const XSource x_source(m0, rows, k_in);
+  // With the TMA one thread copies each tile, counted in on its stage's mbarrier (after the
+  // stages).
+  auto barrier_of = [&](int64_t t) {
+    return base + kStages * Shape::kStageBytes + uint32_t(stage_of(t)) * 8;
+  };
   auto copy_w = [&](int64_t t) {
-    w_source.copy(w_tile(stage_of(t), 0), w_hi, walk.k_of(t), walk.end, staged_offset<kK>);
-    w_source.copy(w_tile(stage_of(t), 1), w_lo, walk.k_of(t), walk.end, staged_offset<kK>);
+    if constexpr (kTma) {
+      if (threadIdx.x != 0) return;
+      expect_bytes(barrier_of(t), Shape::kStageBytes);  // the stage's x tiles included
+      copy_tile(w_tile(stage_of(t), 0), maps.w_hi, n0, walk.k_of(t), barrier_of(t));
+      copy_tile(w_tile(stage_of(t), 1), maps.w_lo, n0, walk.k_of(t), barrier_of(t));
+    } else {
+      w_source.copy(w_tile(stage_of(t), 0), w_hi, walk.k_of(t), walk.end, staged_offset<kK>);
+      w_source.copy(w_tile(stage_of(t), 1), w_lo, walk.k_of(t), walk.end, staged_offset<kK>);
+    }
   };
   auto copy_x = [&](int64_t t) {
-    x_source.copy(x_tile(stage_of(t), 0), x_hi, walk.k_of(t), walk.end, staged_offset<kK>);
-    x_source.copy(x_tile(stage_of(t), 1), x_lo, walk.k_of(t), walk.end, staged_offset<kK>);
+    if constexpr (kTma) {
+      if (threadIdx.x != 0) return;
+      copy_tile(x_tile(stage_of(t), 0), maps.x_hi, m0, walk.k_of(t), barrier_of(t));
+      copy_tile(x_tile(stage_of(t), 1), maps.x_lo, m0, walk.k_of(t), barrier_of(t));
+    } else {
+      x_source.copy(x_tile(stage_of(t), 0), x_hi, walk.k_of(t), walk.end, staged_offset<kK>);
+      x_source.copy(x_tile(stage_of(t), 1), x_lo, walk.k_of(t), walk.end, staged_offset<kK>);
+    }
   };
+  if constexpr (kTma) {
+    if (threadIdx.x < kStages) init_barrier(barrier_of(threadIdx.x));
+    __syncthreads();
+  }
 
   // The rows and pieces this lane addresses for ldmatrix: of W (A: matrices rows 0-7 / 8-15 x k
   // 0-7 / 8-15), of x (B: tile j, k 0-7 / 8-15, then tile j + 1).
@@ -827,8 +868,12 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
     copy_async_commit();
   }
   for (int64_t t = 0; t < walk.steps; ++t) {
-    copy_async_wait<kStages - 2>();
-    if constexpr (kWarpgroupMma) fence_shared_for_async_reads();
+    if constexpr (kTma) {
+      wait_barrier(barrier_of(t), uint32_t(t / kStages) % 2);
+    } else {
+      copy_async_wait<kStages - 2>();
+      if constexpr (kWarpgroupMma) fence_shared_for_async_reads();
+    }
     __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
     if (t + kStages - 1 < walk.steps) {
       copy_w(t + kStages - 1);
@@ -926,12 +971,17 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
 //
 // Each warp forms the products of a block's 64 rows of W and 16 rows of x over its share of each
 // stage's k: lane (g, q) = (lane % 8, lane / 8) sums rows g + 8 i of W (i < 8) against rows
-// q + 4 j of x (j < 4), 32 sums a lane where the CUDA-core kernel's 16-row tile holds 128. W's
-// tile and x's are staged a stage at a time with cp.async (each row padded by 16 bytes, so that a
-// load's 8 rows fall in different banks); a 16-byte load of W then serves 4 lanes and one of x 8,
-// 12 loads for 128 products. Two blocks an SM, each waiting only at its own barriers, k split in
-// two: one block of 16 warps measured 1.12x slower, its loads and products barely overlapping
-// (PERFORMANCE.md, row 60). The warps' sums are added in a fixed order at the end.
+// q + 4 j of x (j < 4), 32 sums a lane where the CUDA-core kernel's 16-row tile holds 128. A
+// 16-byte load of W from shared memory then serves 4 lanes and one of x 8: 12 loads for 128
+// products. W's tile and x's are staged a stage of k at a time, in one of two layouts that keep a
+// load's 8 rows in different banks:
+//   - from sm_90, by the TMA (tma.cuh): one thread copies a stage as 128-byte-swizzled tiles of
+//     32 k, counted in on an mbarrier; measured 1.1x faster than the copies below (PERFORMANCE.md,
+//     row 61), which took every thread's issue slots and address work;
+//   - otherwise with cp.async, 16 bytes a thread at a time, each row padded by 16 bytes.
+// Two blocks an SM, each waiting only at its own barriers, k split in two: one block of 16 warps
+// measured 1.12x slower, its loads and products barely overlapping (row 60). The warps' sums are
+// added in a fixed order at the end.
 struct LaneRowsShape {
   static constexpr int kRows = 16;               // rows of x per block
   static constexpr int kRowsW = 64;              // rows of W per block
@@ -940,72 +990,137 @@ struct LaneRowsShape {
   static constexpr int kWarps = 8;               // each a share of every stage's k
   static constexpr int kK = 64;                  // values of k a stage
   static constexpr int kWarpK = kK / kWarps;     // a warp's share of a stage
-  static constexpr int kStride = kK + 4;         // floats from one staged row to the next
-  static constexpr int kWFloats = kRowsW * kStride;
-  static constexpr int kStageFloats = (kRowsW + kRows) * kStride;
   static constexpr int kStages = 4;
   static constexpr int kBlocks = 2;  // an SM
-  static constexpr int kSmemBytes = kStages * kStageFloats * 4;
+  // cp.async's layout: [row of W, then of x][kStride], rows padded by 16 bytes.
+  static constexpr int kStride = kK + 4;  // floats from one staged row to the next
+  static constexpr int kWFloats = kRowsW * kStride;
+  static constexpr int kStageFloats = (kRowsW + kRows) * kStride;
+  // The TMA's layout: [tile of 32 k][row of W] then [tile][row of x], 128-byte rows, swizzled.
+  static constexpr int kTileK = kTileRowBytes / 4;
+  static constexpr int kTiles = kK / kTileK;
+  static constexpr int kTileFloatsW = kRowsW * kTileK, kTileFloatsX = kRows * kTileK;
+  static constexpr int kSwizzledStageFloats = kTiles * (kTileFloatsW + kTileFloatsX);
+  // Either layout's stages; the TMA's with 1 KB to align them, and the stages' mbarriers.
+  static constexpr int kPaddedBytes = kStages * kStageFloats * 4;
+  static constexpr int kSwizzledBytes = kStages * kSwizzledStageFloats * 4 + 1024 + kStages * 8;
+  static constexpr int kSmemBytes = std::max(kPaddedBytes, kSwizzledBytes);
   static constexpr int kSums = kLaneRowsW * kLaneRowsX;  // a lane's
   // At the end every warp's sums, [warp][sum][lane], reuse the stages' memory.
-  static_assert(kWarps * kSums * 32 <= kStages * kStageFloats && kWarpK % 4 == 0);
+  static_assert(kWarps * kSums * 32 <= kStages * kSwizzledStageFloats && kWarpK % 4 == 0);
+  static_assert(kK % kTileK == 0 && kSwizzledStageFloats * 4 % 1024 == 0);
 };
 
 // x [rows, k_in], W [n_out, k_in], out [rows, n_out], all float32, rows 16-byte aligned. Block
 // (x, y, z): Shape::kRowsW rows of W, the y-th split of k (k_per_split values, a multiple of
-// Shape::kK), Shape::kRows rows of x; out and partial as skinny_linear_kernel.
-template <class Shape, class Activations>
+// Shape::kK), Shape::kRows rows of x; out and partial as skinny_linear_kernel. kTileCopies: W and
+// x staged by the TMA from w_map and x_map (describe_matrix: tiles of kRowsW and kRows rows),
+// where the kernel is built for sm_90 on; otherwise the maps are not read.
+template <class Shape, class Activations, bool kTileCopies>
 __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
     skinny_lane_rows_kernel(const float* __restrict__ x, const float* __restrict__ w,
                             const float* __restrict__ bias, const float* __restrict__ shift,
                             float* __restrict__ out, float* __restrict__ partial, int64_t rows,
-                            int64_t n_out, int64_t k_in, int64_t k_per_split) {
+                            int64_t n_out, int64_t k_in, int64_t k_per_split,
+                            const __grid_constant__ CUtensorMap w_map,
+                            const __grid_constant__ CUtensorMap x_map) {
   constexpr int kRows = Shape::kRows, kRowsW = Shape::kRowsW, kWarps = Shape::kWarps;
   constexpr int kLaneRowsW = Shape::kLaneRowsW, kLaneRowsX = Shape::kLaneRowsX;
   constexpr int kK = Shape::kK, kStride = Shape::kStride, kStages = Shape::kStages;
+  constexpr int kTileK = Shape::kTileK, kTiles = Shape::kTiles;
   constexpr int kThreads = kWarps * 32, kSums = Shape::kSums;
+  constexpr bool kTma = kTileCopies && kHasTensorCopies;
   extern __shared__ __align__(16) float stages[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n0 = int64_t(blockIdx.x) * kRowsW;
   const int64_t m0 = int64_t(blockIdx.z) * kRows;
   const KWalk<kK, kRotateChunks> walk(k_in, k_per_split);
 
-  // Step t of the walk over k: its stage's slot (W's rows, then x's).
-  auto stage_of = [&](int64_t t) { return stages + (t % kStages) * Shape::kStageFloats; };
-  // Step t's tiles of W and x, rows past the last and k past the split's end as zeros.
-  const TileSource<float, kRowsW, kK / 4, kThreads> w_source(n0, n_out, k_in);
-  const TileSource<float, kRows, kK / 4, kThreads> x_source(m0, rows, k_in);
-  auto copy_stage = [&](int64_t t) {
-    const uint32_t tile = shared_address(stage_of(t));
-    auto offset = [](int row, int piece) { return uint32_t((row * kStride + piece * 4) * 4); };
-    w_source.copy(tile, w, walk.k_of(t), walk.end, offset);
-    x_source.copy(tile + Shape::kWFloats * 4, x, walk.k_of(t), walk.end, offset);
+  // Step t of the walk over k: its stage's slot, W's rows then x's, and (TMA) its mbarrier.
+  float* const slots = kTma ? stages + (1024 - shared_address(stages) % 1024) % 1024 / 4 : stages;
+  constexpr int kSlotFloats = kTma ? Shape::kSwizzledStageFloats : Shape::kStageFloats;
+  auto slot_of = [&](int64_t t) { return slots + (t % kStages) * kSlotFloats; };
+  const uint32_t barriers = shared_address(slots + kStages * kSlotFloats);  // kTma only
+  auto barrier_of = [&](int64_t t) { return barriers + uint32_t(t % kStages) * 8; };
+  // Where the 4 k from k of row r of W (of x) lie in a slot.
+  auto w_piece = [&](const float* slot, int r, int k) {
+    if constexpr (kTma) {
+      return slot + (k / kTileK) * Shape::kTileFloatsW + r * kTileK +
+             ((k % kTileK / 4) ^ (r % 8)) * 4;
+    } else {
+      return slot + r * kStride + k;
+    }
   };
+  auto x_piece = [&](const float* slot, int r, int k) {
+    if constexpr (kTma) {
+      return slot + kTiles * Shape::kTileFloatsW + (k / kTileK) * Shape::kTileFloatsX + r * kTileK +
+             ((k % kTileK / 4) ^ (r % 8)) * 4;
+    } else {
+      return slot + Shape::kWFloats + r * kStride + k;
+    }
+  };
+
+  // Step t's tiles of W and x into its slot, rows past the last and k past the split's end as
+  // zeros (splits end on a stage's edge, the last at k_in, past which the TMA reads zeros): by one
+  // thread through the TMA, or by every thread with cp.async (one commit group a step, empty or
+  // not).
+  using WSource =
+      std::conditional_t<kTma, NoTileSource, TileSource<float, kRowsW, kK / 4, kThreads>>;
+  using XSource =
+      std::conditional_t<kTma, NoTileSource, TileSource<float, kRows, kK / 4, kThreads>>;
+  [[maybe_unused]] const WSource w_source(n0, n_out, k_in);
+  [[maybe_unused]] const XSource x_source(m0, rows, k_in);
+  auto copy_stage = [&](int64_t t) {
+    if constexpr (kTma) {
+      if (threadIdx.x != 0 || t >= walk.steps) return;
+      const uint32_t slot = shared_address(slot_of(t)), barrier = barrier_of(t);
+      expect_bytes(barrier, Shape::kSwizzledStageFloats * 4);
+      const int64_t k = walk.k_of(t);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        copy_tile(slot + i * Shape::kTileFloatsW * 4, w_map, n0, k + i * kTileK, barrier);
+        copy_tile(slot + (kTiles * Shape::kTileFloatsW + i * Shape::kTileFloatsX) * 4, x_map, m0,
+                  k + i * kTileK, barrier);
+      }
+    } else {
+      if (t < walk.steps) {
+        const uint32_t slot = shared_address(slot_of(t));
+        auto offset = [](int row, int piece) { return uint32_t((row * kStride + piece * 4) * 4); };
+        w_source.copy(slot, w, walk.k_of(t), walk.end, offset);
+        x_source.copy(slot + Shape::kWFloats * 4, x, walk.k_of(t), walk.end, offset);
+      }
+      copy_async_commit();
+    }
+  };
+  if constexpr (kTma) {
+    if (threadIdx.x < kStages) init_barrier(barrier_of(threadIdx.x));
+    __syncthreads();
+  }
 
   // This lane's rows: g + 8 i of W, q + 4 j of x.
   const int g = lane % 8, q = lane / 8;
   float acc[kLaneRowsW][kLaneRowsX] = {};
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < walk.steps) copy_stage(s);
-    copy_async_commit();
-  }
+  for (int s = 0; s < kStages - 1; ++s) copy_stage(s);
   for (int64_t t = 0; t < walk.steps; ++t) {
-    copy_async_wait<kStages - 2>();
+    if constexpr (kTma) {
+      wait_barrier(barrier_of(t), uint32_t(t / kStages) % 2);
+    } else {
+      copy_async_wait<kStages - 2>();
+    }
     __syncthreads();  // stage t arrived for every thread; stage t - 1 is read by no warp
-    if (t + kStages - 1 < walk.steps) copy_stage(t + kStages - 1);
-    copy_async_commit();
-    const float* w_at = stage_of(t) + g * kStride + warp * Shape::kWarpK;
-    const float* x_at = stage_of(t) + Shape::kWFloats + q * kStride + warp * Shape::kWarpK;
+    copy_stage(t + kStages - 1);
+    const float* slot = slot_of(t);
 #pragma unroll
     for (int k4 = 0; k4 < Shape::kWarpK; k4 += 4) {
+      const int k = warp * Shape::kWarpK + k4;
       float4 wv[kLaneRowsW], xv[kLaneRowsX];
 #pragma unroll
       for (int i = 0; i < kLaneRowsW; ++i) {
-        wv[i] = *reinterpret_cast<const float4*>(w_at + 8 * i * kStride + k4);
+        wv[i] = *reinterpret_cast<const float4*>(w_piece(slot, g + 8 * i, k));
       }
 #pragma unroll
       for (int j = 0; j < kLaneRowsX; ++j) {
-        xv[j] = *reinterpret_cast<const float4*>(x_at + 4 * j * kStride + k4);
+        xv[j] = *reinterpret_cast<const float4*>(x_piece(slot, q + 4 * j, k));
       }
 #pragma unroll
       for (int i = 0; i < kLaneRowsW; ++i) {
@@ -1156,10 +1271,31 @@ struct StagedKernel {
     cudaError_t err =
         launch_split_bf16(static_cast<const float*>(args.x), x_hi, x_hi + count, count, stream);
     if (err != cudaSuccess) return err;
-    auto kernel = skinny_staged_kernel<Shape, Activations>;
+    StagedMaps maps{};
+    if constexpr (Shape::kTmaTiles) {
+      const bool described = limits.compute_major >= 9 &&
+                             describe_matrix(maps.w_hi, args.w, 2, args.out_features,
+                                             args.in_features, Shape::kRowsW) == cudaSuccess &&
+                             describe_matrix(maps.w_lo, args.w_lo, 2, args.out_features,
+                                             args.in_features, Shape::kRowsW) == cudaSuccess &&
+                             describe_matrix(maps.x_hi, x_hi, 2, args.rows, args.in_features,
+                                             Shape::kRows) == cudaSuccess &&
+                             describe_matrix(maps.x_lo, x_hi + count, 2, args.rows,
+                                             args.in_features, Shape::kRows) == cudaSuccess;
+      if (described)
+        return launch_as<Activations, true>(limits, plan, args, x_hi, maps, partial, stream);
+    }
+    return launch_as<Activations, false>(limits, plan, args, x_hi, maps, partial, stream);
+  }
+  template <class Activations, bool kTileCopies>
+  static cudaError_t launch_as(const DeviceLimits& limits, const Plan& plan,
+                               const SkinnyLinearArgs& args, const __nv_bfloat16* x_hi,
+                               const StagedMaps& maps, float* partial, cudaStream_t stream) {
+    const int64_t count = args.rows * args.in_features;
+    auto kernel = skinny_staged_kernel<Shape, Activations, kTileCopies>;
     static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
-    err = allow_shared_bytes_once(reinterpret_cast<const void*>(kernel), Shape::kSmemBytes,
-                                  limits.device, devices_allowed);
+    const cudaError_t err = allow_shared_bytes_once(
+        reinterpret_cast<const void*>(kernel), Shape::kSmemBytes, limits.device, devices_allowed);
     if (err != cudaSuccess) return err;
     // Overlapping the split's tail: the kernel waits for it before it reads x's parts.
     return launch_dependent(
@@ -1167,12 +1303,13 @@ struct StagedKernel {
         static_cast<const __nv_bfloat16*>(args.w), static_cast<const __nv_bfloat16*>(args.w_lo),
         static_cast<const float*>(args.bias), static_cast<const float*>(args.shift),
         static_cast<float*>(args.out), partial, args.rows, args.out_features, args.in_features,
-        plan.k_per_split);
+        plan.k_per_split, maps);
   }
 };
 
 // The lane-rows kernel (float32 W, 16-byte aligned rows, sm_80 on): two blocks an SM, within one
-// wave (at 8192 outputs 128 blocks of rows of W, k split in two).
+// wave (at 8192 outputs 128 blocks of rows of W, k split in two). From sm_90 W and x are staged
+// by the TMA, where the driver describes them (describe_matrix); otherwise with cp.async.
 template <class Shape>
 struct LaneRowsKernel {
   using Element = float;
@@ -1184,7 +1321,22 @@ struct LaneRowsKernel {
   static cudaError_t launch(const DeviceLimits& limits, const Plan& plan,
                             const SkinnyLinearArgs& args, float*, float* partial,
                             cudaStream_t stream) {
-    auto kernel = skinny_lane_rows_kernel<Shape, Activations>;
+    CUtensorMap w_map{}, x_map{};
+    const bool tile_copies =
+        limits.compute_major >= 9 &&
+        describe_matrix(w_map, args.w, 4, args.out_features, args.in_features, Shape::kRowsW) ==
+            cudaSuccess &&
+        describe_matrix(x_map, args.x, 4, args.rows, args.in_features, Shape::kRows) == cudaSuccess;
+    return tile_copies
+               ? launch_as<Activations, true>(limits, plan, args, partial, w_map, x_map, stream)
+               : launch_as<Activations, false>(limits, plan, args, partial, w_map, x_map, stream);
+  }
+  template <class Activations, bool kTileCopies>
+  static cudaError_t launch_as(const DeviceLimits& limits, const Plan& plan,
+                               const SkinnyLinearArgs& args, float* partial,
+                               const CUtensorMap& w_map, const CUtensorMap& x_map,
+                               cudaStream_t stream) {
+    auto kernel = skinny_lane_rows_kernel<Shape, Activations, kTileCopies>;
     static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
     const cudaError_t err = allow_shared_bytes_once(
         reinterpret_cast<const void*>(kernel), Shape::kSmemBytes, limits.device, devices_allowed);
@@ -1193,7 +1345,7 @@ struct LaneRowsKernel {
         static_cast<const float*>(args.x), static_cast<const float*>(args.w),
         static_cast<const float*>(args.bias), static_cast<const float*>(args.shift),
         static_cast<float*>(args.out), partial, args.rows, args.out_features, args.in_features,
-        plan.k_per_split);
+        plan.k_per_split, w_map, x_map);
     return cudaGetLastError();
   }
 };
