@@ -65,13 +65,14 @@ int64_t LinearEpilogueModel::skinny_max_rows(Precision precision) {
 
 int64_t LinearEpilogueModel::default_skinny_max_rows(Precision precision, torch::ScalarType dtype) {
   // The skinny kernels against cuBLAS at 8192 -> 8192 on an H200, CUDA-graph replays
-  // (docs/RESULTS.md): float32 W on the CUDA cores 1.05x at 1 row, 1.8x at 2-8, 1.7x at 9-16
-  // (the lane-rows kernel, one tile of 16 rows), 1.23-1.26x at 17-32 (two tiles), slower from
-  // 33 (0.81x at 40: three tiles), and faster than tf32's cuBLAS kernel at 1 row only; bf16x3's
-  // parts on the tensor cores 1.5x at 9-32, 1.37-1.46x at 48-64 (the staged kernel, with wgmma from
-  // 33 rows in sm_90a builds, mma.sync 3-4% slower elsewhere; ieee's kernel runs bf16x3's rows 1-8,
-  // faster still: 1.55-1.65x from 2 rows); the bf16 mode's hi part 1.09-1.14x at 1-8, even at
-  // 12-16; 16-bit models 0.92-0.98x (cuBLAS's bfloat16 GEMM reads W as fast, and x stays 16-bit).
+  // (docs/RESULTS.md): float32 W on the CUDA cores 1.05x at 1 row, 1.8x at 2-8, 1.9x at 9-16
+  // (the lane-rows kernel, one tile of 16 rows), 1.35x at 17-32 (two tiles), slower from 33
+  // (0.81x at 40, three tiles, before the TMA's copies), and faster than tf32's cuBLAS kernel at
+  // 1 row only; bf16x3's parts on the tensor cores 1.5x at 9-32, 1.38x at 48-64 (the staged kernel,
+  // with wgmma from 33 rows in sm_90a builds, mma.sync 3-4% slower elsewhere; ieee's kernel runs
+  // bf16x3's rows 1-8, faster still: 1.55-1.65x from 2 rows); the bf16 mode's hi part 1.09-1.14x at
+  // 1-8, even at 12-16; 16-bit models 0.92-0.98x (cuBLAS's bfloat16 GEMM reads W as fast, and x
+  // stays 16-bit).
   if (dtype != torch::kFloat32) return 0;
   switch (precision) {
     case Precision::kIeee:
