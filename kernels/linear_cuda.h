@@ -62,6 +62,10 @@ struct SkinnyLinearArgs {
   const void* shift = nullptr;
   void* out = nullptr;
   int64_t rows = 0, out_features = 0, in_features = 0;
+  // From sm_90 the kernels that stage W and x through shared memory have the TMA copy them where
+  // the driver can describe the matrices; false copies them thread by thread, as older GPUs do
+  // (the same bits: for tests and comparisons).
+  bool tile_copies = true;
 };
 
 // How many floats of workspace launch_skinny_linear needs for `args` on the current device: the

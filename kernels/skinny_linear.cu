@@ -1273,7 +1273,7 @@ struct StagedKernel {
     if (err != cudaSuccess) return err;
     StagedMaps maps{};
     if constexpr (Shape::kTmaTiles) {
-      const bool described = limits.compute_major >= 9 &&
+      const bool described = args.tile_copies && limits.compute_major >= 9 &&
                              describe_matrix(maps.w_hi, args.w, 2, args.out_features,
                                              args.in_features, Shape::kRowsW) == cudaSuccess &&
                              describe_matrix(maps.w_lo, args.w_lo, 2, args.out_features,
@@ -1323,7 +1323,7 @@ struct LaneRowsKernel {
                             cudaStream_t stream) {
     CUtensorMap w_map{}, x_map{};
     const bool tile_copies =
-        limits.compute_major >= 9 &&
+        args.tile_copies && limits.compute_major >= 9 &&
         describe_matrix(w_map, args.w, 4, args.out_features, args.in_features, Shape::kRowsW) ==
             cudaSuccess &&
         describe_matrix(x_map, args.x, 4, args.rows, args.in_features, Shape::kRows) == cudaSuccess;

@@ -1,7 +1,8 @@
 // The skinny kernel (kernels/skinny_linear.cu) and its ops, linear_swish_chain and
 // linear_mish_mish: every weight variant against a float64 evaluation, at every row count up to
 // 64, on widths that are not multiples of the load width or the tile, misaligned weights, split
-// k; bitwise-repeatable results, also from a CUDA graph; and the model's choice of kernel. The
+// k; bitwise-repeatable results, also from a CUDA graph, and the same with the TMA's copies as
+// with cp.async's; and the model's choice of kernel. The
 // CPU twin runs everywhere; the CUDA tests skip without a GPU.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,9 @@
 #include "tests/test_support.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/linear_cuda.h"
 #include "tests/cuda_graph_support.h"
 #endif
 
@@ -328,6 +332,52 @@ TEST_F(SkinnyLinearCuda, BitwiseRepeatable) {
 }
 
 #ifdef FUSEDLINEAR_WITH_CUDA
+// From sm_90 the TMA copies the stages of the lane-rows kernel (float32 W from 9 rows) and of the
+// staged kernel at 64 k a stage (bf16x3 from 33 rows); older GPUs copy them thread by thread with
+// cp.async. Both feed the same products in the same order: the same bits, at odd widths, split k,
+// and tiles that reach past the last row of x and of W.
+TEST_F(SkinnyLinearCuda, TileCopiesGiveTheBitsOfThreadCopies) {
+  if (at::cuda::getCurrentDeviceProperties()->major < 9) GTEST_SKIP() << "the TMA needs sm_90";
+  torch::NoGradGuard no_grad;
+  for (const auto& [rows, out, in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {9, 515, 1000}, {16, 8192, 1024}, {17, 515, 1000}, {33, 515, 1000}, {64, 300, 3000}}) {
+    const Problem p = make_problem("swish_chain", rows, out, in, torch::kFloat32, torch::kCUDA, 21);
+    const auto [hi, lo] = split_bf16(p.w);
+    for (const Variant v : {Variant::kWeight, Variant::kHiLo}) {
+      SkinnyLinearArgs args;
+      args.kind = EpilogueKind::kSwishChain;
+      args.type = ElementType::kFloat32;
+      args.weight = v == Variant::kWeight ? SkinnyWeight::kAsInput : SkinnyWeight::kBf16HiLo;
+      args.x = p.x.data_ptr();
+      args.w = v == Variant::kWeight ? p.w.data_ptr() : hi.data_ptr();
+      args.w_lo = v == Variant::kWeight ? nullptr : lo.data_ptr();
+      args.bias = p.bias.data_ptr();
+      args.shift = p.shift.data_ptr();
+      args.rows = rows;
+      args.out_features = out;
+      args.in_features = in;
+      auto run = [&](bool tile_copies) {
+        args.tile_copies = tile_copies;
+        const torch::Tensor y = torch::empty({args.rows, args.out_features}, p.x.options());
+        args.out = y.data_ptr();
+        int64_t floats = 0;
+        EXPECT_EQ(plan_skinny_linear(args, floats), cudaSuccess);
+        const torch::Tensor workspace = torch::empty({std::max<int64_t>(floats, 1)}, p.x.options());
+        EXPECT_EQ(launch_skinny_linear(args, workspace.data_ptr<float>(),
+                                       at::cuda::getCurrentCUDAStream()),
+                  cudaSuccess);
+        return y;
+      };
+      const torch::Tensor tile_copies = run(true);
+      EXPECT_TRUE(torch::equal(tile_copies, run(false)))
+          << variant_name(v) << " " << rows << "x" << in << " -> " << out;
+      EXPECT_TRUE(torch::equal(tile_copies, run_variant(p, v)))  // the op: tile copies too
+          << variant_name(v) << " " << rows << "x" << in << " -> " << out;
+      EXPECT_LE(bound_used(p, tile_copies, v), 1.0);
+    }
+  }
+}
+
 TEST_F(SkinnyLinearCuda, SameResultFromACudaGraph) {
   // Captured on a side stream (the kernels must run on the current stream to be captured) and
   // replayed: bitwise the launch's result, split k (64 outputs) and not (2048) alike.
