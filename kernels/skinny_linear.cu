@@ -818,15 +818,13 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   [[maybe_unused]] const XSource x_source(m0, rows, k_in);
   // With the TMA one thread copies each tile, counted in on its stage's mbarrier (after the
   // stages).
-  auto barrier_of = [&](int64_t t) {
-    return base + kStages * Shape::kStageBytes + uint32_t(stage_of(t)) * 8;
-  };
+  const StageBarriers<kStages> barriers{base + kStages * Shape::kStageBytes};
   auto copy_w = [&](int64_t t) {
     if constexpr (kTma) {
       if (threadIdx.x != 0) return;
-      expect_bytes(barrier_of(t), Shape::kStageBytes);  // the stage's x tiles included
-      copy_tile(w_tile(stage_of(t), 0), maps.w_hi, n0, walk.k_of(t), barrier_of(t));
-      copy_tile(w_tile(stage_of(t), 1), maps.w_lo, n0, walk.k_of(t), barrier_of(t));
+      expect_bytes(barriers.of(t), Shape::kStageBytes);  // the stage's x tiles included
+      copy_tile(w_tile(stage_of(t), 0), maps.w_hi, n0, walk.k_of(t), barriers.of(t));
+      copy_tile(w_tile(stage_of(t), 1), maps.w_lo, n0, walk.k_of(t), barriers.of(t));
     } else {
       w_source.copy(w_tile(stage_of(t), 0), w_hi, walk.k_of(t), walk.end, staged_offset<kK>);
       w_source.copy(w_tile(stage_of(t), 1), w_lo, walk.k_of(t), walk.end, staged_offset<kK>);
@@ -835,17 +833,14 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   auto copy_x = [&](int64_t t) {
     if constexpr (kTma) {
       if (threadIdx.x != 0) return;
-      copy_tile(x_tile(stage_of(t), 0), maps.x_hi, m0, walk.k_of(t), barrier_of(t));
-      copy_tile(x_tile(stage_of(t), 1), maps.x_lo, m0, walk.k_of(t), barrier_of(t));
+      copy_tile(x_tile(stage_of(t), 0), maps.x_hi, m0, walk.k_of(t), barriers.of(t));
+      copy_tile(x_tile(stage_of(t), 1), maps.x_lo, m0, walk.k_of(t), barriers.of(t));
     } else {
       x_source.copy(x_tile(stage_of(t), 0), x_hi, walk.k_of(t), walk.end, staged_offset<kK>);
       x_source.copy(x_tile(stage_of(t), 1), x_lo, walk.k_of(t), walk.end, staged_offset<kK>);
     }
   };
-  if constexpr (kTma) {
-    if (threadIdx.x < kStages) init_barrier(barrier_of(threadIdx.x));
-    __syncthreads();
-  }
+  if constexpr (kTma) barriers.init();
 
   // The rows and pieces this lane addresses for ldmatrix: of W (A: matrices rows 0-7 / 8-15 x k
   // 0-7 / 8-15), of x (B: tile j, k 0-7 / 8-15, then tile j + 1).
@@ -869,7 +864,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   }
   for (int64_t t = 0; t < walk.steps; ++t) {
     if constexpr (kTma) {
-      wait_barrier(barrier_of(t), uint32_t(t / kStages) % 2);
+      barriers.wait(t);
     } else {
       copy_async_wait<kStages - 2>();
       if constexpr (kWarpgroupMma) fence_shared_for_async_reads();
@@ -1040,8 +1035,7 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
   float* const slots = kTma ? stages + (1024 - shared_address(stages) % 1024) % 1024 / 4 : stages;
   constexpr int kSlotFloats = kTma ? Shape::kSwizzledStageFloats : Shape::kStageFloats;
   auto slot_of = [&](int64_t t) { return slots + (t % kStages) * kSlotFloats; };
-  const uint32_t barriers = shared_address(slots + kStages * kSlotFloats);  // kTma only
-  auto barrier_of = [&](int64_t t) { return barriers + uint32_t(t % kStages) * 8; };
+  const StageBarriers<kStages> barriers{shared_address(slots + kStages * kSlotFloats)};  // TMA only
   // Where the 4 k from k of row r of W (of x) lie in a slot.
   auto w_piece = [&](const float* slot, int r, int k) {
     if constexpr (kTma) {
@@ -1073,7 +1067,7 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
   auto copy_stage = [&](int64_t t) {
     if constexpr (kTma) {
       if (threadIdx.x != 0 || t >= walk.steps) return;
-      const uint32_t slot = shared_address(slot_of(t)), barrier = barrier_of(t);
+      const uint32_t slot = shared_address(slot_of(t)), barrier = barriers.of(t);
       expect_bytes(barrier, Shape::kSwizzledStageFloats * 4);
       const int64_t k = walk.k_of(t);
 #pragma unroll
@@ -1092,10 +1086,7 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
       copy_async_commit();
     }
   };
-  if constexpr (kTma) {
-    if (threadIdx.x < kStages) init_barrier(barrier_of(threadIdx.x));
-    __syncthreads();
-  }
+  if constexpr (kTma) barriers.init();
 
   // This lane's rows: g + 8 i of W, q + 4 j of x.
   const int g = lane % 8, q = lane / 8;
@@ -1103,7 +1094,7 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
   for (int s = 0; s < kStages - 1; ++s) copy_stage(s);
   for (int64_t t = 0; t < walk.steps; ++t) {
     if constexpr (kTma) {
-      wait_barrier(barrier_of(t), uint32_t(t / kStages) % 2);
+      barriers.wait(t);
     } else {
       copy_async_wait<kStages - 2>();
     }
@@ -1251,6 +1242,12 @@ inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes, int de
   return err;
 }
 
+// Whether a launch may have the TMA copy its stages (the matrices must also be described:
+// describe_matrix): asked for, on sm_90 or newer.
+inline bool tile_copies_allowed(const SkinnyLinearArgs& args, const DeviceLimits& limits) {
+  return args.tile_copies && limits.compute_major >= 9;
+}
+
 // The staged kernel (bf16x3 only); x is split into its bfloat16 parts in the workspace first.
 template <class Shape>
 struct StagedKernel {
@@ -1268,30 +1265,31 @@ struct StagedKernel {
                             cudaStream_t stream) {
     const int64_t count = args.rows * args.in_features;
     auto* x_hi = reinterpret_cast<__nv_bfloat16*>(workspace);
+    __nv_bfloat16* x_lo = x_hi + count;
     cudaError_t err =
-        launch_split_bf16(static_cast<const float*>(args.x), x_hi, x_hi + count, count, stream);
+        launch_split_bf16(static_cast<const float*>(args.x), x_hi, x_lo, count, stream);
     if (err != cudaSuccess) return err;
     StagedMaps maps{};
     if constexpr (Shape::kTmaTiles) {
-      const bool described = args.tile_copies && limits.compute_major >= 9 &&
+      const bool described = tile_copies_allowed(args, limits) &&
                              describe_matrix(maps.w_hi, args.w, 2, args.out_features,
                                              args.in_features, Shape::kRowsW) == cudaSuccess &&
                              describe_matrix(maps.w_lo, args.w_lo, 2, args.out_features,
                                              args.in_features, Shape::kRowsW) == cudaSuccess &&
                              describe_matrix(maps.x_hi, x_hi, 2, args.rows, args.in_features,
                                              Shape::kRows) == cudaSuccess &&
-                             describe_matrix(maps.x_lo, x_hi + count, 2, args.rows,
-                                             args.in_features, Shape::kRows) == cudaSuccess;
+                             describe_matrix(maps.x_lo, x_lo, 2, args.rows, args.in_features,
+                                             Shape::kRows) == cudaSuccess;
       if (described)
-        return launch_as<Activations, true>(limits, plan, args, x_hi, maps, partial, stream);
+        return launch_as<Activations, true>(limits, plan, args, x_hi, x_lo, maps, partial, stream);
     }
-    return launch_as<Activations, false>(limits, plan, args, x_hi, maps, partial, stream);
+    return launch_as<Activations, false>(limits, plan, args, x_hi, x_lo, maps, partial, stream);
   }
   template <class Activations, bool kTileCopies>
   static cudaError_t launch_as(const DeviceLimits& limits, const Plan& plan,
                                const SkinnyLinearArgs& args, const __nv_bfloat16* x_hi,
-                               const StagedMaps& maps, float* partial, cudaStream_t stream) {
-    const int64_t count = args.rows * args.in_features;
+                               const __nv_bfloat16* x_lo, const StagedMaps& maps, float* partial,
+                               cudaStream_t stream) {
     auto kernel = skinny_staged_kernel<Shape, Activations, kTileCopies>;
     static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
     const cudaError_t err = allow_shared_bytes_once(
@@ -1299,7 +1297,7 @@ struct StagedKernel {
     if (err != cudaSuccess) return err;
     // Overlapping the split's tail: the kernel waits for it before it reads x's parts.
     return launch_dependent(
-        limits, kernel, plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream, x_hi, x_hi + count,
+        limits, kernel, plan.grid, kStagedWarps * 32, Shape::kSmemBytes, stream, x_hi, x_lo,
         static_cast<const __nv_bfloat16*>(args.w), static_cast<const __nv_bfloat16*>(args.w_lo),
         static_cast<const float*>(args.bias), static_cast<const float*>(args.shift),
         static_cast<float*>(args.out), partial, args.rows, args.out_features, args.in_features,
@@ -1323,7 +1321,7 @@ struct LaneRowsKernel {
                             cudaStream_t stream) {
     CUtensorMap w_map{}, x_map{};
     const bool tile_copies =
-        args.tile_copies && limits.compute_major >= 9 &&
+        tile_copies_allowed(args, limits) &&
         describe_matrix(w_map, args.w, 4, args.out_features, args.in_features, Shape::kRowsW) ==
             cudaSuccess &&
         describe_matrix(x_map, args.x, 4, args.rows, args.in_features, Shape::kRows) == cudaSuccess;

@@ -107,5 +107,20 @@ __device__ __forceinline__ void wait_barrier(uint32_t barrier, uint32_t parity) 
 #endif
 }
 
+// The mbarriers of a ring of kStages stages, 8 bytes each from `first` in shared memory: step t of
+// a walk fills stage t % kStages, and its copies complete that barrier's (t / kStages)-th phase.
+template <int kStages>
+struct StageBarriers {
+  uint32_t first;
+  __device__ uint32_t of(int64_t t) const { return first + uint32_t(t % kStages) * 8; }
+  // Readies them for the block; every thread calls it (it ends in a barrier).
+  __device__ void init() const {
+    if (threadIdx.x < kStages) init_barrier(of(threadIdx.x));
+    __syncthreads();
+  }
+  // Waits until step t's copies have landed.
+  __device__ void wait(int64_t t) const { wait_barrier(of(t), uint32_t(t / kStages) % 2); }
+};
+
 }  // namespace cuda
 }  // namespace fusedlinear
