@@ -654,13 +654,16 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 // into bfloat16 beforehand) into shared memory with cp.async, and its warps take the fragments
 // from there with ldmatrix: x crosses L2 once per block's rows of W, and each row of W is read
 // 128-256 bytes a part at a time. 8 warps: groups of 32 rows of W x shares of each stage's k,
-// the shares added in a fixed tree at the end. Two blocks an SM, two stages each
+// the shares added in a fixed tree at the end. Up to 32 rows two blocks an SM, two stages each
 // (PERFORMANCE.md, rows 42-43: at 24-32 rows one block with more stages, or 64 k a stage with 64
-// rows, measured 1.1-1.8x slower; from 33 rows 128 rows of W a block halve x's reads and
-// measured 1.3-1.4x faster than two tiles of 32 rows). At that shape (64 k a stage: 128-byte rows,
+// rows, measured 1.1-1.8x slower); from 33 rows 128 rows of W a block halve x's reads and
+// measured 1.3-1.4x faster than two tiles of 32 rows. At that shape (64 k a stage: 128-byte rows,
 // wgmma's swizzle), built for sm_90a, each half of the block (a warpgroup) instead forms its 64
 // rows' products for the whole stage with wgmma: 1.2x faster (row 57). Its stages are then the
-// TMA's tiles, and from sm_90 one thread copies them (1.01-1.04x faster, row 61).
+// TMA's tiles, and from sm_90 one thread copies them (1.01-1.04x faster, row 61); one block an SM
+// with four stages keeps more of them in flight than two blocks of two (1.05x faster, row 62).
+// Every stage's products are summed apart and added to float32 totals, so that a longer split of
+// k costs no accuracy.
 
 constexpr int kStagedWarps = 8;
 constexpr int kStagedWarpRowsW = 32;  // rows of W per warp: two 16-row tiles
@@ -722,11 +725,12 @@ constexpr bool kHasWarpgroupMma = false;
   return uint64_t((address >> 4) & 0x3fff) | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
 }
 
-// d += a b^T for a 64 x 16 tile a (rows of W) and a 64 x 16 tile b (rows of x), bfloat16, float32
-// accumulators: thread t of the warpgroup holds d[i] at row 16 (t / 32) + (t % 32) / 4 + 8 (i / 2
-// % 2), column 8 (i / 4) + 2 (t % 4) + i % 2.
+// d += a b^T (d = a b^T where !accumulate) for a 64 x 16 tile a (rows of W) and a 64 x 16 tile b
+// (rows of x), bfloat16, float32 accumulators: thread t of the warpgroup holds d[i] at row
+// 16 (t / 32) + (t % 32) / 4 + 8 (i / 2 % 2), column 8 (i / 4) + 2 (t % 4) + i % 2.
 [[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_m64n64k16(float (&d)[32], uint64_t a,
-                                                                         uint64_t b) {
+                                                                         uint64_t b,
+                                                                         bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %34, 0;\n"
@@ -739,7 +743,7 @@ constexpr bool kHasWarpgroupMma = false;
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
         "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(1));
+      : "l"(a), "l"(b), "r"(int(accumulate)));
 #endif
 }
 [[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_fence() {
@@ -849,6 +853,9 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
             a_piece = matrix / 2;
   const int b_row = (matrix / 2) * 8 + matrix_row, b_piece = matrix % 2;
 
+  // Each stage's products are summed by the tensor cores, then added to these float32 totals:
+  // the tensor cores' sums lose bits as they grow, and sums over a whole split of k (2048-4096
+  // k) had 3-5x the error against float64 (PERFORMANCE.md, row 62).
   float acc[2][kTilesX][4] = {};
   [[maybe_unused]] float warpgroup_acc[kWarpgroupMma ? 32 : 1] = {};
   const int warpgroup = warp / 4;
@@ -878,8 +885,9 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
     const int stage = stage_of(t);
     if constexpr (kWarpgroupMma) {
       // bf16x3's products, smallest first, for each 16 k: the tiles' descriptors step 32 bytes
-      // along their rows. Waited for before the next stage's barrier, after which its slot is
-      // overwritten.
+      // along their rows; the first starts the stage's sum. Waited for before the next stage's
+      // barrier, after which its slot is overwritten.
+      float stage_sum[32];
       warpgroup_mma_fence();
 #pragma unroll
       for (int k16 = 0; k16 < kK / 16; ++k16) {
@@ -889,12 +897,15 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
         const uint64_t a_lo = swizzled_tile_descriptor(w_tile(stage, 1) + w_at);
         const uint64_t b_hi = swizzled_tile_descriptor(x_tile(stage, 0) + x_at);
         const uint64_t b_lo = swizzled_tile_descriptor(x_tile(stage, 1) + x_at);
-        warpgroup_mma_m64n64k16(warpgroup_acc, a_hi, b_lo);
-        warpgroup_mma_m64n64k16(warpgroup_acc, a_lo, b_hi);
-        warpgroup_mma_m64n64k16(warpgroup_acc, a_hi, b_hi);
+        warpgroup_mma_m64n64k16(stage_sum, a_hi, b_lo, k16 > 0);
+        warpgroup_mma_m64n64k16(stage_sum, a_lo, b_hi, true);
+        warpgroup_mma_m64n64k16(stage_sum, a_hi, b_hi, true);
       }
       warpgroup_mma_commit_and_wait();
+#pragma unroll
+      for (int i = 0; i < 32; ++i) warpgroup_acc[i] += stage_sum[i];
     } else {
+      float stage_sum[2][kTilesX][4] = {};
 #pragma unroll
       for (int k16 = k_group; k16 < kK / 16; k16 += kKGroups) {
         uint32_t a[2][2][4];  // [hi, lo][tile of W]
@@ -915,13 +926,19 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
           for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
             for (int i = 0; i < 2; ++i) {  // bf16x3's products, smallest first
-              float(&d)[4] = acc[i][j + jj];
+              float(&d)[4] = stage_sum[i][j + jj];
               mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[1][2 * jj], b[1][2 * jj + 1]);
               mma_m16n8k16<__nv_bfloat16>(d, a[1][i], b[0][2 * jj], b[0][2 * jj + 1]);
               mma_m16n8k16<__nv_bfloat16>(d, a[0][i], b[0][2 * jj], b[0][2 * jj + 1]);
             }
         }
       }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < kTilesX; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[i][j][c] += stage_sum[i][j][c];
     }
   }
   copy_async_wait<0>();
@@ -1386,11 +1403,11 @@ cudaError_t dispatch_16bit_weight(const SkinnyLinearArgs& args, const DeviceLimi
   }
   if (args.rows <= 8) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 1>>{});
   // bf16x3 from 9 rows: the staged kernel, where the GPU has the shared memory for it
-  // (PERFORMANCE.md, rows 42-43).
+  // (PERFORMANCE.md, rows 42-43); from 33 rows one block an SM (row 62).
   if constexpr (kHasLo) {
     using UpTo16 = StagedShape<2>;
     using UpTo32 = StagedShape<4>;
-    using From33 = StagedShape<8, 128, 64>;
+    using From33 = StagedShape<8, 128, 64, 1>;
     if (limits.shared_bytes_per_block >= std::max(UpTo32::kSmemBytes, From33::kSmemBytes)) {
       if (args.rows <= 16) return fn(StagedKernel<UpTo16>{});
       if (args.rows <= 32) return fn(StagedKernel<UpTo32>{});
