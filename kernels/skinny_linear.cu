@@ -654,13 +654,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 // into bfloat16 beforehand) into shared memory with cp.async, and its warps take the fragments
 // from there with ldmatrix: x crosses L2 once per block's rows of W, and each row of W is read
 // 128-256 bytes a part at a time. 8 warps: groups of 32 rows of W x shares of each stage's k,
-// the shares added in a fixed tree at the end. At 17-32 rows two blocks an SM, two stages each
-// (PERFORMANCE.md, rows 42-43: one block with more stages, or 64 k a stage with 64 rows, measured
-// 1.1-1.8x slower; since row 62 one block is no faster); at 9-16 rows one block an SM with five
-// stages, k not split, 1.3 us faster (row 62); from 33 rows 128 rows of W a block halve x's reads
-// and measured 1.3-1.4x faster than two tiles of 32 rows. At that shape (64 k a stage: 128-byte
-// rows, wgmma's swizzle), built for sm_90a, each half of the block (a warpgroup) instead forms its
-// 64 rows' products for the whole stage with wgmma: 1.2x faster (row 57). Its stages are then the
+// the shares added in a fixed tree at the end. Up to 32 rows two blocks an SM, two stages each
+// (PERFORMANCE.md, rows 42-43: at 24-32 rows one block with more stages, or 64 k a stage with 64
+// rows, measured 1.1-1.8x slower); from 33 rows 128 rows of W a block halve x's reads and
+// measured 1.3-1.4x faster than two tiles of 32 rows. At that shape (64 k a stage: 128-byte rows,
+// wgmma's swizzle), built for sm_90a, each half of the block (a warpgroup) instead forms its 64
+// rows' products for the whole stage with wgmma: 1.2x faster (row 57). Its stages are then the
 // TMA's tiles, and from sm_90 one thread copies them (1.01-1.04x faster, row 61); one block an SM
 // with four stages keeps more of them in flight than two blocks of two (1.05x faster, row 62).
 // Every stage's products are summed apart and added to float32 totals, so that a longer split of
@@ -1404,13 +1403,12 @@ cudaError_t dispatch_16bit_weight(const SkinnyLinearArgs& args, const DeviceLimi
   }
   if (args.rows <= 8) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 1>>{});
   // bf16x3 from 9 rows: the staged kernel, where the GPU has the shared memory for it
-  // (PERFORMANCE.md, rows 42-43); one block an SM at 9-16 rows and from 33 (row 62).
+  // (PERFORMANCE.md, rows 42-43); from 33 rows one block an SM (row 62).
   if constexpr (kHasLo) {
-    using UpTo16 = StagedShape<2, 64, 128, 1>;
+    using UpTo16 = StagedShape<2>;
     using UpTo32 = StagedShape<4>;
     using From33 = StagedShape<8, 128, 64, 1>;
-    if (limits.shared_bytes_per_block >=
-        std::max({UpTo16::kSmemBytes, UpTo32::kSmemBytes, From33::kSmemBytes})) {
+    if (limits.shared_bytes_per_block >= std::max(UpTo32::kSmemBytes, From33::kSmemBytes)) {
       if (args.rows <= 16) return fn(StagedKernel<UpTo16>{});
       if (args.rows <= 32) return fn(StagedKernel<UpTo32>{});
       return fn(StagedKernel<From33>{});
