@@ -1403,15 +1403,20 @@ cudaError_t dispatch_16bit_weight(const SkinnyLinearArgs& args, const DeviceLimi
   }
   if (args.rows <= 8) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 1>>{});
   // bf16x3 from 9 rows: the staged kernel, where the GPU has the shared memory for it
-  // (PERFORMANCE.md, rows 42-43); from 33 rows one block an SM (row 62).
+  // (PERFORMANCE.md, rows 42-43); from 33 rows one block an SM where a block may take sm_90's
+  // 192 KiB (row 62), otherwise two.
   if constexpr (kHasLo) {
     using UpTo16 = StagedShape<2>;
     using UpTo32 = StagedShape<4>;
-    using From33 = StagedShape<8, 128, 64, 1>;
-    if (limits.shared_bytes_per_block >= std::max(UpTo32::kSmemBytes, From33::kSmemBytes)) {
+    using From33OneBlock = StagedShape<8, 128, 64, 1>;
+    using From33TwoBlocks = StagedShape<8, 128, 64, 2>;
+    if (limits.shared_bytes_per_block >=
+        std::max(UpTo32::kSmemBytes, From33TwoBlocks::kSmemBytes)) {
       if (args.rows <= 16) return fn(StagedKernel<UpTo16>{});
       if (args.rows <= 32) return fn(StagedKernel<UpTo32>{});
-      return fn(StagedKernel<From33>{});
+      if (limits.shared_bytes_per_block >= From33OneBlock::kSmemBytes)
+        return fn(StagedKernel<From33OneBlock>{});
+      return fn(StagedKernel<From33TwoBlocks>{});
     }
   }
   if (args.rows <= 16) return fn(TensorCoreKernel<T, WT, kHasLo, MmaShape<kHasLo, 2>>{});
