@@ -1053,21 +1053,16 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
   constexpr int kSlotFloats = kTma ? Shape::kSwizzledStageFloats : Shape::kStageFloats;
   auto slot_of = [&](int64_t t) { return slots + (t % kStages) * kSlotFloats; };
   const StageBarriers<kStages> barriers{shared_address(slots + kStages * kSlotFloats)};  // TMA only
-  // Where the 4 k from k of row r of W (of x) lie in a slot.
-  auto w_piece = [&](const float* slot, int r, int k) {
+  // Where x's rows start in a slot, after W's; and where the 4 k from k of row r lie in W's or
+  // x's part of a slot (part_rows rows: the height of its tiles in the TMA's layout, whose pieces
+  // are swizzled as staged_offset swizzles them).
+  constexpr int kXPartFloats = kTma ? kTiles * Shape::kTileFloatsW : Shape::kWFloats;
+  auto piece_at = [&](const float* part, int part_rows, int r, int k) {
     if constexpr (kTma) {
-      return slot + (k / kTileK) * Shape::kTileFloatsW + r * kTileK +
+      return part + (k / kTileK) * part_rows * kTileK + r * kTileK +
              ((k % kTileK / 4) ^ (r % 8)) * 4;
     } else {
-      return slot + r * kStride + k;
-    }
-  };
-  auto x_piece = [&](const float* slot, int r, int k) {
-    if constexpr (kTma) {
-      return slot + kTiles * Shape::kTileFloatsW + (k / kTileK) * Shape::kTileFloatsX + r * kTileK +
-             ((k % kTileK / 4) ^ (r % 8)) * 4;
-    } else {
-      return slot + Shape::kWFloats + r * kStride + k;
+      return part + r * kStride + k;
     }
   };
 
@@ -1124,11 +1119,12 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
       float4 wv[kLaneRowsW], xv[kLaneRowsX];
 #pragma unroll
       for (int i = 0; i < kLaneRowsW; ++i) {
-        wv[i] = *reinterpret_cast<const float4*>(w_piece(slot, g + 8 * i, k));
+        wv[i] = *reinterpret_cast<const float4*>(piece_at(slot, kRowsW, g + 8 * i, k));
       }
 #pragma unroll
       for (int j = 0; j < kLaneRowsX; ++j) {
-        xv[j] = *reinterpret_cast<const float4*>(x_piece(slot, q + 4 * j, k));
+        xv[j] =
+            *reinterpret_cast<const float4*>(piece_at(slot + kXPartFloats, kRows, q + 4 * j, k));
       }
 #pragma unroll
       for (int i = 0; i < kLaneRowsW; ++i) {
