@@ -867,7 +867,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   wait_for_previous_kernel();
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < walk.steps) copy_x(s);
-    copy_async_commit();
+    if constexpr (!kTma) copy_async_commit();  // the TMA's copies count on the mbarriers
   }
   for (int64_t t = 0; t < walk.steps; ++t) {
     if constexpr (kTma) {
@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
       copy_w(t + kStages - 1);
       copy_x(t + kStages - 1);
     }
-    copy_async_commit();
+    if constexpr (!kTma) copy_async_commit();
     const int stage = stage_of(t);
     if constexpr (kWarpgroupMma) {
       // bf16x3's products, smallest first, for each 16 k: the tiles' descriptors step 32 bytes
@@ -941,7 +941,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
           for (int c = 0; c < 4; ++c) acc[i][j][c] += stage_sum[i][j][c];
     }
   }
-  copy_async_wait<0>();
+  if constexpr (!kTma) copy_async_wait<0>();
   allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
   __syncthreads();
   float(*totals)[kRowsW + 1] = reinterpret_cast<float(*)[kRowsW + 1]>(staged);
@@ -1138,7 +1138,7 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
       }
     }
   }
-  copy_async_wait<0>();
+  if constexpr (!kTma) copy_async_wait<0>();
   allow_next_kernel_start();  // the reduce kernel, where k is split, may launch now
   __syncthreads();
   // The warps' sums added in warp order. Sum s = i * kLaneRowsX + j of lane (g, q) is row
