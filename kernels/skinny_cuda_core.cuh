@@ -72,11 +72,11 @@ __device__ __forceinline__ float x_part(float v, float& lo) {
 // partial[split][row][n] for skinny_reduce_kernel.
 template <typename T, typename WT, bool kHasLo, class Shape, class Activations>
 __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
-    skinny_linear_kernel(const T* __restrict__ x, const WT* __restrict__ w,
-                         const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
-                         const T* __restrict__ shift, T* __restrict__ out,
-                         float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
-                         int64_t k_per_split) {
+    skinny_cuda_core_kernel(const T* __restrict__ x, const WT* __restrict__ w,
+                            const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
+                            const T* __restrict__ shift, T* __restrict__ out,
+                            float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
+                            int64_t k_per_split) {
   constexpr int kVec = Shape::kVec, kRows = Shape::kRows, kWarpRows = Shape::kWarpRows;
   constexpr int kSteps = Shape::kSteps, kChunk = Shape::kChunk;
   using Pack = Packed<WT, kVec>;

@@ -60,8 +60,8 @@ struct LaneRowsShape {
 
 // x [rows, k_in], W [n_out, k_in], out [rows, n_out], all float32, rows 16-byte aligned. Block
 // (x, y, z): Shape::kRowsW rows of W, the y-th split of k (k_per_split values, a multiple of
-// Shape::kK), Shape::kRows rows of x; out and partial as skinny_linear_kernel. kTileCopies: W and
-// x staged by the TMA from w_map and x_map (describe_matrix: tiles of kRowsW and kRows rows),
+// Shape::kK), Shape::kRows rows of x; out and partial as skinny_cuda_core_kernel. kTileCopies: W
+// and x staged by the TMA from w_map and x_map (describe_matrix: tiles of kRowsW and kRows rows),
 // where the kernel is built for sm_90 on; otherwise the maps are not read.
 template <class Shape, class Activations, bool kTileCopies>
 __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)

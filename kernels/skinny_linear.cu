@@ -107,8 +107,8 @@ struct CudaCoreKernel {
   template <class Activations>
   static cudaError_t launch(const DeviceLimits&, const Plan& plan, const SkinnyLinearArgs& args,
                             float*, float* partial, cudaStream_t stream) {
-    launch_kernel<T, WT>(skinny_linear_kernel<T, WT, kHasLo, Shape, Activations>, kWarps * 32, plan,
-                         args, partial, stream);
+    launch_kernel<T, WT>(skinny_cuda_core_kernel<T, WT, kHasLo, Shape, Activations>, kWarps * 32,
+                         plan, args, partial, stream);
     return cudaGetLastError();
   }
 };
@@ -121,8 +121,8 @@ struct TensorCoreKernel {
   template <class Activations>
   static cudaError_t launch(const DeviceLimits&, const Plan& plan, const SkinnyLinearArgs& args,
                             float*, float* partial, cudaStream_t stream) {
-    launch_kernel<T, WT>(skinny_mma_kernel<T, WT, kHasLo, Shape, Activations>, kMmaWarps * 32, plan,
-                         args, partial, stream);
+    launch_kernel<T, WT>(skinny_tensor_core_kernel<T, WT, kHasLo, Shape, Activations>,
+                         kMmaWarps * 32, plan, args, partial, stream);
     return cudaGetLastError();
   }
 };

@@ -146,7 +146,7 @@ struct StagedMaps {
 
 // x_hi, x_lo [rows, k_in]: float32 x's bfloat16 parts (split_bf16); w_hi, w_lo [n_out, k_in]: W's;
 // bias, shift, out float32. Block (x, y, z): kRowsW rows of W, the y-th split of k, kRows
-// rows of x; out and partial as skinny_mma_kernel. kTileCopies (Shape::kTmaTiles only): the
+// rows of x; out and partial as skinny_tensor_core_kernel. kTileCopies (Shape::kTmaTiles only): the
 // stages copied by the TMA from the maps of the four (tiles of kRowsW and kRows rows), where the
 // kernel is built for sm_90 on; otherwise the maps are not read.
 template <class Shape, class Activations, bool kTileCopies>

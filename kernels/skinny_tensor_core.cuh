@@ -113,10 +113,11 @@ __device__ __forceinline__ void x_pairs(const T* p, bool inside, Words& hi, Word
 // epilogue and writes out; with several it writes its sums to partial[split][row][n].
 template <typename T, typename WT, bool kHasLo, class Shape, class Activations>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
-    skinny_mma_kernel(const T* __restrict__ x, const WT* __restrict__ w,
-                      const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
-                      const T* __restrict__ shift, T* __restrict__ out, float* __restrict__ partial,
-                      int64_t rows, int64_t n_out, int64_t k_in, int64_t k_per_split) {
+    skinny_tensor_core_kernel(const T* __restrict__ x, const WT* __restrict__ w,
+                              const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
+                              const T* __restrict__ shift, T* __restrict__ out,
+                              float* __restrict__ partial, int64_t rows, int64_t n_out,
+                              int64_t k_in, int64_t k_per_split) {
   constexpr int kTilesX = Shape::kTilesX, kSteps = Shape::kSteps, kChunk = Shape::kChunk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;  // the fragment's row, and its 8 k of a step
