@@ -127,14 +127,15 @@ struct TensorCoreKernel {
   }
 };
 
-// Lets `kernel` take `bytes` of dynamic shared memory on the current device, where `allowed` (the
-// kernel's own record, bit d for device d) says it has not yet: once per device, not per launch.
-inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes, int device,
-                                           std::atomic<uint64_t>& allowed) {
+// Lets kKernel take `bytes` of dynamic shared memory on `device`: once per device (each kernel
+// keeps its own record, bit d for device d), not per launch.
+template <auto kKernel>
+cudaError_t allow_shared_bytes_once(int bytes, int device) {
+  static std::atomic<uint64_t> allowed{0};
   const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;  // past 64: every launch
   if (bit != 0 && (allowed.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess) allowed.fetch_or(bit, std::memory_order_relaxed);
   return err;
 }
@@ -187,10 +188,8 @@ struct StagedKernel {
                                const SkinnyLinearArgs& args, const __nv_bfloat16* x_hi,
                                const __nv_bfloat16* x_lo, const StagedMaps& maps, float* partial,
                                cudaStream_t stream) {
-    auto kernel = skinny_staged_kernel<Shape, Activations, kTileCopies>;
-    static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
-    const cudaError_t err = allow_shared_bytes_once(
-        reinterpret_cast<const void*>(kernel), Shape::kSmemBytes, limits.device, devices_allowed);
+    constexpr auto kernel = skinny_staged_kernel<Shape, Activations, kTileCopies>;
+    const cudaError_t err = allow_shared_bytes_once<kernel>(Shape::kSmemBytes, limits.device);
     if (err != cudaSuccess) return err;
     // Overlapping the split's tail: the kernel waits for it before it reads x's parts.
     return launch_dependent(
@@ -231,10 +230,8 @@ struct LaneRowsKernel {
                                const SkinnyLinearArgs& args, float* partial,
                                const CUtensorMap& w_map, const CUtensorMap& x_map,
                                cudaStream_t stream) {
-    auto kernel = skinny_lane_rows_kernel<Shape, Activations, kTileCopies>;
-    static std::atomic<uint64_t> devices_allowed{0};  // this instantiation's, bit d for device d
-    const cudaError_t err = allow_shared_bytes_once(
-        reinterpret_cast<const void*>(kernel), Shape::kSmemBytes, limits.device, devices_allowed);
+    constexpr auto kernel = skinny_lane_rows_kernel<Shape, Activations, kTileCopies>;
+    const cudaError_t err = allow_shared_bytes_once<kernel>(Shape::kSmemBytes, limits.device);
     if (err != cudaSuccess) return err;
     kernel<<<plan.grid, Shape::kWarps * 32, Shape::kSmemBytes, stream>>>(
         static_cast<const float*>(args.x), static_cast<const float*>(args.w),
