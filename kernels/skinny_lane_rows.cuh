@@ -48,9 +48,9 @@ struct LaneRowsShape {
   static constexpr int kTiles = kK / kTileK;
   static constexpr int kTileFloatsW = kRowsW * kTileK, kTileFloatsX = kRows * kTileK;
   static constexpr int kSwizzledStageFloats = kTiles * (kTileFloatsW + kTileFloatsX);
-  // Either layout's stages; the TMA's with 1 KB to align them, and the stages' mbarriers.
+  // Either layout's stages; the TMA's with the stages' mbarriers after them.
   static constexpr int kPaddedBytes = kStages * kStageFloats * 4;
-  static constexpr int kSwizzledBytes = kStages * kSwizzledStageFloats * 4 + 1024 + kStages * 8;
+  static constexpr int kSwizzledBytes = kStages * kSwizzledStageFloats * 4 + kStages * 8;
   static constexpr int kSmemBytes = std::max(kPaddedBytes, kSwizzledBytes);
   static constexpr int kSums = kLaneRowsW * kLaneRowsX;  // a lane's
   // At the end every warp's sums, [warp][sum][lane], reuse the stages' memory.
@@ -77,17 +77,18 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
   constexpr int kTileK = Shape::kTileK, kTiles = Shape::kTiles;
   constexpr int kThreads = kWarps * 32, kSums = Shape::kSums;
   constexpr bool kTma = kTileCopies && kHasTensorCopies;
-  extern __shared__ __align__(16) float stages[];
+  // 1024-byte aligned, as the TMA's 128-byte swizzle wants its tiles (each slot is a multiple).
+  extern __shared__ __align__(1024) float stages[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n0 = int64_t(blockIdx.x) * kRowsW;
   const int64_t m0 = int64_t(blockIdx.z) * kRows;
   const KWalk<kK, kRotateChunks> walk(k_in, k_per_split);
 
   // Step t of the walk over k: its stage's slot, W's rows then x's, and (TMA) its mbarrier.
-  float* const slots = kTma ? stages + (1024 - shared_address(stages) % 1024) % 1024 / 4 : stages;
   constexpr int kSlotFloats = kTma ? Shape::kSwizzledStageFloats : Shape::kStageFloats;
-  auto slot_of = [&](int64_t t) { return slots + (t % kStages) * kSlotFloats; };
-  const StageBarriers<kStages> barriers{shared_address(slots + kStages * kSlotFloats)};  // TMA only
+  auto slot_of = [&](int64_t t) { return stages + (t % kStages) * kSlotFloats; };
+  const StageBarriers<kStages> barriers{
+      shared_address(stages + kStages * kSlotFloats)};  // TMA only
   // Where x's rows start in a slot, after W's; and where the 4 k from k of row r lie in W's or
   // x's part of a slot (part_rows rows: the height of its tiles in the TMA's layout, whose pieces
   // are swizzled as staged_offset swizzles them).
