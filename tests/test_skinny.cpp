@@ -1,9 +1,9 @@
-// The skinny kernel (kernels/skinny_linear.cu) and its ops, linear_swish_chain and
-// linear_mish_mish: every weight variant against a float64 evaluation, at every row count up to
-// 64, on widths that are not multiples of the load width or the tile, misaligned weights, split
-// k; bitwise-repeatable results, also from a CUDA graph, and the same with the TMA's copies as
-// with cp.async's; and the model's choice of kernel. The
-// CPU twin runs everywhere; the CUDA tests skip without a GPU.
+// The skinny kernels (kernels/skinny_*.cuh, launched from skinny_linear.cu) and their ops,
+// linear_swish_chain and linear_mish_mish: every weight variant against a float64 evaluation, at
+// every row count up to 64, on widths that are not multiples of the load width or the tile,
+// misaligned weights, split k; bitwise-repeatable results, also from a CUDA graph, and the same
+// with the TMA's copies as with cp.async's; and the model's choice of kernel. The CPU twin runs
+// everywhere; the CUDA tests skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
