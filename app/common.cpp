@@ -12,9 +12,9 @@
 #include "app/cli.h"
 #include "app/report.h"
 #include "app/timing.h"
-#include "kernels/fused_epilogue_cpu.h"
-#include "modules/state_dict.h"
-#include "modules/torch_file.h"
+#include "kernels/cpu/epilogue.h"
+#include "modules/loader/state_dict.h"
+#include "modules/loader/torch_file.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>

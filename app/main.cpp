@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "app/cli.h"
-#include "modules/torch_file.h"
+#include "modules/loader/torch_file.h"
 
 namespace fusedlinear {
 namespace {

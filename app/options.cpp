@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "app/cli.h"
-#include "modules/output_file.h"
+#include "modules/loader/output_file.h"
 
 namespace fusedlinear {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "app/cli.h"
 #include "app/report.h"
-#include "modules/torch_file.h"
+#include "modules/loader/torch_file.h"
 
 namespace fusedlinear {
 

@@ -1,4 +1,4 @@
-#include "timing.h"
+#include "app/timing.h"
 
 #include <algorithm>
 #include <chrono>

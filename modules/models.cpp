@@ -1,10 +1,10 @@
-#include "models.h"
+#include "modules/models.h"
 
 #include <cmath>
 #include <stdexcept>
 
-#include "kernels/ops.h"
-#include "modules/state_dict.h"
+#include "kernels/ops/ops.h"
+#include "modules/loader/state_dict.h"
 
 namespace fusedlinear {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "precision.h"
+#include "modules/gemm_plan.h"
 
 namespace fusedlinear {
 

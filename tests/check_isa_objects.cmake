@@ -1,4 +1,4 @@
-# The objects built with AVX2 or AVX-512 flags (kernels/fused_epilogue_cpu_avx*.cpp) must define
+# The objects built with AVX2 or AVX-512 flags (kernels/cpu/epilogue_avx*.cpp) must define
 # no external symbol but their epilogue_span. Anything else they defined, an inline function of
 # a header above all, would be a weak symbol of which the linker keeps one copy for every
 # caller: if it kept this one, code built for AVX-512 would run on CPUs without it.
@@ -6,7 +6,7 @@
 string(REPLACE "|" ";" objects "${OBJECTS}")
 set(checked 0)
 foreach(object IN LISTS objects)
-  if(NOT object MATCHES "fused_epilogue_cpu_avx")
+  if(NOT object MATCHES "epilogue_avx")
     continue()
   endif()
   execute_process(COMMAND ${NM} --defined-only --extern-only ${object}

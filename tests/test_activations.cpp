@@ -9,8 +9,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/activations_vec.h"
-#include "kernels/epilogues.h"
+#include "kernels/math/functors_vec.h"
+#include "kernels/math/chains.h"
 
 namespace fusedlinear {
 namespace {

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "modules/models.h"
-#include "modules/torch_file.h"
+#include "modules/loader/torch_file.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {

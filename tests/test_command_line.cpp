@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "app/cli.h"
-#include "modules/torch_file.h"
+#include "modules/loader/torch_file.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {

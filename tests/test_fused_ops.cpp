@@ -9,8 +9,8 @@
 #include <limits>
 #include <tuple>
 
-#include "kernels/fused_epilogue_cpu.h"
-#include "kernels/ops.h"
+#include "kernels/cpu/epilogue.h"
+#include "kernels/ops/ops.h"
 #include "modules/models.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA

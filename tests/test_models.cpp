@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "modules/models.h"
-#include "modules/state_dict.h"
-#include "modules/torch_file.h"
+#include "modules/loader/state_dict.h"
+#include "modules/loader/torch_file.h"
 
 namespace fusedlinear {
 namespace {

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "modules/output_file.h"
+#include "modules/loader/output_file.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <limits>
 
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 #include "modules/models.h"
 
 namespace fusedlinear {

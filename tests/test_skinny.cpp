@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 #include "modules/models.h"
 #include "tests/test_support.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
-#include "kernels/linear_cuda.h"
+#include "kernels/cuda/linear.h"
 #include "tests/cuda_graph_support.h"
 #endif
 

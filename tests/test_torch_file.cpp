@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "modules/output_file.h"
-#include "modules/torch_file.h"
+#include "modules/loader/output_file.h"
+#include "modules/loader/torch_file.h"
 #include "tests/test_support.h"
 
 // Under AddressSanitizer, any single allocation over 1 GiB fails the test: the reader must

@@ -11,7 +11,7 @@
 #include <random>
 #include <sstream>
 
-#include "modules/torch_file.h"
+#include "modules/loader/torch_file.h"
 #include "tests/test_support.h"
 
 // Under AddressSanitizer, any single allocation over 1 GiB fails the test.

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
-#include "modules/torch_file.h"
+#include "modules/loader/torch_file.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {

@@ -1,0 +1,152 @@
+// The SIMD loop of the CPU epilogue, compiled once per instruction set: included by
+// fused_epilogue_cpu_avx2.cpp and fused_epilogue_cpu_avx512.cpp, each built with its
+// instruction set's flags, CPU_CAPABILITY_AVX2 or CPU_CAPABILITY_AVX512 (which select ATen's
+// vector types) and FUSEDLINEAR_CPU_ISA naming the namespace of its epilogue_span. Nothing else
+// may include it: code built with these flags must only run where the CPU has them.
+//
+// Each run of a row goes a vector at a time: the elements load as floats (float16 through F16C,
+// bfloat16 by a shift), get bias and shift added, go through the chain's functors, and are
+// rounded once on the way back (to nearest even; NaN stays NaN). The last partial vector of a
+// run goes through a small buffer. Every lane is computed alone, so an element's result does not
+// depend on where it falls in a vector.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/math/functors_vec.h"
+#include "kernels/cpu/epilogue.h"
+
+#if !defined(FUSEDLINEAR_CPU_ISA) || \
+    !(defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512))
+#error "fused_epilogue_cpu_isa.h needs FUSEDLINEAR_CPU_ISA and CPU_CAPABILITY_AVX2 or _AVX512"
+#endif
+
+namespace fusedlinear {
+namespace cpu {
+namespace FUSEDLINEAR_CPU_ISA {
+namespace {
+
+using Vec = act::FloatVec;
+constexpr int64_t kLanes = Vec::size();
+
+// What an element is held as in memory: a float, or the 16 bits of a float16 or bfloat16.
+template <ElementType E>
+using Stored = std::conditional_t<E == ElementType::kFloat32, float, uint16_t>;
+
+// kLanes elements from p, as floats.
+template <ElementType E>
+Vec load_full(const Stored<E>* p) {
+  if constexpr (E == ElementType::kFloat32) {
+    return Vec::loadu(p);
+  } else {
+#if defined(CPU_CAPABILITY_AVX512)
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (E == ElementType::kFloat16) return Vec(_mm512_cvtph_ps(bits));
+    // A bfloat16 is the high half of the float with the same value.
+    return Vec(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)));
+#else
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (E == ElementType::kFloat16) return Vec(_mm256_cvtph_ps(bits));
+    return Vec(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16)));
+#endif
+  }
+}
+
+// v rounded to E, kLanes elements to p. bfloat16 as c10::BFloat16 rounds: add 0x7fff plus the
+// lowest kept bit, keep the high half; NaN becomes 0x7fc0.
+template <ElementType E>
+void store_full(Stored<E>* p, Vec v) {
+  if constexpr (E == ElementType::kFloat32) {
+    v.store(p);
+  } else {
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#if defined(CPU_CAPABILITY_AVX512)
+    __m256i halves;
+    if constexpr (E == ElementType::kFloat16) {
+      halves = _mm512_cvtps_ph(v, kNearest);
+    } else {
+      const __m512i bits = _mm512_castps_si512(v);
+      const __m512i lowest_kept =
+          _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+      const __m512i rounded = _mm512_srli_epi32(
+          _mm512_add_epi32(bits, _mm512_add_epi32(lowest_kept, _mm512_set1_epi32(0x7fff))), 16);
+      const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      halves =
+          _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, _mm512_set1_epi32(0x7fc0)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), halves);
+#else
+    __m128i halves;
+    if constexpr (E == ElementType::kFloat16) {
+      halves = _mm256_cvtps_ph(v, kNearest);
+    } else {
+      const __m256i bits = _mm256_castps_si256(v);
+      const __m256i lowest_kept =
+          _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+      __m256i rounded = _mm256_srli_epi32(
+          _mm256_add_epi32(bits, _mm256_add_epi32(lowest_kept, _mm256_set1_epi32(0x7fff))), 16);
+      const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
+      // Each 32-bit lane holds a value below 2^16: pack them to 16 bits, in order.
+      halves =
+          _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), halves);
+#endif
+  }
+}
+
+// `count` (1..kLanes) elements; the lanes past them are zero on loading and dropped on storing.
+template <ElementType E>
+Vec load(const Stored<E>* p, int64_t count) {
+  if (count == kLanes) return load_full<E>(p);
+  Stored<E> buffer[kLanes] = {};
+  std::memcpy(buffer, p, size_t(count) * sizeof(Stored<E>));
+  return load_full<E>(buffer);
+}
+
+template <ElementType E>
+void store(Stored<E>* p, Vec v, int64_t count) {
+  if (count == kLanes) return store_full<E>(p, v);
+  Stored<E> buffer[kLanes];
+  store_full<E>(buffer, v);
+  std::memcpy(p, buffer, size_t(count) * sizeof(Stored<E>));
+}
+
+template <ElementType E, class Activations>
+void span(const void* y_data, const void* bias_data, const void* shift_data, void* out_data,
+          int64_t cols, int64_t begin, int64_t end) {
+  using S = Stored<E>;
+  const S* y = static_cast<const S*>(y_data);
+  const S* bias = static_cast<const S*>(bias_data);
+  const S* shift = static_cast<const S*>(shift_data);
+  S* out = static_cast<S*>(out_data);
+  const Activations activations;
+  for_each_row_run(cols, begin, end, [&](int64_t first, int64_t col, int64_t n) {
+    const auto vector_at = [&](int64_t k, int64_t count) {
+      Vec v = load<E>(y + first + k, count);
+      if (bias) v = v + load<E>(bias + col + k, count);
+      if (shift) v = v + load<E>(shift + col + k, count);
+      store<E>(out + first + k, activations(v), count);
+    };
+    int64_t k = 0;
+    for (; k + kLanes <= n; k += kLanes) vector_at(k, kLanes);
+    if (k < n) vector_at(k, n - k);
+  });
+}
+
+}  // namespace
+
+FUSEDLINEAR_DECLARE_EPILOGUE_SPAN {
+  dispatch_element(element, [&](auto e) {
+    constexpr ElementType E = decltype(e)::value;
+    dispatch_epilogue<kResultPrecisionOfElement<E>>(kind, [&](auto activations) {
+      span<E, decltype(activations)>(y, bias, shift, out, cols, begin, end);
+    });
+  });
+}
+
+}  // namespace FUSEDLINEAR_CPU_ISA
+}  // namespace cpu
+}  // namespace fusedlinear

@@ -1,0 +1,50 @@
+// Programmatic dependent launch (sm_90 on): a kernel launched with launch_dependent may start
+// while the kernel before it on the stream is still running, so that its launch, and its reads of
+// memory that kernel does not write, overlap that kernel's tail.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/epilogue.cuh"
+
+namespace fusedlinear {
+namespace cuda {
+
+// Waits until the kernel before this one on the stream has ended and its writes are visible;
+// returns at once in a kernel launched the ordinary way. A kernel launched with launch_dependent
+// calls it before it reads what that kernel writes, and before it writes anything.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the kernel launched after this one with launch_dependent start once every block of this
+// one has called it (or ended); that kernel's blocks then wait in wait_for_previous_kernel.
+__device__ __forceinline__ void allow_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, threads, shared_bytes, stream>>>(args...) on the device `limits` describes (the
+// current one), as a programmatic dependent of the kernel before it on the stream where the GPU
+// has them (sm_90 on), an ordinary launch before.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(const DeviceLimits& limits, void (*kernel)(Params...), dim3 grid,
+                             dim3 threads, size_t shared_bytes, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = threads;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = limits.compute_major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+}  // namespace cuda
+}  // namespace fusedlinear

@@ -1,0 +1,90 @@
+// Splits float32 values into bfloat16 hi and lo parts (bf16_split.h) in one pass: 8 values a
+// thread, read as two 16-byte loads and written as one 16-byte store to each of hi and lo.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/math/bf16_split.h"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/linear.h"
+
+namespace fusedlinear {
+namespace {
+
+constexpr int kValuesPerThread = 8;
+constexpr int kThreads = 256;
+
+// Two bfloat16 bit patterns in one 32-bit word, element 2k in the low half (little-endian).
+__device__ __forceinline__ uint32_t pair_word(uint16_t low, uint16_t high) {
+  return uint32_t(low) | (uint32_t(high) << 16);
+}
+
+// n8: how many whole groups of 8 values; the last n % 8 values go through split_tail.
+__global__ void split_bf16_kernel(const float4* __restrict__ v, uint4* __restrict__ hi,
+                                  uint4* __restrict__ lo, int64_t n8) {
+  cuda::allow_next_kernel_start();  // the staged skinny kernel's first copies of W may start
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n8; i += stride) {
+    const float4 a = v[2 * i], b = v[2 * i + 1];
+    const float values[kValuesPerThread] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint32_t hi_words[4], lo_words[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const split::Bf16Pair first = split::split_bf16(values[2 * k]);
+      const split::Bf16Pair second = split::split_bf16(values[2 * k + 1]);
+      hi_words[k] = pair_word(first.hi, second.hi);
+      lo_words[k] = pair_word(first.lo, second.lo);
+    }
+    hi[i] = make_uint4(hi_words[0], hi_words[1], hi_words[2], hi_words[3]);
+    if (lo) lo[i] = make_uint4(lo_words[0], lo_words[1], lo_words[2], lo_words[3]);
+  }
+}
+
+// One value a thread: the tail after the groups of 8, or everything when a pointer is not
+// 16-byte aligned.
+__global__ void split_bf16_one_kernel(const float* __restrict__ v, uint16_t* __restrict__ hi,
+                                      uint16_t* __restrict__ lo, int64_t n) {
+  cuda::allow_next_kernel_start();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const split::Bf16Pair parts = split::split_bf16(v[i]);
+    hi[i] = parts.hi;
+    if (lo) lo[i] = parts.lo;
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// One thread per unit of work, up to 2^20 blocks (many waves on any GPU); the grid-stride loops
+// cover what is left.
+unsigned blocks_for(int64_t work) {
+  return unsigned(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
+}
+
+}  // namespace
+
+cudaError_t launch_split_bf16(const float* v, void* hi, void* lo, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  auto* hi16 = static_cast<uint16_t*>(hi);
+  auto* lo16 = static_cast<uint16_t*>(lo);
+  int64_t done = 0;
+  if (aligned16(v) && aligned16(hi) && (!lo || aligned16(lo))) {
+    const int64_t n8 = n / kValuesPerThread;
+    if (n8 > 0) {
+      split_bf16_kernel<<<blocks_for(n8), kThreads, 0, stream>>>(
+          reinterpret_cast<const float4*>(v), reinterpret_cast<uint4*>(hi16),
+          reinterpret_cast<uint4*>(lo16), n8);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return err;
+    }
+    done = n8 * kValuesPerThread;
+  }
+  if (done < n) {
+    split_bf16_one_kernel<<<blocks_for(n - done), kThreads, 0, stream>>>(
+        v + done, hi16 + done, lo16 ? lo16 + done : nullptr, n - done);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fusedlinear

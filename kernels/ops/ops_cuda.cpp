@@ -1,0 +1,255 @@
+// Registers the CUDA implementations of the ops: checks inputs, allocates the outputs and calls
+// the torch-free launchers (fused_epilogue.cu, bf16_split.cu, linear_cublas.cpp,
+// skinny_linear.cu) on the current
+// CUDA stream (cuBLAS through libtorch's handle for it).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <limits>
+
+#include "kernels/cuda/epilogue_launch.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/ops/ops.h"
+
+namespace fusedlinear {
+namespace {
+
+const void* data_or_null(const c10::optional<torch::Tensor>& t, torch::Tensor& keep_alive) {
+  if (!t || !t->defined()) return nullptr;
+  keep_alive = t->contiguous();
+  return keep_alive.data_ptr();
+}
+
+torch::Tensor fused_epilogue_cuda(EpilogueKind kind, const torch::Tensor& y,
+                                  const c10::optional<torch::Tensor>& bias,
+                                  const c10::optional<torch::Tensor>& shift) {
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  const torch::Tensor input = y.contiguous();
+  torch::Tensor out = torch::empty_like(input, at::MemoryFormat::Contiguous);
+  if (input.numel() == 0) return out;
+  torch::Tensor bias_c, shift_c;
+  const int64_t cols = input.size(-1);
+  const cudaError_t err = launch_fused_epilogue(
+      kind, detail::element_type_of(input), input.data_ptr(), data_or_null(bias, bias_c),
+      data_or_null(shift, shift_c), out.data_ptr(), input.numel() / cols, cols,
+      at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "fusedlinear::", epilogue_name(kind),
+              ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+  return out;
+}
+
+torch::Tensor swish_chain_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
+                               const torch::Tensor& add_value) {
+  detail::check_epilogue_inputs("fusedlinear::swish_chain", c10::DeviceType::CUDA, y, bias,
+                                add_value);
+  return fused_epilogue_cuda(EpilogueKind::kSwishChain, y, bias, add_value);
+}
+
+torch::Tensor mish_mish_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias) {
+  detail::check_epilogue_inputs("fusedlinear::mish_mish", c10::DeviceType::CUDA, y, bias,
+                                c10::nullopt);
+  return fused_epilogue_cuda(EpilogueKind::kMishMish, y, bias, c10::nullopt);
+}
+
+void check_launch(const char* op, cudaError_t err) {
+  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+}
+
+void check_cublas(const char* op, cublasStatus_t status) {
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, op,
+              ": cuBLAS failed: ", cublasGetStatusString(status));
+}
+
+torch::Tensor empty_bf16(const torch::Tensor& like) {
+  return torch::empty(like.sizes(), like.options().dtype(torch::kBFloat16));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> split_bf16_cuda(const torch::Tensor& v) {
+  TORCH_CHECK(v.defined() && v.scalar_type() == torch::kFloat32 && v.is_cuda(),
+              "fusedlinear::split_bf16: expected a float32 tensor on cuda, got ",
+              v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor", " on ",
+              v.defined() ? v.device().str() : "-");
+  const c10::cuda::CUDAGuard device_guard(v.device());
+  const torch::Tensor input = v.contiguous();
+  torch::Tensor hi = empty_bf16(input), lo = empty_bf16(input);
+  check_launch("fusedlinear::split_bf16",
+               launch_split_bf16(input.data_ptr<float>(), hi.data_ptr(), lo.data_ptr(),
+                                 input.numel(), at::cuda::getCurrentCUDAStream()));
+  return {hi, lo};
+}
+
+// How w lies in memory for cuBLAS: nn.Linear's row-major [out, in], the transpose of a row-major
+// [in, out], or neither (then a contiguous copy is made, as `keep` holds).
+WeightMajor weight_major(const torch::Tensor& w, torch::Tensor& keep) {
+  if (w.is_contiguous()) {
+    keep = w;
+    return WeightMajor::kOutput;
+  }
+  if (w.t().is_contiguous()) {
+    keep = w;
+    return WeightMajor::kInput;
+  }
+  keep = w.contiguous();
+  return WeightMajor::kOutput;
+}
+
+// x W^T's operands as cuBLAS takes them: x as a contiguous [rows, in] matrix and the output y
+// [rows, out] (returned in x's leading shape by `result`).
+struct LinearCall {
+  torch::Tensor x_rows, y;
+  std::vector<int64_t> shape;
+  int rows = 0, out_features = 0, in_features = 0;
+  torch::Tensor result() const { return y.view(shape); }
+};
+
+// false when there is nothing to multiply (no rows, no outputs, or in_features 0: y then holds
+// the result, zeros for the last); throws when a size does not fit cuBLAS's int.
+bool prepare_linear(const char* op, const torch::Tensor& x, int64_t out_features,
+                    LinearCall& call) {
+  const int64_t in_features = x.size(-1);
+  call.x_rows = detail::linear_rows(x);
+  const int64_t rows = call.x_rows.size(0);
+  call.y = torch::empty({rows, out_features}, x.options());
+  call.shape = detail::linear_output_shape(x, out_features);
+  if (rows == 0 || out_features == 0) return false;
+  if (in_features == 0) {
+    call.y.zero_();
+    return false;
+  }
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  TORCH_CHECK(rows <= kMax && out_features <= kMax && in_features <= kMax, op,
+              ": too large for one cuBLAS call: ", rows, " rows, ", in_features, " -> ",
+              out_features, " features (each must be below 2^31)");
+  call.rows = int(rows);
+  call.out_features = int(out_features);
+  call.in_features = int(in_features);
+  return true;
+}
+
+// x W^T from bfloat16 parts: x split per call (hi, and lo when w_lo is given), then the products.
+torch::Tensor linear_bf16_parts_cuda(const char* op, const torch::Tensor& x,
+                                     const torch::Tensor& w_hi, const torch::Tensor* w_lo) {
+  detail::check_linear_inputs(op, c10::DeviceType::CUDA, x, w_hi, torch::kBFloat16, w_lo);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  LinearCall call;
+  if (!prepare_linear(op, x, w_hi.size(0), call)) return call.result();
+
+  const torch::Tensor x_hi = empty_bf16(call.x_rows);
+  const torch::Tensor x_lo = w_lo ? empty_bf16(call.x_rows) : torch::Tensor();
+  check_launch(op, launch_split_bf16(call.x_rows.data_ptr<float>(), x_hi.data_ptr(),
+                                     w_lo ? x_lo.data_ptr() : nullptr, call.x_rows.numel(),
+                                     at::cuda::getCurrentCUDAStream()));
+  torch::Tensor hi, lo;
+  WeightMajor major = weight_major(w_hi, hi);
+  if (w_lo && weight_major(*w_lo, lo) != major) {  // parts in two layouts: both [out, in]
+    hi = w_hi.contiguous();
+    lo = w_lo->contiguous();
+    major = WeightMajor::kOutput;
+  }
+  check_cublas(op,
+               gemm_bf16_parts(at::cuda::getCurrentCUDABlasHandle(), call.rows, call.out_features,
+                               call.in_features, x_hi.data_ptr(), w_lo ? x_lo.data_ptr() : nullptr,
+                               hi.data_ptr(), w_lo ? lo.data_ptr() : nullptr, major,
+                               call.y.data_ptr<float>()));
+  return call.result();
+}
+
+torch::Tensor linear_bf16x3_cuda(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                 const torch::Tensor& w_lo) {
+  return linear_bf16_parts_cuda("fusedlinear::linear_bf16x3", x, w_hi, &w_lo);
+}
+
+torch::Tensor linear_bf16_cuda(const torch::Tensor& x, const torch::Tensor& w_hi) {
+  return linear_bf16_parts_cuda("fusedlinear::linear_bf16", x, w_hi, nullptr);
+}
+
+torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
+  const char* op = "fusedlinear::linear_tf32";
+  detail::check_linear_inputs(op, c10::DeviceType::CUDA, x, w, torch::kFloat32);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  LinearCall call;
+  if (!prepare_linear(op, x, w.size(0), call)) return call.result();
+  torch::Tensor weight;
+  const WeightMajor major = weight_major(w, weight);
+  check_cublas(op, gemm_tf32(at::cuda::getCurrentCUDABlasHandle(), call.rows, call.out_features,
+                             call.in_features, call.x_rows.data_ptr<float>(),
+                             weight.data_ptr<float>(), major, call.y.data_ptr<float>()));
+  return call.result();
+}
+
+// The skinny kernel's whole forward (ops.h: fused_linear_swish_chain). Its workspace, for the
+// partial sums when k is split and bf16x3's split of x from 9 rows, comes from libtorch's caching
+// allocator on the current stream.
+torch::Tensor fused_linear_cuda(const char* op, EpilogueKind kind, const torch::Tensor& x,
+                                const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                                const c10::optional<torch::Tensor>& bias,
+                                const c10::optional<torch::Tensor>& shift) {
+  detail::check_fused_linear_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, shift);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const torch::Tensor x_rows = detail::linear_rows(x);
+  const torch::Tensor weight = w.contiguous();
+  torch::Tensor lo, bias_c, shift_c;
+  const void* lo_data = data_or_null(w_lo, lo);
+  torch::Tensor out = torch::empty({x_rows.size(0), w.size(0)}, x.options());
+  SkinnyLinearArgs args;
+  args.kind = kind;
+  args.type = detail::element_type_of(x);
+  args.weight = w.scalar_type() == x.scalar_type() ? SkinnyWeight::kAsInput
+                : lo_data                          ? SkinnyWeight::kBf16HiLo
+                                                   : SkinnyWeight::kBf16;
+  args.x = x_rows.data_ptr();
+  args.w = weight.data_ptr();
+  args.w_lo = lo_data;
+  args.bias = data_or_null(bias, bias_c);
+  args.shift = data_or_null(shift, shift_c);
+  args.out = out.data_ptr();
+  args.rows = x_rows.size(0);
+  args.out_features = w.size(0);
+  args.in_features = w.size(1);
+  const auto view = detail::linear_output_shape(x, w.size(0));
+  if (args.rows == 0 || args.out_features == 0) return out.view(view);
+  int64_t workspace_floats = 0;
+  const cudaError_t planned = plan_skinny_linear(args, workspace_floats);
+  TORCH_CHECK(planned != cudaErrorInvalidConfiguration, op,
+              ": too many rows for the skinny kernel's grid (", args.rows,
+              "; it takes up to 16 * 65535, 64 * 65535 on the tensor cores)");
+  check_launch(op, planned);
+  torch::Tensor workspace;
+  if (workspace_floats > 0)
+    workspace = torch::empty({workspace_floats}, x.options().dtype(torch::kFloat32));
+  check_launch(
+      op, launch_skinny_linear(args, workspace_floats > 0 ? workspace.data_ptr<float>() : nullptr,
+                               at::cuda::getCurrentCUDAStream()));
+  return out.view(view);
+}
+
+torch::Tensor linear_swish_chain_cuda(const torch::Tensor& x, const torch::Tensor& w,
+                                      const c10::optional<torch::Tensor>& w_lo,
+                                      const c10::optional<torch::Tensor>& bias,
+                                      const torch::Tensor& add_value) {
+  return fused_linear_cuda("fusedlinear::linear_swish_chain", EpilogueKind::kSwishChain, x, w, w_lo,
+                           bias, add_value);
+}
+
+torch::Tensor linear_mish_mish_cuda(const torch::Tensor& x, const torch::Tensor& w,
+                                    const c10::optional<torch::Tensor>& w_lo,
+                                    const c10::optional<torch::Tensor>& bias) {
+  return fused_linear_cuda("fusedlinear::linear_mish_mish", EpilogueKind::kMishMish, x, w, w_lo,
+                           bias, c10::nullopt);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
+  m.impl("swish_chain", &swish_chain_cuda);
+  m.impl("mish_mish", &mish_mish_cuda);
+  m.impl("split_bf16", &split_bf16_cuda);
+  m.impl("linear_bf16x3", &linear_bf16x3_cuda);
+  m.impl("linear_bf16", &linear_bf16_cuda);
+  m.impl("linear_tf32", &linear_tf32_cuda);
+  m.impl("linear_swish_chain", &linear_swish_chain_cuda);
+  m.impl("linear_mish_mish", &linear_mish_mish_cuda);
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,204 @@
+#include "modules/loader/state_dict.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace fusedlinear {
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out.empty() ? "(none)" : out;
+}
+
+std::string shape_string(torch::IntArrayRef sizes) {
+  std::ostringstream s;
+  s << sizes;
+  return s.str();
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::vector<std::string> keys_of(const NamedTensors& file) {
+  std::vector<std::string> keys;
+  for (const auto& item : file.tensors) keys.push_back(item.first);
+  return keys;
+}
+
+bool same_keys(std::vector<std::string> a, std::vector<std::string> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
+}
+
+// The longest prefix of whole components ("a.b.") that every key starts with.
+std::string common_prefix(const std::vector<std::string>& keys) {
+  if (keys.empty()) return "";
+  std::string prefix = keys.front();
+  for (const auto& key : keys) {
+    size_t n = 0;
+    while (n < prefix.size() && n < key.size() && prefix[n] == key[n]) ++n;
+    prefix.resize(n);
+  }
+  // Whole components only, and never a whole key.
+  const size_t dot = prefix.rfind('.');
+  prefix.resize(dot == std::string::npos ? 0 : dot + 1);
+  for (const auto& key : keys) {
+    if (key.size() == prefix.size()) return "";
+  }
+  return prefix;
+}
+
+// A model's parameters, then its buffers, by state-dict key.
+std::vector<std::pair<std::string, torch::Tensor>> named_state(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    state.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_buffers(/*recurse=*/true))
+    state.emplace_back(item.key(), item.value());
+  return state;
+}
+
+}  // namespace
+
+std::vector<std::string> state_dict_keys(torch::nn::Module& model) {
+  std::vector<std::string> keys;
+  for (const auto& item : named_state(model)) keys.push_back(item.first);
+  return keys;
+}
+
+std::string strip_attribute_prefix(NamedTensors& file, const std::vector<ModelKeys>& models) {
+  const std::vector<std::string> keys = keys_of(file);
+  for (const auto& model : models) {
+    if (same_keys(keys, model.second)) return "";  // the keys fit a model as they are
+  }
+  const std::string common = common_prefix(keys);
+  for (size_t dot = common.find('.'); dot != std::string::npos; dot = common.find('.', dot + 1)) {
+    std::string prefix = common.substr(0, dot + 1);
+    std::vector<std::string> stripped = keys;
+    for (auto& key : stripped) key.erase(0, prefix.size());
+    const std::vector<std::string> wrapper_notices = strip_wrapper_prefixes(stripped);
+    const ModelKeys* match = nullptr;
+    int matches = 0;
+    for (const auto& model : models) {
+      if (same_keys(stripped, model.second)) match = &model, ++matches;
+    }
+    if (matches != 1) continue;
+    for (size_t i = 0; i < stripped.size(); ++i) file.tensors[i].first = stripped[i];
+    file.notices.push_back("stripped the prefix '" + prefix +
+                           "' from every key (a training wrapper's attribute, as PyTorch "
+                           "Lightning's 'model.'; without it the keys are " +
+                           match->first + "'s)");
+    file.notices.insert(file.notices.end(), wrapper_notices.begin(), wrapper_notices.end());
+    return prefix;
+  }
+  return "";
+}
+
+std::string strip_prefix_hint(const NamedTensors& file, const std::vector<ModelKeys>& models) {
+  const std::vector<std::string> keys = keys_of(file);
+  // A prefix under which every key of a model is found (other keys may be beside them).
+  for (const auto& model : models) {
+    if (model.second.empty()) continue;
+    const std::string& first = model.second.front();
+    for (const auto& key : keys) {
+      if (key.size() <= first.size() + 1 ||
+          key.compare(key.size() - first.size(), first.size(), first) != 0 ||
+          key[key.size() - first.size() - 1] != '.') {
+        continue;
+      }
+      const std::string prefix = key.substr(0, key.size() - first.size());
+      const bool all = std::all_of(model.second.begin(), model.second.end(), [&](const auto& k) {
+        return std::find(keys.begin(), keys.end(), prefix + k) != keys.end();
+      });
+      if (!all) continue;
+      const bool others = !std::all_of(
+          keys.begin(), keys.end(), [&](const std::string& k) { return starts_with(k, prefix); });
+      return " (" + model.first + "'s keys are all there under the prefix '" + prefix +
+             "'; pass --strip-prefix " + prefix + (others ? " and --no-strict" : "") + ")";
+    }
+  }
+  const std::string common = common_prefix(keys);
+  if (common.empty()) return "";
+  return " (every key starts with '" + common + "'; if a wrapper added it, pass --strip-prefix " +
+         common + ")";
+}
+
+std::vector<std::string> apply_state_dict(torch::nn::Module& model, const NamedTensors& file,
+                                          const std::string& source, bool strict) {
+  std::vector<std::string> notices = file.notices;
+  std::map<std::string, torch::Tensor> targets;
+  std::vector<std::string> expected_keys;
+  for (const auto& [key, tensor] : named_state(model)) {
+    targets[key] = tensor;
+    expected_keys.push_back(key);
+  }
+
+  std::vector<std::string> file_keys, unexpected;
+  std::map<std::string, const torch::Tensor*> found;
+  for (const auto& [key, tensor] : file.tensors) {
+    file_keys.push_back(key);
+    if (targets.count(key)) {
+      found[key] = &tensor;
+    } else {
+      unexpected.push_back(key);
+    }
+  }
+  std::vector<std::string> missing;
+  for (const auto& key : expected_keys) {
+    if (!found.count(key)) missing.push_back(key);
+  }
+  if (strict && !missing.empty()) {
+    throw LoadError(source + ": missing key(s) " + join(missing) + "; the file has " +
+                    join(file_keys) + strip_prefix_hint(file, {{"the model", expected_keys}}));
+  }
+  if (strict && !unexpected.empty()) {
+    throw LoadError(source + ": unexpected key(s) " + join(unexpected) + "; the model expects " +
+                    join(expected_keys) + " (--no-strict ignores them)");
+  }
+  if (!missing.empty())
+    notices.push_back("not in " + source + ", kept as initialised: " + join(missing));
+  if (!unexpected.empty()) notices.push_back("ignored from " + source + ": " + join(unexpected));
+
+  // Check every shape before changing anything, so a failed load leaves the model untouched.
+  // Model order (Python's state-dict order), so messages list keys as Python would.
+  for (const auto& key : expected_keys) {
+    const auto it = found.find(key);
+    if (it == found.end()) continue;
+    const torch::Tensor& target = targets[key];
+    if (it->second->sizes() != target.sizes()) {
+      throw LoadError(source + ": " + key + " has shape " + shape_string(it->second->sizes()) +
+                      ", expected " + shape_string(target.sizes()));
+    }
+  }
+  std::vector<std::string> converted;
+  torch::NoGradGuard no_grad;
+  for (const auto& key : expected_keys) {
+    const auto it = found.find(key);
+    if (it == found.end()) continue;
+    const torch::Tensor& tensor = *it->second;
+    torch::Tensor& target = targets[key];
+    if (tensor.scalar_type() != target.scalar_type()) {
+      std::ostringstream s;
+      s << key << " " << tensor.scalar_type() << "->" << target.scalar_type();
+      converted.push_back(s.str());
+    }
+    target.copy_(tensor);
+  }
+  if (!converted.empty()) notices.push_back("converted dtype: " + join(converted));
+  return notices;
+}
+
+std::vector<std::string> load_state_dict(torch::nn::Module& model, const std::string& path,
+                                         const LoadOptions& options) {
+  NamedTensors file = read_state_dict(path, options.weights_key, options.strip_prefix);
+  if (options.strip_prefix.empty())
+    strip_attribute_prefix(file, {{"the model", state_dict_keys(model)}});
+  return apply_state_dict(model, file, path, options.strict);
+}
+
+}  // namespace fusedlinear

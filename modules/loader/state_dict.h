@@ -1,0 +1,52 @@
+// Putting a state dict read from a file (torch_file.h) into a model: key matching, shape
+// checks, dtype conversion, and the messages a user needs when something does not fit.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "modules/loader/torch_file.h"
+
+namespace fusedlinear {
+
+struct LoadOptions {
+  // Missing or unexpected keys are errors when strict; otherwise they are listed in notices.
+  bool strict = true;
+  // For checkpoints holding several candidate dicts (read_state_dict's weights_key).
+  std::string weights_key;
+  // Removed from the file's keys first (read_state_dict's strip_prefix). When empty, a
+  // training wrapper's attribute prefix is removed where strip_attribute_prefix finds one.
+  std::string strip_prefix;
+};
+
+// A model's state-dict keys: its parameters', then its buffers', in its order.
+std::vector<std::string> state_dict_keys(torch::nn::Module& model);
+
+// A model's name and state-dict keys, for strip_attribute_prefix and strip_prefix_hint.
+using ModelKeys = std::pair<std::string, std::vector<std::string>>;
+
+// A training wrapper's attribute prefix, e.g. PyTorch Lightning's `model.` (a LightningModule
+// holding the network as `self.model` saves `model.linear.weight`): when every key of `file`
+// starts with the same components, and removing the first one or more of them (and any
+// "module." / "_orig_mod." after them) leaves exactly the keys of one of `models`, no more and
+// no fewer, they are removed, with a notice. Returns the prefix removed, or "".
+std::string strip_attribute_prefix(NamedTensors& file, const std::vector<ModelKeys>& models);
+
+// For a file whose keys do not fit `models`: " (...; pass --strip-prefix P)" naming the prefix
+// under which some model's keys all are, or else the longest prefix of whole components that
+// every key shares; "" when there is neither.
+std::string strip_prefix_hint(const NamedTensors& file, const std::vector<ModelKeys>& models);
+
+// Loads `path` into `model`'s parameters and buffers (converted to their dtype and device).
+// Returns the notices to show the user once (conversions, keys ignored, prefixes stripped).
+// Throws LoadError naming the file and the problem (missing keys with strip_prefix_hint).
+std::vector<std::string> load_state_dict(torch::nn::Module& model, const std::string& path,
+                                         const LoadOptions& options = {});
+
+// The same, from tensors already read; `source` names them in messages (usually the path).
+std::vector<std::string> apply_state_dict(torch::nn::Module& model, const NamedTensors& file,
+                                          const std::string& source, bool strict = true);
+
+}  // namespace fusedlinear
