@@ -27,6 +27,7 @@
 #include "app/report.h"
 #include "app/svg_plot.h"
 #include "app/timing.h"
+#include "kernels/ops/ops.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -41,8 +42,9 @@ namespace {
 constexpr int64_t kAssumedCacheBytes = 60'000'000;  // an H200's L2, the largest here
 
 // Timings of one configuration shared by every precision, in the JSON and CSV column order.
-const char* const kSharedTimings[] = {"gemm_addmm",  "copy",          "chain_eager",
-                                      "chain_fused", "forward_eager", "weight_copy"};
+const char* const kSharedTimings[] = {"gemm_addmm",    "copy",           "chain_eager",
+                                      "chain_fused",   "chain_compiled", "chain_runtime",
+                                      "forward_eager", "weight_copy"};
 // Timings of the fused forward in one precision.
 const char* const kFusedTimings[] = {"gemm", "forward", "forward_static", "graph_replay"};
 
@@ -108,6 +110,8 @@ Figures chain_figures(const Result& r) {
           {"chain_fused_x_copy", r.median("chain_fused") / r.median("copy")},
           {"chain_fused_percent_of_copy_speed", 100 * r.median("copy") / r.median("chain_fused")},
           {"chain_speedup", r.median("chain_eager") / r.median("chain_fused")},
+          {"chain_runtime_x_compiled", r.median("chain_runtime") / r.median("chain_compiled")},
+          {"chain_runtime_x_copy", r.median("chain_runtime") / r.median("copy")},
           {"gemm_addmm_tflops", r.flops() / r.median("gemm_addmm") / 1e6},
           {"weight_copy_gbps", 2 * r.weight_bytes() / r.median("weight_copy") / 1e3}};
 }
@@ -194,10 +198,10 @@ class Progress {
 
 // Fails early, with one line, for a dtype the device's libtorch cannot run (float16 matrix
 // products on an old CPU libtorch), instead of minutes into the sweep.
-void check_dtype_runs(const std::string& model_name, const Settings& settings) {
-  run_in_context(model_name, settings, [&] {
+void check_dtype_runs(const ModelSpec& spec, const Settings& settings) {
+  run_in_context(spec.name, settings, [&] {
     torch::NoGradGuard no_grad;
-    auto model = make_model(model_name, 8, 8, 0);
+    auto model = make_model(spec, 8, 8, 0);
     model->to(settings.device, settings.dtype);
     const auto x = torch::rand({2, 8}).to(settings.device, settings.dtype);
     model->forward(x);
@@ -209,7 +213,7 @@ void check_dtype_runs(const std::string& model_name, const Settings& settings) {
 #ifdef FUSEDLINEAR_WITH_CUDA
 // Captures model.forward(x) in a CUDA Graph (after warm-up, on a side stream, as capture needs)
 // and times its replays against launches of the same call on the same fixed input.
-void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const Settings& s,
+void time_cuda_graph(LinearChainImpl& model, const torch::Tensor& x, const Settings& s,
                      const Result& r, FusedResult& f) {
   synchronize(s.device);
   at::cuda::CUDAGraph graph;
@@ -240,17 +244,17 @@ void time_cuda_graph(LinearEpilogueModel& model, const torch::Tensor& x, const S
 // and one fused model (the same parameters) per precision and GEMM kernel, each laying its
 // weight out per batch.
 struct Models {
-  std::shared_ptr<LinearEpilogueModel> eager;
-  std::vector<std::shared_ptr<LinearEpilogueModel>> fused;  // each configured as it was built
+  std::shared_ptr<LinearChainImpl> eager;
+  std::vector<std::shared_ptr<LinearChainImpl>> fused;  // each configured as it was built
 };
 
 // Times one configuration. x_all: [N, batch, in] rotating inputs; y_all: [M, batch, out], the
 // GEMM outputs the chains read.
-Result bench_one(Models& models, const std::string& name, int64_t batch, const Settings& s,
+Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Settings& s,
                  bool cuda_graph, double atol, double rtol) {
-  LinearEpilogueModel& model = *models.eager;
+  LinearChainImpl& model = *models.eager;
   Result r;
-  r.model = name;
+  r.model = spec.name;
   r.dtype = s.dtype;
   r.batch = batch;
   r.in_features = model.in_features();
@@ -270,11 +274,11 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
   const std::vector<torch::Tensor> xs = x_all.unbind(0), ys = y_all.unbind(0);
   const auto x = [&](int i) -> const torch::Tensor& { return xs[size_t(i) % xs.size()]; };
   const auto y = [&](int i) -> const torch::Tensor& { return ys[size_t(i) % ys.size()]; };
-  LinearEpilogueModel& chain_model = *models.fused.front();
+  LinearChainImpl& chain_model = *models.fused.front();
 
   // The check of the chain: the fused chain against the eager chain on the same GEMM output.
   {
-    const torch::Tensor eager = model.epilogue_eager(y(0) + model.linear()->bias);
+    const torch::Tensor eager = model.chain_eager(y(0) + model.linear()->bias);
     const OutputDifference d = compare_outputs(chain_model.epilogue_fused(y(0)), eager, atol, rtol);
     r.atol = atol;
     r.rtol = rtol;
@@ -290,21 +294,28 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
     for (size_t k = 0; k < keys.size(); ++k) into[keys[k]] = stats[k];
   };
   measure(r.timings, {"copy", "chain_eager", "chain_fused"},
-          {[&](int i) { y(i).clone(); }, [&](int i) { model.epilogue_eager(y(i)); },
+          {[&](int i) { y(i).clone(); }, [&](int i) { model.chain_eager(y(i)); },
            [&](int i) { chain_model.epilogue_fused(y(i)); }});
+  if (spec.compiled) {
+    // The same chain given as a spec: the run-time interpreter's kernels, against the compiled
+    // declaration's in turns.
+    const std::vector<torch::Tensor> params = chain_model.slot_params();
+    const c10::optional<torch::Tensor> bias = chain_model.linear()->bias;
+    measure(r.timings, {"chain_compiled", "chain_runtime"},
+            {[&](int i) { chain_model.epilogue_fused(y(i)); },
+             [&](int i) { fused_epilogue(y(i), bias, params, spec.chain); }});
+  }
   // The memory system's pace on W's bytes, the floor of a forward that must read W.
   measure(r.timings, {"weight_copy"}, {[&](int) { model.linear()->weight.clone(); }});
 
   // Per precision: the GEMM, and the forward against the eager forward, in turns.
   const torch::Tensor eager_out = model.forward_eager(x(0));
   auto& linear = model.linear();
-  const torch::Tensor reference = model.epilogue_eager(
-      torch::nn::functional::linear(x(0).to(torch::kFloat64), linear->weight.to(torch::kFloat64),
-                                    linear->bias.to(torch::kFloat64)));
+  const torch::Tensor reference = model.reference(x(0));
   std::vector<std::function<void(int)>> gemms = {[&](int i) { linear->forward(x(i)); }};
   std::vector<std::function<void(int)>> forwards = {[&](int i) { model.forward_eager(x(i)); }};
   for (const auto& fused : models.fused) {
-    LinearEpilogueModel& fused_model = *fused;
+    LinearChainImpl& fused_model = *fused;
     FusedResult f;
     f.precision = fused_model.precision();
     f.kernel = fused_model.gemm_kernel();
@@ -339,6 +350,12 @@ Result bench_one(Models& models, const std::string& name, int64_t batch, const S
 #endif
   }
   return r;
+}
+
+std::vector<std::string> model_names_of(const std::vector<ModelSpec>& specs) {
+  std::vector<std::string> names;
+  for (const ModelSpec& spec : specs) names.push_back(spec.name);
+  return names;
 }
 
 // NaN (not measured) as JSON null.
@@ -420,7 +437,7 @@ std::string render_csv(const std::vector<Result>& results) {
 
 // What the sweep covers: from the options, with the device's defaults.
 struct Plan {
-  std::vector<std::string> models;
+  std::vector<ModelSpec> models;
   std::vector<torch::ScalarType> dtypes;
   std::vector<int64_t> batches;
   std::vector<Precision> precisions;  // for float32; other dtypes run ieee
@@ -466,17 +483,18 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
   torch::NoGradGuard no_grad;
   std::vector<Result> results;
   Progress progress(int(plan.models.size() * plan.dtypes.size() * plan.batches.size()));
-  for (const auto& name : plan.models) {
+  for (const auto& spec : plan.models) {
+    const std::string& name = spec.name;
     for (const auto dtype : plan.dtypes) {
       Settings s = settings;
       s.dtype = dtype;
       Models models;
-      models.eager = build_model(name, s);
+      models.eager = build_model(spec, s);
       const std::vector<Precision> precisions =
           dtype == torch::kFloat32 ? plan.precisions : std::vector<Precision>{Precision::kIeee};
       for (const Precision precision : precisions) {
         for (const GemmKernel kernel : plan.kernels) {
-          models.fused.push_back(build_model(name, s));
+          models.fused.push_back(build_model(spec, s));
           configure_fused(*models.fused.back(), precision, kernel, s);
         }
       }
@@ -485,7 +503,7 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
                       name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
         const double atol = settings.tolerance_given ? settings.atol : default_tolerance(dtype);
         const double rtol = settings.tolerance_given ? settings.rtol : default_tolerance(dtype);
-        results.push_back(bench_one(models, name, batch, s, plan.cuda_graph, atol, rtol));
+        results.push_back(bench_one(models, spec, batch, s, plan.cuda_graph, atol, rtol));
       }
     }
   }
@@ -501,15 +519,19 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
             << "outputs; models " << settings.model_source << "\n\nactivation chains (after the "
             << "GEMM):\n";
   Table chains({"model", "dtype", "batch", "copy us", "eager chain us", "fused chain us",
-                "fused x copy", "fused GB/s", "chain speedup"});
+                "fused x copy", "fused GB/s", "chain speedup", "run-time chain us",
+                "run-time x compiled"});
   for (const auto& r : results) {
     const Figures figures = chain_figures(r);
-    chains.add_row({r.model, dtype_name(r.dtype), std::to_string(r.batch),
-                    fixed(r.median("copy"), 1), fixed(r.median("chain_eager"), 1),
-                    fixed(r.median("chain_fused"), 1),
-                    fixed(figure(figures, "chain_fused_x_copy"), 2),
-                    fixed(figure(figures, "chain_fused_gbps"), 1),
-                    fixed(figure(figures, "chain_speedup"), 2)});
+    chains.add_row(
+        {r.model, dtype_name(r.dtype), std::to_string(r.batch), fixed(r.median("copy"), 1),
+         fixed(r.median("chain_eager"), 1), fixed(r.median("chain_fused"), 1),
+         fixed(figure(figures, "chain_fused_x_copy"), 2),
+         fixed(figure(figures, "chain_fused_gbps"), 1), fixed(figure(figures, "chain_speedup"), 2),
+         std::isfinite(r.median("chain_runtime")) ? fixed(r.median("chain_runtime"), 1) : "-",
+         std::isfinite(r.median("chain_runtime"))
+             ? fixed(figure(figures, "chain_runtime_x_compiled"), 3)
+             : "-"});
   }
   chains.print(std::cout);
 
@@ -606,7 +628,7 @@ nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan
       {"libtorch_version", TORCH_VERSION},
       {"cuda_version",
        cuda ? nlohmann::ordered_json(cuda_version()) : nlohmann::ordered_json(nullptr)},
-      {"models", plan.models},
+      {"models", model_names_of(plan.models)},
       {"model_source", settings.model_source},
       {"batches", plan.batches},
       {"iters", settings.iters},
@@ -721,7 +743,7 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   for (const auto dtype : plan.dtypes) {
     Settings s = settings;
     s.dtype = dtype;
-    for (const auto& name : plan.models) check_dtype_runs(name, s);
+    for (const auto& spec : plan.models) check_dtype_runs(spec, s);
   }
   const std::string date = utc_now();
   const std::string platform = platform_description(settings.device);  // may warn: first

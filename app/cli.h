@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "modules/models.h"
+#include "modules/linear_chain.h"
 
 namespace fusedlinear {
 
@@ -21,10 +21,11 @@ struct UsageError : std::runtime_error {
 };
 
 struct Settings {
-  std::string command;              // compare | run | bench
-  std::vector<std::string> models;  // from --model, `all` expanded, or the model --weights holds
-  std::string model_source;         // how: "given", "inferred from the keys of --weights", ...
-  std::string weights;              // empty: seeded random parameters
+  std::string command;  // compare | run | bench
+  // From --model (`all` expanded), --chain, or the model --weights holds.
+  std::vector<ModelSpec> models;
+  std::string model_source;  // how: "given", "inferred from the keys of --weights", ...
+  std::string weights;       // empty: seeded random parameters
   std::string weights_key;
   std::string strip_prefix;  // --strip-prefix: removed from the file's keys before matching
   bool strict = true;
@@ -44,7 +45,7 @@ struct Settings {
   std::string json;
   // The fused GEMM's precisions (--precision; `all` expanded); float32 runs only for any but ieee.
   std::vector<Precision> precisions = {Precision::kIeee};
-  int64_t bf16x3_min_rows = LinearEpilogueModel::kDefaultBf16x3MinRows;
+  int64_t bf16x3_min_rows = kDefaultBf16x3MinRows;
   // The fused forward's GEMM kernels (--gemm; `all` expanded): each precision runs with each.
   std::vector<GemmKernel> gemm_kernels = {GemmKernel::kAuto};
 };
@@ -92,20 +93,20 @@ std::string dtype_name(torch::ScalarType dtype);
 // the end: a few units in the last place of 11 (float16) or 8 (bfloat16) bits.
 double default_tolerance(torch::ScalarType dtype);
 
-// The model `name` for this run: seeded-random parameters, or those of settings.weights (read
-// once, strictness per settings), on the run's device and in its dtype, the weight laid out as
-// nn.Linear lays it out. Prints the loader's notices to stderr, once. The parameters are drawn
+// The model `spec` describes for this run: seeded-random parameters, or those of settings.weights
+// (read once, strictness per settings), on the run's device and in its dtype, the weight laid out
+// as nn.Linear lays it out. Prints the loader's notices to stderr, once. The parameters are drawn
 // from a generator of its own, seeded with settings.seed (PyTorch's global one is not touched);
 // `rest_of_stream`, if given, receives that generator where the draws left it, for
 // build_input.
-std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings,
-                                                 at::Generator* rest_of_stream = nullptr);
+std::shared_ptr<LinearChainImpl> build_model(const ModelSpec& spec, const Settings& settings,
+                                             at::Generator* rest_of_stream = nullptr);
 // For the fused path on a GPU: times the bias-free GEMM x @ W^T with the weight as it is and
 // re-laid (output-major <-> input-major, LinearEpilogueModel::weight_in), in
 // turns, 10 calls each after 3 warm-up, and keeps the faster layout. Returns a line saying
 // which and the two median times. Where the model runs the skinny kernel for x, which reads W
 // output-major, and on the CPU, it changes nothing and says so. Call it after configure_fused.
-std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x);
+std::string choose_weight_layout(LinearChainImpl& model, const torch::Tensor& x);
 // The run's input: settings.input when given (checked against in_features), otherwise
 // torch.rand(batch, in_features) drawn from `stream`, the generator build_model drew the
 // parameters from, as `torch.manual_seed(seed); model = Model(...); x = torch.rand(batch,
@@ -123,17 +124,24 @@ UsageError out_of_memory_error(const Settings& settings, const std::string& requ
 // Runs fn; a c10::Error becomes usage_error(..., "<model> in <dtype> on <device>").
 void run_in_context(const std::string& model, const Settings& settings,
                     const std::function<void()>& fn);
-// The model whose keys settings.weights holds: the one registered model all of whose keys it
-// holds (with --no-strict, whose Linear weight it holds). Throws a UsageError naming the
-// candidates when several fit (choose with --model), a LoadError listing keys when none does.
-std::string detect_model(const Settings& settings);
+// The model settings.weights holds, never guessed: the chain the file carries (its metadata,
+// weights/fx_chain.py), else the one registered model whose keys the file's are and whose chain
+// parameters name it (swish_chain's add_value; with --no-strict, whose keys it holds). A file of
+// a Linear's keys alone fits any chain: a UsageError says to give --model or --chain; one that
+// several models fit, to give --model; a LoadError lists the keys when none does.
+ModelSpec detect_model(const Settings& settings);
+// The model of --chain SPEC: its Linear the file's (the one the file's metadata names, else its
+// one 2-D "<path>.weight"), or "linear" for seeded-random parameters; each parameter the spec
+// names must be in the file (a UsageError lists the keys there). Throws ChainSpecError for a
+// malformed spec.
+ModelSpec chain_model(const std::string& spec, const Settings& settings);
 // Sets `precision` and the GEMM `kernel` on the model (and the batch below which bf16x3 with
 // cuBLAS runs ieee, from settings).
-void configure_fused(LinearEpilogueModel& model, Precision precision, GemmKernel kernel,
+void configure_fused(LinearChainImpl& model, Precision precision, GemmKernel kernel,
                      const Settings& settings);
 // What the fused forward runs for input x: "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 5
 // rows)" when the model runs ieee for bf16x3, and so on.
-std::string gemm_description(LinearEpilogueModel& model, const torch::Tensor& x);
+std::string gemm_description(LinearChainImpl& model, const torch::Tensor& x);
 // Whether a path's allclose verdict counts toward the exit code: always for the float32-grade
 // precisions (ieee, bf16x3) and when the user set --atol/--rtol; tf32 and bf16 are outside the
 // default 1e-4 by design and are only reported.

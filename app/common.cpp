@@ -1,6 +1,7 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "app/report.h"
 #include "app/timing.h"
 #include "kernels/cpu/epilogue.h"
+#include "kernels/ops/chain_spec.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
 
@@ -27,7 +29,9 @@ namespace {
 const std::vector<ModelKeys>& all_model_keys() {
   static const std::vector<ModelKeys> keys = [] {
     std::vector<ModelKeys> out;
-    for (const auto& name : model_names()) out.emplace_back(name, model_keys(name));
+    for (const ModelSpec& spec : registered_models()) {
+      out.emplace_back(spec.name, model_keys(spec));
+    }
     return out;
   }();
   return keys;
@@ -62,14 +66,6 @@ const torch::Tensor* find_tensor(const NamedTensors& file, const std::string& ke
     if (name == key) return &tensor;
   }
   return nullptr;
-}
-
-// The state-dict key of a model's Linear weight ("matmul.weight", "linear.weight").
-std::string linear_weight_key(LinearEpilogueModel& model) {
-  for (const auto& item : model.named_parameters()) {
-    if (item.value().is_same(model.linear()->weight)) return item.key();
-  }
-  throw std::logic_error("model has no Linear weight parameter");
 }
 
 std::string keys_of(const NamedTensors& file) {
@@ -178,47 +174,112 @@ void run_in_context(const std::string& model, const Settings& settings,
   }
 }
 
-std::string detect_model(const Settings& settings) {
-  const NamedTensors& file = weights_file(settings);
-  // The models all of whose keys the file holds (with --no-strict, whose Linear weight it holds).
-  std::vector<std::string> fits;
-  for (const auto& [name, keys] : all_model_keys()) {
-    const auto model = make_model(name, 1, 1, uint64_t{0});
-    const bool fit =
-        settings.strict
-            ? std::all_of(keys.begin(), keys.end(),
-                          [&](const std::string& key) { return find_tensor(file, key); })
-            : find_tensor(file, linear_weight_key(*model)) != nullptr;
-    if (fit) fits.push_back(name);
-  }
-  if (fits.size() == 1) return fits.front();
-  std::string models;
-  for (const auto& [name, keys] : all_model_keys()) {
-    std::string list;
-    for (const auto& key : keys) list += (list.empty() ? "" : ", ") + key;
-    models += (models.empty() ? "" : "; ") + name + ": " + list;
-  }
-  if (fits.empty()) {
-    throw LoadError("--weights " + settings.weights + ": holds no model's keys (" + models +
-                    "); its keys: " + keys_of(file) + strip_prefix_hint(file, all_model_keys()));
-  }
-  std::string names;
-  for (const auto& name : fits) names += (names.empty() ? "" : " and ") + name;
-  throw UsageError("--weights " + settings.weights + ": its keys fit " + names +
-                   "; say which with --model");
+namespace {
+
+// "a, b, c".
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
 }
 
-std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const Settings& settings,
-                                                 at::Generator* rest_of_stream) {
+// The Linear's attribute path in a file: the one its metadata names, else that of its one 2-D
+// "<path>.weight" tensor.
+std::string linear_path(const NamedTensors& file, const Settings& settings) {
+  const auto named = file.metadata.find("linear");
+  if (named != file.metadata.end()) return named->second;
+  std::vector<std::string> candidates;
+  for (const auto& [key, tensor] : file.tensors) {
+    const std::string suffix = ".weight";
+    if (key.size() > suffix.size() &&
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0 && tensor.dim() == 2) {
+      candidates.push_back(key.substr(0, key.size() - suffix.size()));
+    }
+  }
+  if (candidates.size() == 1) return candidates.front();
+  throw UsageError("--weights " + settings.weights + ": " +
+                   (candidates.empty() ? std::string("holds no Linear weight (a 2-D <path>.weight)")
+                                       : "holds several Linear weights (" + joined(candidates) +
+                                             "): fusedlinear runs one Linear and its chain") +
+                   "; its keys: " + keys_of(file));
+}
+
+// The chain model of `spec` with the Linear and parameter shapes of the file (or "linear" and
+// per-feature parameters without one), each parameter checked to be there.
+ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
+                          const std::string& from) {
+  if (settings.weights.empty()) return runtime_model(spec);
+  const NamedTensors& file = weights_file(settings);
+  const std::string linear = linear_path(file, settings);
+  ModelSpec model = runtime_model(spec, linear, find_tensor(file, linear + ".bias") != nullptr);
+  for (const std::string& key : parse_chain(model.chain).params()) {
+    const torch::Tensor* tensor = find_tensor(file, key);
+    if (!tensor) {
+      throw UsageError(from + ": the chain's parameter '" + key + "' is not in --weights " +
+                       settings.weights + " (its keys: " + keys_of(file) + ")");
+    }
+    if (tensor->numel() == 1 && tensor->dim() <= 1) model.param_shapes[key] = tensor->sizes().vec();
+  }
+  return model;
+}
+
+}  // namespace
+
+ModelSpec chain_model(const std::string& spec, const Settings& settings) {
+  return chain_model_for(spec, settings, "--chain " + spec);
+}
+
+ModelSpec detect_model(const Settings& settings) {
+  const NamedTensors& file = weights_file(settings);
+  const auto carried = file.metadata.find("chain");
+  if (carried != file.metadata.end()) {
+    return chain_model_for(carried->second, settings, "--weights " + settings.weights + "'s chain");
+  }
+  // The models all of whose keys the file holds. One is taken only where more than a Linear's keys
+  // name it: a file of a Linear's keys alone fits any chain, and is never taken for one.
+  std::vector<std::string> fits;
+  for (const ModelSpec& spec : registered_models()) {
+    const std::vector<std::string> keys = model_keys(spec);
+    if (std::all_of(keys.begin(), keys.end(),
+                    [&](const std::string& key) { return find_tensor(file, key) != nullptr; })) {
+      fits.push_back(spec.name);
+    }
+  }
+  if (fits.size() > 1) {
+    std::string names;
+    for (const auto& name : fits) names += (names.empty() ? "" : " and ") + name;
+    throw UsageError("--weights " + settings.weights + ": its keys fit " + names +
+                     "; say which with --model");
+  }
+  if (fits.size() == 1) {
+    const ModelSpec spec = find_model(fits.front());
+    if (!parse_chain(spec.chain).params().empty()) return spec;
+    throw UsageError("--weights " + settings.weights + ": its keys (" + keys_of(file) +
+                     ") are a Linear's, which any chain may follow: say which with --model (" +
+                     joined(model_names()) +
+                     ") or --chain SPEC (docs/CHAINS.md), or save the "
+                     "file with its chain (weights/fx_chain.py)");
+  }
+  std::string models;
+  for (const auto& [name, keys] : all_model_keys()) {
+    models += (models.empty() ? "" : "; ") + name + ": " + joined(keys);
+  }
+  throw LoadError("--weights " + settings.weights + ": holds no model's keys (" + models +
+                  "); its keys: " + keys_of(file) + strip_prefix_hint(file, all_model_keys()) +
+                  "; for a model of your own give --chain SPEC");
+}
+
+std::shared_ptr<LinearChainImpl> build_model(const ModelSpec& spec, const Settings& settings,
+                                             at::Generator* rest_of_stream) {
   int64_t in_features = settings.in_features, out_features = settings.out_features;
   const NamedTensors* file = settings.weights.empty() ? nullptr : &weights_file(settings);
   if (file && (in_features == 0 || out_features == 0)) {
     // Take the shape from the file's Linear weight [out_features, in_features].
-    const std::string key = linear_weight_key(*make_model(name, 1, 1, 0));
+    const std::string key = spec.linear + ".weight";
     const torch::Tensor* weight = find_tensor(*file, key);
     if (!weight) {
-      throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " + name +
-                      "); the file has " + keys_of(*file) +
+      throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " +
+                      spec.name + "); the file has " + keys_of(*file) +
                       strip_prefix_hint(*file, all_model_keys()));
     }
     if (weight->dim() != 2) {
@@ -231,7 +292,7 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
     if (out_features == 0) out_features = weight->size(0);
   }
   at::Generator stream = at::detail::createCPUGenerator(settings.seed);
-  auto model = make_model(name, in_features, out_features, stream);
+  auto model = std::make_shared<LinearChainImpl>(spec, in_features, out_features, stream);
   if (rest_of_stream) *rest_of_stream = stream;
   if (file) {
     // compare and bench build each model twice (eager's and the fused path's): say things once.
@@ -243,7 +304,7 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
       throw about("--weights", e);
     }
     for (const auto& notice : notices) {
-      const std::string line = "fusedlinear: note: " + name + ": " + notice;
+      const std::string line = "fusedlinear: note: " + spec.name + ": " + notice;
       if (shown.insert(line).second) std::cerr << line << "\n";
     }
   }
@@ -252,7 +313,7 @@ std::shared_ptr<LinearEpilogueModel> build_model(const std::string& name, const 
   return model;
 }
 
-std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor& x) {
+std::string choose_weight_layout(LinearChainImpl& model, const torch::Tensor& x) {
   if (!x.is_cuda()) return "weight as loaded (output-major; layouts are chosen on GPUs only)";
   if (model.runs_skinny(x)) {
     return std::string("weight ") +
@@ -279,23 +340,15 @@ std::string choose_weight_layout(LinearEpilogueModel& model, const torch::Tensor
          fixed(output_major_us, 1) + " us output-major)";
 }
 
-void configure_fused(LinearEpilogueModel& model, Precision precision, GemmKernel kernel,
+void configure_fused(LinearChainImpl& model, Precision precision, GemmKernel kernel,
                      const Settings& settings) {
   model.set_bf16x3_min_rows(settings.bf16x3_min_rows);
   model.set_precision(precision);
   model.set_gemm_kernel(kernel);
 }
 
-std::string gemm_description(LinearEpilogueModel& model, const torch::Tensor& x) {
-  const LinearEpilogueModel::GemmPlan plan = model.gemm_plan(x);
-  const std::string kernel = plan.skinny ? "skinny" : x.is_cuda() ? "cuBLAS" : "CPU GEMM";
-  std::string ran = std::string(precision_name(plan.precision)) + ", " + kernel;
-  if (plan.precision == model.precision()) return ran;
-  // bf16x3 below the rows where it pays: ieee's skinny kernel, or below bf16x3_min_rows.
-  const int64_t from =
-      plan.skinny ? model.bf16x3_ieee_skinny_max_rows() + 1 : model.bf16x3_min_rows();
-  return ran + " (" + precision_name(model.precision()) + " from " + std::to_string(from) +
-         " rows)";
+std::string gemm_description(LinearChainImpl& model, const torch::Tensor& x) {
+  return model.gemm_plan(x).description;
 }
 
 bool verdict_counts(Precision precision, const Settings& settings) {

@@ -39,18 +39,19 @@ struct ModelResult {
   double gemm_gflops() const { return gemm_flops / gemm.median_us / 1e3; }
 };
 
-std::string split_memory(LinearEpilogueModel& model) {
+std::string split_memory(LinearChainImpl& model) {
   const int64_t bytes = model.split_weight_bytes();
   if (bytes == 0) return "";
   return "; bfloat16 parts of W kept beside it: " + fixed(double(bytes) / (1 << 20), 1) + " MiB";
 }
 
-ModelResult compare_model(const std::string& name, const Settings& settings) {
+ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   torch::NoGradGuard no_grad;
   // The eager model keeps the weight as nn.Linear lays it out; each fused model (same
   // parameters) lays it out for its GEMM and sets its precision.
   at::Generator stream;
-  const auto model = build_model(name, settings, &stream);
+  const std::string& name = spec.name;
+  const auto model = build_model(spec, settings, &stream);
   const torch::Tensor x = build_input(settings, model->in_features(), stream);
   const int64_t rows = x.numel() / x.size(-1);
 
@@ -59,10 +60,10 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   r.input_shape = x.sizes().vec();
   r.in_features = model->in_features();
   r.out_features = model->out_features();
-  std::vector<std::shared_ptr<LinearEpilogueModel>> fused_models;
+  std::vector<std::shared_ptr<LinearChainImpl>> fused_models;
   for (const Precision precision : settings.precisions) {
     for (const GemmKernel kernel : settings.gemm_kernels) {
-      auto fused_model = build_model(name, settings);
+      auto fused_model = build_model(spec, settings);
       PathResult p;
       p.path = "fused";
       p.precision = precision;
@@ -85,7 +86,7 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   // Each path as a function of the call index (the index is unused: one fixed input).
   std::vector<std::function<void(int)>> calls = {
       [&](int) { model->forward_eager(x); },
-      [&](int) { model->fused_chain(model->linear()->forward(x), c10::nullopt); }};
+      [&](int) { model->chain_fused(model->linear()->forward(x), c10::nullopt); }};
   for (const auto& fused_model : fused_models) {
     calls.emplace_back([&, fused_model](int) { fused_model->forward(x); });
   }
@@ -98,12 +99,10 @@ ModelResult compare_model(const std::string& name, const Settings& settings) {
   run_in_context(name, settings, [&] {
     eager = model->forward_eager(x);
     outputs.push_back(eager);
-    outputs.push_back(model->fused_chain(model->linear()->forward(x), c10::nullopt));
+    outputs.push_back(model->chain_fused(model->linear()->forward(x), c10::nullopt));
     for (const auto& fused_model : fused_models) outputs.push_back(fused_model->forward(x));
   });
-  const auto& linear = model->linear();
-  const torch::Tensor reference = model->epilogue_eager(torch::nn::functional::linear(
-      x.to(torch::kFloat64), linear->weight.to(torch::kFloat64), linear->bias.to(torch::kFloat64)));
+  const torch::Tensor reference = model->reference(x);
   for (size_t i = 0; i < r.paths.size(); ++i) {
     r.paths[i].vs_eager = compare_outputs(outputs[i], eager, settings.atol, settings.rtol);
     r.paths[i].vs_float64 = compare_outputs(outputs[i], reference, settings.atol, settings.rtol);
@@ -151,7 +150,7 @@ int run_compare(const Settings& settings) {
             << "; " << (settings.weights.empty() ? "seeded-random parameters" : settings.weights)
             << "; seed " << settings.seed << "\n";
   std::string names;
-  for (const auto& name : settings.models) names += (names.empty() ? "" : ", ") + name;
+  for (const auto& spec : settings.models) names += (names.empty() ? "" : ", ") + spec.name;
   std::cout << "model: " << names << " (" << settings.model_source << ")\n";
   if (settings.shape_defaulted && !settings.device.is_cuda() && settings.weights.empty()) {
     std::cout << "(CPU defaults: the reference shape 1024x8192 -> 8192 is the GPU default; "
@@ -162,7 +161,7 @@ int run_compare(const Settings& settings) {
             << " warm-up; tolerance atol " << settings.atol << ", rtol " << settings.rtol << "\n\n";
 
   std::vector<ModelResult> results;
-  for (const auto& name : settings.models) results.push_back(compare_model(name, settings));
+  for (const auto& spec : settings.models) results.push_back(compare_model(spec, settings));
 
   Table table({"model", "path", "GEMM", "ms (p10-p90)", "speedup", "max abs err", "max rel err",
                "allclose", "err vs fp64", "NaN/inf"});

@@ -12,12 +12,13 @@ int run_run(const Settings& settings) {
   if (settings.input.empty()) throw UsageError("run needs --input FILE");
   if (settings.output.empty()) throw UsageError("run needs --output FILE");
   if (settings.models.size() != 1) {
-    throw UsageError("run takes one model: --model swish_chain or mish_mish");
+    throw UsageError("run takes one model: --model NAME or --chain SPEC");
   }
   torch::NoGradGuard no_grad;
-  const std::string& name = settings.models.front();
+  const ModelSpec& spec = settings.models.front();
+  const std::string& name = spec.name;
   at::Generator stream;
-  auto model = build_model(name, settings, &stream);
+  auto model = build_model(spec, settings, &stream);
   const torch::Tensor x = build_input(settings, model->in_features(), stream);
   configure_fused(*model, settings.precisions.front(), settings.gemm_kernels.front(), settings);
   const std::string layout = choose_weight_layout(*model, x);
@@ -27,7 +28,8 @@ int run_run(const Settings& settings) {
   std::cout << "fusedlinear run: " << name << " (" << settings.model_source << ", "
             << settings.weights << ") on " << x.sizes() << " " << dtype_name(settings.dtype) << ", "
             << settings.device << " -> " << settings.output << " " << y.sizes() << "\n";
-  std::cout << "fused GEMM: " << gemm_description(*model, x) << "\n";
+  const GemmPlan plan = model->gemm_plan(x);
+  std::cout << "fused GEMM: " << plan.description << " (" << plan.reason << ")\n";
   if (x.is_cuda()) std::cout << "fused path: " << layout << "\n";
   return 0;
 }

@@ -1,4 +1,6 @@
-// The precision of the fused forward's GEMM, x W^T (LinearEpilogueModel::set_precision).
+// The fused forward's GEMM, x W^T: its precision (LinearChain::set_precision), the kernel asked for
+// (set_gemm_kernel), and the one function that decides what a forward runs (plan_gemm), which the
+// module, the reports and bench all call.
 //
 //   ieee    float32 products and sums (cuBLAS SGEMM, TF32 off): PyTorch's default, the reference.
 //   bf16x3  x and W each split into bfloat16 hi + lo; x_lo W_hi^T + x_hi W_lo^T + x_hi W_hi^T on
@@ -12,6 +14,7 @@
 // Only the GEMM changes: the epilogue stays float32, the state dict stays float32.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,7 +51,7 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
   return std::nullopt;
 }
 
-// Which kernel runs the fused forward's GEMM (LinearEpilogueModel::set_gemm_kernel).
+// Which kernel runs the fused forward's GEMM (LinearChain::set_gemm_kernel).
 //   auto    the skinny kernel on a GPU for inputs of up to skinny_max_rows() rows (where it
 //           measured faster: it reads W once and fuses the epilogue), cuBLAS otherwise;
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
@@ -87,5 +90,58 @@ inline std::optional<GemmKernel> parse_gemm_kernel(const std::string& name) {
 inline bool keeps_float32_accuracy(Precision precision) {
   return precision == Precision::kIeee || precision == Precision::kBf16x3;
 }
+
+// The device a forward runs on, as the plan needs it.
+struct GemmDevice {
+  bool gpu = false;
+  int compute_major = 0, compute_minor = 0;
+};
+
+// The small-batch kernels' limits on one architecture: the most rows at which each mode's kernel
+// measured faster than cuBLAS with the epilogue (0: never), and up to how many rows bf16x3 runs
+// ieee's kernel instead of its own (faster there, and more accurate).
+struct SkinnyThresholds {
+  int compute_major;
+  int64_t ieee, bf16x3, tf32, bf16;  // float32 models
+  int64_t half_models;               // float16 and bfloat16 models
+  int64_t bf16x3_as_ieee;
+};
+// The measured rows for `device`'s architecture; null where none were measured (auto then runs
+// cuBLAS at every batch).
+const SkinnyThresholds* skinny_thresholds(const GemmDevice& device);
+
+// Below this many rows bf16x3 with cuBLAS runs ieee (default 2: at one row cuBLAS's float32 GEMM,
+// reading W once, beats the three products, which each read their part of W).
+constexpr int64_t kDefaultBf16x3MinRows = 2;
+
+// What one forward's GEMM may take.
+struct GemmQuery {
+  Precision precision = Precision::kIeee;  // the mode set
+  GemmKernel kernel = GemmKernel::kAuto;   // the kernel asked for
+  int64_t rows = 0;                        // of the input
+  bool float32_model = true;               // the bf16 modes and the thresholds are float32's
+  GemmDevice device;
+  // W lies output-major, as the small-batch kernels read it (ieee's and tf32's read W itself; the
+  // bfloat16 parts always lie so).
+  bool weight_output_major = true;
+  int64_t skinny_max_rows = -1;  // an override of the table for every mode; -1: the table's
+  int64_t bf16x3_min_rows = kDefaultBf16x3MinRows;
+};
+
+// What the forward runs: the products (bf16x3 may run ieee's), the kernel (the small-batch
+// kernels, or cuBLAS / the CPU's GEMM followed by the fused epilogue), and why.
+struct GemmPlan {
+  Precision products = Precision::kIeee;
+  bool skinny = false;
+  std::string reason;
+  // "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 9 rows)", "ieee, CPU GEMM".
+  std::string description;
+};
+
+GemmPlan plan_gemm(const GemmQuery& query);
+
+// The most rows the small-batch kernels take under auto for `query`'s mode and model (the
+// override, or the table's; 0 off the GPU or where nothing was measured).
+int64_t skinny_max_rows(const GemmQuery& query, Precision precision);
 
 }  // namespace fusedlinear

@@ -215,23 +215,23 @@ TEST(BenchEndToEnd, RefusesExistingOutputsBeforeRunning) {
 TEST(CommandHelpers, SeededInputFollowsTheParameters) {
   Settings s;
   s.command = "compare";
-  s.models = {"mish_mish"};
+  s.models = {find_model("mish_mish")};
   s.batch = 5;
   s.in_features = 16;
   s.out_features = 8;
   s.seed = 3;
   at::Generator stream;
-  const auto model = build_model("mish_mish", s, &stream);
+  const auto model = build_model(find_model("mish_mish"), s, &stream);
   const torch::Tensor x = build_input(s, 16, stream);
   ASSERT_EQ(x.sizes(), (torch::IntArrayRef{5, 16}));
   torch::manual_seed(3);  // Python: torch.manual_seed(3); MishMish(16, 8); torch.rand(5, 16)
-  MishMish python_model(16, 8);
+  LinearChain python_model(find_model("mish_mish"), 16, 8);
   EXPECT_TRUE(torch::equal(x, torch::rand({5, 16})));
   torch::manual_seed(3);
   EXPECT_FALSE(torch::equal(x, torch::rand({5, 16})));
   // Built again, the same model and input: no state is carried from one call to the next.
   at::Generator again;
-  build_model("mish_mish", s, &again);
+  build_model(find_model("mish_mish"), s, &again);
   EXPECT_TRUE(torch::equal(x, build_input(s, 16, again)));
 }
 

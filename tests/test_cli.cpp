@@ -14,7 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "modules/models.h"
+#include "modules/linear_chain.h"
 #include "modules/loader/torch_file.h"
 #include "tests/test_support.h"
 
@@ -62,8 +62,8 @@ class Cli : public ::testing::Test {
 TEST_F(Cli, RunOnFixtureWritesWhatPyTorchComputes) {
   for (const std::string name : {"swish_chain", "mish_mish"}) {
     const std::string out = path(name + "_out.pt");
-    const Result r = run("run --device cpu --weights " + kFixtures + name + ".pt --input " +
-                         kFixtures + name + "_input.pt --output " + out);
+    const Result r = run("run --device cpu --model " + name + " --weights " + kFixtures + name +
+                         ".pt --input " + kFixtures + name + "_input.pt --output " + out);
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find(name), std::string::npos) << r.out;  // the model was detected
     const torch::Tensor got = read_tensor(out);
@@ -126,9 +126,9 @@ TEST_F(Cli, ComparesEveryPrecision) {
 TEST_F(Cli, RunInEachPrecisionMatchesPyTorch) {
   for (const std::string precision : {"bf16x3", "tf32", "bf16"}) {
     const std::string out = path(precision + ".pt");
-    const Result r = run("run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
-                         kFixtures + "mish_mish_input.pt --output " + out + " --precision " +
-                         precision + " --bf16x3-min-batch 1");
+    const Result r = run("run --device cpu --model mish_mish --weights " + kFixtures +
+                         "mish_mish.pt --input " + kFixtures + "mish_mish_input.pt --output " +
+                         out + " --precision " + precision + " --bf16x3-min-batch 1");
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("fused GEMM: " + precision), std::string::npos) << r.out;
     const torch::Tensor want = read_tensor(kFixtures + "mish_mish_output.pt");
@@ -139,8 +139,10 @@ TEST_F(Cli, RunInEachPrecisionMatchesPyTorch) {
 
 TEST_F(Cli, CompareSaysEachLoaderNoteOnce) {
   // compare builds the model twice (eager's copy and the fused path's); the notes come once.
-  const Result r = run("compare --device cpu --no-strict --iters 1 --warmup 0 --weights " +
-                       kFixtures + "loader/torch1.13/data_parallel.pt");
+  const Result r =
+      run("compare --device cpu --no-strict --iters 1 --warmup 0 --model mish_mish "
+          "--weights " +
+          kFixtures + "loader/torch1.13/data_parallel.pt");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   for (const std::string note : {"stripped the prefix 'module.'", "ignored from"}) {
     size_t count = 0;
@@ -271,8 +273,8 @@ TEST_F(Cli, CommandLineRefusalsAreOneLine) {
 // --overwrite replaces a regular file and nothing else: a device is refused with exit 2 before
 // any work and left as it was, and so is a symbolic link (OutputFile's tests: every other kind).
 TEST_F(Cli, OverwriteReplacesOnlyRegularFiles) {
-  const std::string run_args = "run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
-                               kFixtures + "mish_mish_input.pt";
+  const std::string run_args = "run --device cpu --model mish_mish --weights " + kFixtures +
+                               "mish_mish.pt --input " + kFixtures + "mish_mish_input.pt";
   expect_usage_error(run_args + " --output /dev/null --overwrite",
                      "--output /dev/null: is a character device; only a regular file is ever "
                      "replaced");
@@ -302,8 +304,8 @@ TEST_F(Cli, PlantedLinkAtATemporaryNameIsNotFollowed) {
   const std::string original = read_file(kFixtures + "mish_mish.pt");
   std::ofstream(weights, std::ios::binary) << original;
   ASSERT_EQ(::symlink(weights.c_str(), path("report.json.tmp-fusedlinear").c_str()), 0);
-  const Result r = run("--device cpu --iters 1 --warmup 0 --weights " + weights + " --json " +
-                       path("report.json"));
+  const Result r = run("--device cpu --iters 1 --warmup 0 --model mish_mish --weights " + weights +
+                       " --json " + path("report.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(read_file(weights), original);
   EXPECT_NO_THROW(nlohmann::json::parse(read_file(path("report.json"))));
@@ -347,8 +349,8 @@ TEST_F(Cli, OutOfMemorySaysHowMuchAndWhatToLower) {
 TEST_F(Cli, MessagesSayWhichFileAndWhatIsWrong) {
   std::ofstream(path("empty.pt")).close();
   const std::string weights = kFixtures + "mish_mish.pt";
-  const Result r = run("run --weights " + weights + " --input " + path("empty.pt") + " --output " +
-                       path("o.pt"));
+  const Result r = run("run --model mish_mish --weights " + weights + " --input " +
+                       path("empty.pt") + " --output " + path("o.pt"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--input " + path("empty.pt") + ": the file is empty (0 bytes)"),
             std::string::npos)
@@ -364,7 +366,7 @@ TEST_F(Cli, NanInOutputsIsReportedAsSuch) {
   x[1][3] = std::numeric_limits<float>::quiet_NaN();
   write_tensor(x, path("nan_input.pt"));
   const Result r =
-      run("compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures +
+      run("compare --device cpu --iters 1 --warmup 0 --model mish_mish --weights " + kFixtures +
           "mish_mish.pt --input " + path("nan_input.pt") + " --json " + path("c.json"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("mish_mish fused ieee, CPU GEMM: 48 NaN and 0 inf in eager's output, 48 NaN "
@@ -422,7 +424,7 @@ TEST_F(Cli, PrefixesOfCompiledAndLightningModelsAreStripped) {
   const torch::Tensor want = read_tensor(kFixtures + "mish_mish_output.pt");
   const auto run_on = [&](const std::string& weights, const std::string& more = "") {
     ::unlink(path("o.pt").c_str());
-    return run("run --device cpu --weights " + weights + " --input " + kFixtures +
+    return run("run --device cpu --model mish_mish --weights " + weights + " --input " + kFixtures +
                "mish_mish_input.pt --output " + path("o.pt") + more);
   };
   struct Case {
@@ -461,8 +463,9 @@ TEST_F(Cli, PrefixesOfCompiledAndLightningModelsAreStripped) {
 TEST_F(Cli, ExistingOutputIsKeptWithoutOverwrite) {
   const std::string out = path("out.pt");
   std::ofstream(out) << "precious";
-  const std::string args = "run --device cpu --weights " + kFixtures + "mish_mish.pt --input " +
-                           kFixtures + "mish_mish_input.pt --output " + out;
+  const std::string args = "run --device cpu --model mish_mish --weights " + kFixtures +
+                           "mish_mish.pt --input " + kFixtures + "mish_mish_input.pt --output " +
+                           out;
   expect_usage_error(args, "already exists; pass --overwrite to replace it");
   EXPECT_EQ(read_file(out), "precious");
   const Result r = run(args + " --overwrite");
@@ -518,10 +521,20 @@ TEST_F(Cli, ModelIsInferredOnlyWhenOneFits) {
                  path("both.safetensors") + io);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("mish_mish (given, "), std::string::npos) << r.out;
-  r = run("compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures + "mish_mish.pt");
+  // A Linear's keys alone are never taken for a model: any chain may follow them.
+  expect_usage_error(
+      "compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures + "mish_mish.pt",
+      "its keys (linear.weight, linear.bias) are a Linear's, which any chain may "
+      "follow: say which with --model (swish_chain, mish_mish) or --chain SPEC");
+  r = run("compare --device cpu --iters 1 --warmup 0 --weights " + kFixtures + "swish_chain.pt");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("model: mish_mish (inferred from the keys of --weights)"), std::string::npos)
+  EXPECT_NE(r.out.find("model: swish_chain (inferred from the keys of --weights)"),
+            std::string::npos)
       << r.out;
+  r = run("compare --device cpu --iters 1 --warmup 0 --chain mish,mish --weights " + kFixtures +
+          "mish_mish.pt");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("model: mish,mish (--chain)"), std::string::npos) << r.out;
 }
 
 // weights/export.py defines the same models as the registry, with the same state-dict keys.
@@ -574,8 +587,9 @@ TEST_F(Cli, PythonRoundTripOddSizes) {
   }
   for (const std::string name : {"swish_chain", "mish_mish"}) {
     const std::string out = path(name + "_cpp.pt");
-    const Result r = run("run --device cpu --weights " + exported + "/" + name + ".pt --input " +
-                         exported + "/" + name + "_input.pt --output " + out);
+    const Result r =
+        run("run --device cpu --model " + name + " --weights " + exported + "/" + name +
+            ".pt --input " + exported + "/" + name + "_input.pt --output " + out);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::string check = python + " -c \"import torch,sys; a=torch.load('" + out +
                               "'); b=torch.load('" + exported + "/" + name +

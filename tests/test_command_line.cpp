@@ -194,9 +194,9 @@ TEST(CommandLine, PrefixErrorsSuggestStripPrefix) {
                 "mish_mish: linear.weight, linear.bias); its keys: model.linear.weight, "
                 "model.linear.bias, loss.weight "
                 "(mish_mish's keys are all there under the prefix 'model.'; pass --strip-prefix "
-                "model. and --no-strict)");
+                "model. and --no-strict); for a model of your own give --chain SPEC");
   s.weights = save("unrelated.pt", {"encoder.layer.w", "encoder.layer.b"});
-  EXPECT_NE(load_error_of([&] { build_model("mish_mish", s); })
+  EXPECT_NE(load_error_of([&] { build_model(find_model("mish_mish"), s); })
                 .find("missing key linear.weight (model mish_mish); the file has "
                       "encoder.layer.w, encoder.layer.b (every key starts with 'encoder.layer.'; "
                       "if a wrapper added it, pass --strip-prefix encoder.layer.)"),

@@ -1,7 +1,8 @@
-// The fused ops against the eager libtorch ops they replace, on CPU (each of its loops: scalar,
+// The fused epilogue op against the eager libtorch ops it replaces and against float64, for every
+// chain it runs: each registered model's compiled chain, the same chain given as a spec (the
+// interpreter), and every op of the vocabulary as a spec; on the CPU (each of its loops: scalar,
 // AVX2, AVX-512, as far as this CPU runs them) and (where there is one) CUDA: many shapes, all
-// three dtypes, non-contiguous and misaligned inputs, NaN/Inf, float64 on a dense grid, and bad
-// arguments.
+// three dtypes, non-contiguous and misaligned inputs, NaN/Inf, a dense grid, and bad arguments.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +12,7 @@
 
 #include "kernels/cpu/epilogue.h"
 #include "kernels/ops/ops.h"
-#include "modules/models.h"
+#include "modules/linear_chain.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
 #include "tests/cuda_graph_support.h"
@@ -19,6 +20,42 @@
 
 namespace fusedlinear {
 namespace {
+
+// Every chain the op runs, as a model: the registered ones (compiled), the same chains as specs
+// (run by the interpreter), and each op of the vocabulary, with its defaults and other arguments.
+std::vector<ModelSpec> chains_under_test() {
+  std::vector<ModelSpec> specs;
+  for (const ModelSpec& model : registered_models()) {
+    specs.push_back(model);
+    specs.push_back(runtime_model(model.chain, model.linear));
+  }
+  for (const char* spec : {"relu",
+                           "relu6",
+                           "leaky_relu(0.2)",
+                           "elu(0.5)",
+                           "selu",
+                           "celu(2)",
+                           "gelu",
+                           "gelu(tanh)",
+                           "silu",
+                           "sigmoid,gelu",
+                           "tanh",
+                           "hardtanh(-2,3)",
+                           "clamp(0,inf)",
+                           "hardsigmoid",
+                           "hardswish",
+                           "softplus(2,10)",
+                           "softsign,gelu",
+                           "tanhshrink",
+                           "logsigmoid",
+                           "add(1.5)",
+                           "sub(0.25),mul(-3)",
+                           "div(3)",
+                           "sigmoid,mul(scale),add(shift),div(2.5)"}) {
+    specs.push_back(runtime_model(spec));
+  }
+  return specs;
+}
 
 struct Tolerance {
   double atol, rtol;
@@ -32,24 +69,29 @@ Tolerance tolerance_for(torch::ScalarType dtype) {
   return {1e-5, 1e-5};
 }
 
+// A model of `spec` with `cols` outputs on y's device and dtype (parameters seeded).
+std::shared_ptr<LinearChainImpl> model_for(const ModelSpec& spec, const torch::Tensor& y) {
+  auto model = make_model(spec, /*in_features=*/3, y.size(-1), /*seed=*/7);
+  model->to(y.device(), y.scalar_type());
+  return model;
+}
+
 // y: the GEMM output without bias. Compares the model's fused epilogue (bias folded in) with
 // its eager epilogue on y + bias.
-void expect_fused_matches_eager(const std::string& name, const torch::Tensor& y) {
+void expect_fused_matches_eager(const ModelSpec& spec, const torch::Tensor& y) {
   torch::NoGradGuard no_grad;
-  const int64_t cols = y.size(-1);
-  auto model = make_model(name, /*in_features=*/3, cols, /*seed=*/7);
-  model->to(y.device(), y.scalar_type());
+  auto model = model_for(spec, y);
   const torch::Tensor fused = model->epilogue_fused(y);
   torch::Tensor eager;
   try {
-    eager = model->epilogue_eager(y + model->linear()->bias);
+    eager = model->chain_eager(y + model->linear()->bias);
   } catch (const c10::Error&) {
     // libtorch 1.13 has no CPU kernels for some ops in float16/bfloat16 (sigmoid, mish, ...):
     // there, eager runs in float32 and its result is rounded to the dtype.
-    auto model32 = make_model(name, 3, cols, 7);
+    auto model32 = make_model(spec, 3, y.size(-1), 7);
     model32->to(y.device());
     const torch::Tensor y32 = y.to(torch::kFloat32);
-    eager = model32->epilogue_eager(y32 + model32->linear()->bias).to(y.scalar_type());
+    eager = model32->chain_eager(y32 + model32->linear()->bias).to(y.scalar_type());
   }
   ASSERT_EQ(fused.sizes(), y.sizes());
   ASSERT_EQ(fused.scalar_type(), y.scalar_type());
@@ -57,10 +99,10 @@ void expect_fused_matches_eager(const std::string& name, const torch::Tensor& y)
   const Tolerance tol = tolerance_for(y.scalar_type());
   const torch::Tensor e = eager.to(torch::kFloat64), f = fused.to(torch::kFloat64);
   EXPECT_TRUE(torch::allclose(f, e, tol.rtol, tol.atol, /*equal_nan=*/true))
-      << name << " " << y.scalar_type() << " " << y.sizes() << " on " << y.device()
+      << spec.name << " " << y.scalar_type() << " " << y.sizes() << " on " << y.device()
       << ": max abs diff " << (f - e).abs().nan_to_num(0).max().item<double>();
   // NaN exactly where eager has NaN.
-  EXPECT_TRUE(torch::equal(f.isnan(), e.isnan())) << name << " NaN positions differ";
+  EXPECT_TRUE(torch::equal(f.isnan(), e.isnan())) << spec.name << " NaN positions differ";
 }
 
 using Shape = std::vector<int64_t>;
@@ -76,10 +118,10 @@ torch::Tensor random_gemm_output(const Shape& shape, torch::ScalarType dtype,
 
 void run_shapes_and_dtypes(torch::Device device) {
   torch::manual_seed(0);
-  for (const auto& name : model_names()) {
+  for (const auto& spec : chains_under_test()) {
     for (const auto dtype : kDtypes) {
       for (const auto& shape : kShapes) {
-        expect_fused_matches_eager(name, random_gemm_output(shape, dtype, device));
+        expect_fused_matches_eager(spec, random_gemm_output(shape, dtype, device));
       }
     }
   }
@@ -89,31 +131,37 @@ void run_shapes_and_dtypes(torch::Device device) {
 // (no 16-byte loads possible), and a row length that is not a multiple of the vector width.
 void run_layouts(torch::Device device) {
   torch::manual_seed(1);
-  for (const auto& name : model_names()) {
+  for (const auto& spec : chains_under_test()) {
     for (const auto dtype : kDtypes) {
       const torch::Tensor transposed = random_gemm_output({40, 24}, dtype, device).t();
       ASSERT_FALSE(transposed.is_contiguous());
-      expect_fused_matches_eager(name, transposed);
+      expect_fused_matches_eager(spec, transposed);
 
       const torch::Tensor flat = random_gemm_output({1 + 24 * 16}, dtype, device);
       const torch::Tensor misaligned = flat.narrow(0, 1, int64_t{24} * 16).view({24, 16});
       ASSERT_NE(reinterpret_cast<uintptr_t>(misaligned.data_ptr()) % 16, 0u);
-      expect_fused_matches_eager(name, misaligned);
+      expect_fused_matches_eager(spec, misaligned);
 
-      expect_fused_matches_eager(name, random_gemm_output({9, 13}, dtype, device));
+      expect_fused_matches_eager(spec, random_gemm_output({9, 13}, dtype, device));
     }
   }
-  // bias and add_value as views one element past an aligned address: the CUDA kernel cannot
-  // read them 16 bytes at a time and takes its 1-element path, which must give the same bits.
+  // The bias and the parameters as views one element past an aligned address: the CUDA kernel
+  // cannot read them 16 bytes at a time and takes its 1-element path, which must give the same
+  // bits; a one-element parameter is broadcast.
   for (const auto dtype : kDtypes) {
     const torch::Tensor y = random_gemm_output({6, 32}, dtype, device);
-    const torch::Tensor terms = random_gemm_output({1 + 2 * 32}, dtype, device);
-    const torch::Tensor bias = terms.narrow(0, 1, 32), add_value = terms.narrow(0, 33, 32);
+    const torch::Tensor terms = random_gemm_output({1 + 3 * 32}, dtype, device);
+    const torch::Tensor bias = terms.narrow(0, 1, 32), p = terms.narrow(0, 33, 32);
     ASSERT_NE(reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16, 0u);
-    EXPECT_TRUE(torch::equal(fused_swish_chain(y, add_value, bias),
-                             fused_swish_chain(y, add_value.clone(), bias.clone())))
+    for (const std::string chain : {"swish_chain", "add(p),swish,tanh,gelu,hardtanh(-1,1)"}) {
+      EXPECT_TRUE(torch::equal(fused_epilogue(y, bias, {p}, chain),
+                               fused_epilogue(y, bias.clone(), {p.clone()}, chain)))
+          << chain << " " << dtype;
+    }
+    const torch::Tensor one = terms.narrow(0, 65, 1);
+    EXPECT_TRUE(torch::equal(fused_epilogue(y, bias, {one}, "mul(p)"),
+                             fused_epilogue(y, bias, {one.expand({32}).contiguous()}, "mul(p)")))
         << dtype;
-    EXPECT_TRUE(torch::equal(fused_mish_mish(y, bias), fused_mish_mish(y, bias.clone()))) << dtype;
   }
 }
 
@@ -124,79 +172,76 @@ void run_special_values(torch::Device device) {
   const torch::Tensor specials =
       torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f, -1e4f, inf,
                      -inf, nan, 3e38f, -3e38f, 0.5f});
-  for (const auto& name : model_names()) {
-    expect_fused_matches_eager(name, specials.view({2, 8}).to(device));
-    expect_fused_matches_eager(name, specials.view({2, 8}).to(device, torch::kFloat16));
-    expect_fused_matches_eager(name, specials.view({4, 4}).to(device, torch::kFloat16));
-    expect_fused_matches_eager(name, specials.view({1, 16}).to(device, torch::kBFloat16));
+  for (const auto& spec : chains_under_test()) {
+    expect_fused_matches_eager(spec, specials.view({2, 8}).to(device));
+    expect_fused_matches_eager(spec, specials.view({2, 8}).to(device, torch::kFloat16));
+    expect_fused_matches_eager(spec, specials.view({4, 4}).to(device, torch::kFloat16));
+    expect_fused_matches_eager(spec, specials.view({1, 16}).to(device, torch::kBFloat16));
   }
 }
 
-// Both ops on y (on the CPU; run on `device`) against float64 PyTorch ops: float32 within 1e-6
-// relative to max(1, |value|), as the host functors are held to; bfloat16 and float16 within one
-// unit in their last place of the float64 value, so every result is one of the two values of the
-// type around it. One allowance: the CUDA kernels flush intermediates below 2^-126 to zero
-// (-ftz=true), so results below ~1e-36 in magnitude (mish(-88) = -5e-37, which bfloat16 holds)
-// may come out as 0. NaN exactly where float64 has NaN.
-void expect_within_an_ulp_of_float64(const torch::Tensor& y, const torch::Device& device,
-                                     bool verbose = true) {
-  namespace F = torch::nn::functional;
+// A chain on y (on the CPU; run on `device`) against its float64 form (the functors' own, from
+// PyTorch's formulas): float32 within 1e-6 relative to max(1, |value|), as the host functors are
+// held to; bfloat16 and float16 within one unit in their last place of the float64 value, so every
+// result is one of the two values of the type around it, give or take float32's own absolute
+// error on values of y's size (1e-6 max(1, |y|)), which PyTorch's float kernels share: where
+// 1 + erf(x) or x - tanh(x) cancel, a 16-bit type can hold a result far below it (gelu(-8.3) =
+// -4.6e-16; float32 gives -0, as PyTorch does). One allowance more: the CUDA kernels flush
+// intermediates below 2^-126 to zero (-ftz=true), so results below ~1e-36 in magnitude
+// (mish(-88) = -5e-37, which bfloat16 holds) may come out as 0. NaN exactly where float64 has NaN.
+void expect_within_an_ulp_of_float64(const ModelSpec& spec, const torch::Tensor& y,
+                                     const torch::Device& device, bool verbose = true) {
+  torch::NoGradGuard no_grad;
   const auto dtype = y.scalar_type();
+  auto model = make_model(spec, 3, y.size(-1), 5);
+  model->to(device, dtype);
+  const torch::Tensor got = model->chain_fused(y.to(device), c10::nullopt).cpu();
+  const torch::Tensor want = reference_chain(model->chain(), y, model->slot_params());
+  EXPECT_TRUE(torch::equal(got.isnan(), want.isnan())) << spec.name << " NaN positions differ";
+  const torch::Tensor err = (got.to(torch::kFloat64) - want).abs().nan_to_num(0);
+  torch::Tensor bound;
+  if (dtype == torch::kFloat32) {
+    bound = 1e-6 * want.abs().clamp_min(1.0);
+  } else {
+    // ulp(v) = 2^(max(floor(log2 |v|), smallest normal exponent) - significand bits)
+    const bool half = dtype == torch::kFloat16;
+    bound = torch::exp2(want.abs().log2().floor().clamp_min(half ? -14 : -126) - (half ? 10 : 7)) +
+            1e-6 * y.to(torch::kFloat64).abs().clamp_min(1.0) + 1e-36;
+  }
   const torch::Tensor y64 = y.to(torch::kFloat64);
-  const torch::Tensor zeros = torch::zeros({y.size(-1)}, torch::TensorOptions(dtype));
-  const torch::Tensor mish64 = F::mish(F::mish(y64));
-  const torch::Tensor swish64 = F::hardtanh(torch::gelu(torch::tanh(torch::sigmoid(y64) * y64)),
-                                            F::HardtanhFuncOptions().min_val(-1).max_val(1));
-  const struct {
-    const char* name;
-    torch::Tensor got, want;
-  } cases[] = {
-      {"mish_mish", fused_mish_mish(y.to(device)).cpu(), mish64},
-      {"swish_chain", fused_swish_chain(y.to(device), zeros.to(device)).cpu(), swish64},
-  };
-  for (const auto& c : cases) {
-    EXPECT_TRUE(torch::equal(c.got.isnan(), c.want.isnan())) << c.name << " NaN positions differ";
-    const torch::Tensor err = (c.got.to(torch::kFloat64) - c.want).abs().nan_to_num(0);
-    torch::Tensor bound;
-    if (dtype == torch::kFloat32) {
-      bound = 1e-6 * c.want.abs().clamp_min(1.0);
-    } else {
-      // ulp(v) = 2^(max(floor(log2 |v|), smallest normal exponent) - significand bits)
-      const bool half = dtype == torch::kFloat16;
-      bound =
-          torch::exp2(c.want.abs().log2().floor().clamp_min(half ? -14 : -126) - (half ? 10 : 7)) +
-          1e-36;
-    }
-    const torch::Tensor bad = (err > bound).view(-1);
-    const int64_t n_bad = bad.sum().item<int64_t>();
-    if (n_bad > 0) {
-      const int64_t i = bad.nonzero()[0][0].item<int64_t>();
-      ADD_FAILURE() << c.name << " " << dtype << " " << y.sizes() << " on " << device << ": "
-                    << n_bad << " values off, first at y = " << y64.view(-1)[i].item<double>()
-                    << ": " << c.got.view(-1)[i].item<double>() << ", float64 gives "
-                    << c.want.view(-1)[i].item<double>();
-    }
-    if (verbose) {
-      std::cout << "  " << c.name << " " << dtype << " " << y.sizes() << ": max error "
-                << err.max().item<double>() << ", "
-                << (err / bound).nan_to_num(0).max().item<double>() << " of the bound\n";
-    }
+  const torch::Tensor bad = (err > bound).view(-1);
+  const int64_t n_bad = bad.sum().item<int64_t>();
+  if (n_bad > 0) {
+    const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+    ADD_FAILURE() << spec.name << " " << dtype << " " << y.sizes() << " on " << device << ": "
+                  << n_bad << " values off, first at y = " << y64.view(-1)[i].item<double>() << ": "
+                  << got.view(-1)[i].item<double>() << ", float64 gives "
+                  << want.view(-1)[i].item<double>();
+  }
+  if (verbose) {
+    std::cout << "  " << spec.name << " " << dtype << " " << y.sizes() << ": max error "
+              << err.max().item<double>() << ", "
+              << (err / bound).nan_to_num(0).max().item<double>() << " of the bound\n";
   }
 }
 
-// The same on a dense grid of [-30, 30] and the values where the formulas change, in each
-// dtype. Each grid runs twice: as a row of 600016 values (on the GPU 16-byte accesses, 4 or 8
-// values a thread) and of 600015 (one value a thread; on the CPU a partial vector at the end).
+// The same on a dense grid of [-30, 30] and the values where the formulas change (subnormals
+// among them), in each dtype. Each grid runs twice: as a row of 600024 values (on the GPU 16-byte
+// accesses, 4 or 8 values a thread) and of 600023 (one value a thread; on the CPU a partial
+// vector at the end).
 void expect_accurate_against_float64(const torch::Device& device) {
   const torch::Tensor grid =
       torch::cat({torch::linspace(-30, 30, 600001),
-                  torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -88.0f, 1e4f,
-                                 -1e4f, 9.5f, -9.5f, 9.4999f, 9.5001f, 19.99f})});
+                  torch::tensor({0.0f,   -0.0f,  1e-30f, -1e-30f, 1e-40f, -1e-40f, 20.0f,   -20.0f,
+                                 88.0f,  -88.0f, 1e4f,   -1e4f,   9.5f,   -9.5f,   9.4999f, 9.5001f,
+                                 19.99f, 3.0f,   -3.0f,  6.0f,    1.0f,   -1.0f,   10.0f})});
   ASSERT_EQ(grid.numel() % 8, 0);
-  for (const auto dtype : kDtypes) {
-    for (const int64_t first : {0, 1}) {
-      const torch::Tensor y = grid.narrow(0, first, grid.numel() - first).to(dtype).view({1, -1});
-      expect_within_an_ulp_of_float64(y, device);
+  for (const auto& spec : chains_under_test()) {
+    for (const auto dtype : kDtypes) {
+      for (const int64_t first : {0, 1}) {
+        const torch::Tensor y = grid.narrow(0, first, grid.numel() - first).to(dtype).view({1, -1});
+        expect_within_an_ulp_of_float64(spec, y, device, /*verbose=*/first == 0);
+      }
     }
   }
 }
@@ -231,31 +276,38 @@ TEST_P(FusedOpsCpu, AccurateAgainstFloat64OnDenseGrid) {
   expect_accurate_against_float64(torch::kCPU);
 }
 
-// Rows of 1 to 33 elements (2 x 16 + 1: up to two whole AVX-512 vectors and a partial one) in
-// each dtype, values from [-30, 30] with NaN and +-inf among them: within the float64 bounds,
-// NaN where eager has NaN, and each element the same bits as when it sits elsewhere in a vector.
+// Rows of 1 to 65 elements (up to four whole AVX-512 vectors, a group of the loop, and a partial
+// one) in each dtype, values from [-30, 30] with NaN and +-inf among them: within the float64
+// bounds, NaN where eager has NaN, and each element the same bits as when it sits elsewhere in a
+// vector.
 TEST_P(FusedOpsCpu, VectorTailsAccurateAndIndependentOfPosition) {
   torch::manual_seed(8);
   const float inf = std::numeric_limits<float>::infinity();
-  for (const auto dtype : kDtypes) {
-    for (int64_t cols = 1; cols <= 33; ++cols) {
-      torch::Tensor y = torch::rand({3, cols}) * 60 - 30;
-      y.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
-      y.view(-1)[-1] = cols % 2 ? inf : -inf;
-      y = y.to(dtype);
-      expect_within_an_ulp_of_float64(y, torch::kCPU, /*verbose=*/false);
-      expect_fused_matches_eager("mish_mish", y);
-      expect_fused_matches_eager("swish_chain", y);
-      // The same values one element further on in a longer row: other lanes, other vectors.
-      const torch::Tensor shifted = torch::cat({torch::zeros({3, 1}, dtype), y}, 1);
-      const torch::Tensor zeros = torch::zeros({cols}, dtype);
-      const torch::Tensor zeros1 = torch::zeros({cols + 1}, dtype);
-      EXPECT_TRUE(torch::equal(fused_mish_mish(y).nan_to_num(0),
-                               fused_mish_mish(shifted).narrow(1, 1, cols).nan_to_num(0)))
-          << dtype << " " << cols;
-      EXPECT_TRUE(torch::equal(fused_swish_chain(y, zeros).nan_to_num(0),
-                               fused_swish_chain(shifted, zeros1).narrow(1, 1, cols).nan_to_num(0)))
-          << dtype << " " << cols;
+  for (const auto& spec : chains_under_test()) {
+    for (const auto dtype : kDtypes) {
+      for (int64_t cols : {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65}) {
+        torch::Tensor y = torch::rand({3, cols}) * 60 - 30;
+        y.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+        y.view(-1)[-1] = cols % 2 ? inf : -inf;
+        y = y.to(dtype);
+        expect_within_an_ulp_of_float64(spec, y, torch::kCPU, /*verbose=*/false);
+        expect_fused_matches_eager(spec, y);
+        // The same values one element further on in a longer row: other lanes, other vectors.
+        // The parameters, per feature, are laid out alike.
+        const ParsedChain chain = parse_chain(spec.chain);
+        std::vector<torch::Tensor> params, shifted_params;
+        for (size_t j = 0; j < chain.slot_params().size(); ++j) {
+          params.push_back((torch::rand({cols}) + 0.5).to(dtype));
+          shifted_params.push_back(torch::cat({torch::ones({1}, dtype), params.back()}));
+        }
+        const torch::Tensor shifted = torch::cat({torch::zeros({3, 1}, dtype), y}, 1);
+        EXPECT_TRUE(
+            torch::equal(fused_epilogue(y, c10::nullopt, params, spec.op_chain()).nan_to_num(0),
+                         fused_epilogue(shifted, c10::nullopt, shifted_params, spec.op_chain())
+                             .narrow(1, 1, cols)
+                             .nan_to_num(0)))
+            << spec.name << " " << dtype << " " << cols;
+      }
     }
   }
 }
@@ -268,8 +320,10 @@ TEST_P(FusedOpsCpu, WithoutBiasIsTheChainAlone) {
   torch::Tensor want = y + add;
   want = torch::tanh(torch::sigmoid(want) * want);
   want = F::hardtanh(torch::gelu(want), F::HardtanhFuncOptions().min_val(-1).max_val(1));
-  EXPECT_TRUE(torch::allclose(fused_swish_chain(y, add), want, 1e-6, 1e-6));
-  EXPECT_TRUE(torch::allclose(fused_mish_mish(y), F::mish(F::mish(y)), 1e-6, 1e-6));
+  EXPECT_TRUE(
+      torch::allclose(fused_epilogue(y, c10::nullopt, {add}, "swish_chain"), want, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(fused_epilogue(y, c10::nullopt, {}, "mish_mish"), F::mish(F::mish(y)),
+                              1e-6, 1e-6));
 }
 
 // Every check at the op boundary fails with a message naming what was expected and what came.
@@ -280,29 +334,34 @@ void expect_error(const std::function<void()>& call, const std::string& expected
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
         << "message: " << e.what_without_backtrace() << "\nexpected to contain: " << expected;
+    EXPECT_EQ(std::string(e.what_without_backtrace()).find('\n'), std::string::npos)
+        << "one line: " << e.what_without_backtrace();
   }
 }
 
 // Every loop the CPU runs gives the same results as the scalar one, to a few float ulp (their
 // exp and tanh are Sleef's where the scalar loop's are libm's).
 TEST(FusedOpsCpuLoops, AgreeWithTheScalarLoop) {
+  torch::NoGradGuard no_grad;
   torch::manual_seed(9);
   const cpu::Capability previous = cpu::capability();
-  for (const auto dtype : kDtypes) {
-    const torch::Tensor y = (torch::randn({37, 1000}) * 4).to(dtype);
-    const torch::Tensor add = torch::randn({1000}).to(dtype);
-    cpu::set_capability(cpu::Capability::kScalar);
-    const torch::Tensor mish = fused_mish_mish(y).to(torch::kFloat32);
-    const torch::Tensor swish = fused_swish_chain(y, add).to(torch::kFloat32);
-    for (const auto capability : cpu::supported_capabilities()) {
-      cpu::set_capability(capability);
-      // float32: a few ulp; 16 bits: at most one unit of the type where the float results sit
-      // on either side of a rounding boundary.
-      const double tol = dtype == torch::kFloat32 ? 1e-6 : dtype == torch::kFloat16 ? 2e-3 : 1.6e-2;
-      EXPECT_TRUE(torch::allclose(fused_mish_mish(y).to(torch::kFloat32), mish, tol, tol))
-          << cpu::capability_name(capability) << " " << dtype;
-      EXPECT_TRUE(torch::allclose(fused_swish_chain(y, add).to(torch::kFloat32), swish, tol, tol))
-          << cpu::capability_name(capability) << " " << dtype;
+  for (const auto& spec : chains_under_test()) {
+    for (const auto dtype : kDtypes) {
+      const torch::Tensor y = (torch::randn({37, 1000}) * 4).to(dtype);
+      auto model = model_for(spec, y);
+      cpu::set_capability(cpu::Capability::kScalar);
+      const torch::Tensor scalar = model->epilogue_fused(y).to(torch::kFloat32);
+      for (const auto capability : cpu::supported_capabilities()) {
+        cpu::set_capability(capability);
+        // float32: a few ulp; 16 bits: at most one unit of the type where the float results sit
+        // on either side of a rounding boundary.
+        const double tol = dtype == torch::kFloat32   ? 1e-6
+                           : dtype == torch::kFloat16 ? 2e-3
+                                                      : 1.6e-2;
+        EXPECT_TRUE(torch::allclose(model->epilogue_fused(y).to(torch::kFloat32), scalar, tol, tol,
+                                    /*equal_nan=*/true))
+            << spec.name << " " << cpu::capability_name(capability) << " " << dtype;
+      }
     }
   }
   cpu::set_capability(previous);
@@ -322,27 +381,46 @@ TEST(FusedOpsCpuLoops, ScalarAlwaysSupportedAndUnsupportedRefused) {
 
 TEST(FusedOpsCpuInputs, RejectsBadInputsWithClearMessages) {
   const torch::Tensor y = torch::randn({4, 8});
-  expect_error([&] { fused_mish_mish(y.to(torch::kFloat64)); },
+  const torch::Tensor p = torch::randn({8});
+  expect_error([&] { fused_epilogue(y.to(torch::kFloat64), c10::nullopt, {}, "mish_mish"); },
                "expected y of dtype float32, float16 or bfloat16, got Double");
   expect_error(
       [&] {
-        fused_mish_mish(torch::ones({4, 8}, torch::kInt32));
+        fused_epilogue(torch::ones({4, 8}, torch::kInt32), c10::nullopt, {}, "mish_mish");
       },
       "expected y of dtype float32, float16 or bfloat16, got Int");
-  expect_error([&] { fused_mish_mish(torch::tensor(1.0f)); },
+  expect_error([&] { fused_epilogue(torch::tensor(1.0f), c10::nullopt, {}, "mish_mish"); },
                "expected y with at least one dimension");
-  expect_error([&] { fused_swish_chain(y, torch::randn({7})); },
-               "expected add_value of shape [8] (the last dimension of y, [4, 8]), got [7]");
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {torch::randn({7})}, "swish_chain"); },
+               "expected params[0] of shape [8] (the last dimension of y, [4, 8]) or of one "
+               "element, got [7]");
   expect_error(
       [&] {
-        fused_swish_chain(y, torch::randn({2, 4}));
+        fused_epilogue(y, c10::nullopt, {torch::randn({2, 4})}, "swish_chain");
       },
-      "expected add_value of shape [8]");
-  expect_error([&] { fused_swish_chain(y, torch::randn({8}, torch::kFloat16)); },
-               "expected add_value of dtype Float (the dtype of y), got Half");
-  expect_error([&] { fused_mish_mish(y, torch::randn({9})); },
+      "expected params[0] of shape [8]");
+  expect_error(
+      [&] { fused_epilogue(y, c10::nullopt, {torch::randn({8}, torch::kFloat16)}, "swish_chain"); },
+      "expected params[0] of dtype Float (the dtype of y), got Half");
+  expect_error([&] { fused_epilogue(y, torch::randn({9}), {}, "mish_mish"); },
                "expected bias of shape [8] (the last dimension of y, [4, 8]), got [9]");
-  expect_error([&] { fused_swish_chain(torch::Tensor(), torch::randn({8})); }, "undefined");
+  expect_error([&] { fused_epilogue(torch::Tensor(), c10::nullopt, {p}, "swish_chain"); },
+               "undefined");
+  // The chain's parameters, as many as it takes; the chain a registered name or a spec.
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {}, "swish_chain"); },
+               "fusedlinear::epilogue: the chain takes 1 parameter tensor(s), got 0");
+  expect_error(
+      [&] {
+        fused_epilogue(y, c10::nullopt, {p, p}, "add(a),mul(b),div(c)");
+      },
+      "the chain takes 3 parameter tensor(s), got 2");
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {}, "mish_mesh"); },
+               "fusedlinear::epilogue: chain 'mish_mesh': unknown op 'mish_mesh' (the vocabulary: "
+               "relu, relu6");
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {}, "leaky_relu(slope=2)"); },
+               "leaky_relu takes 1 argument (negative_slope), not 'slope'");
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {p}, "add(p),,relu"); },
+               "expected an op (the vocabulary: ");
 }
 
 // --- CUDA: the same on the GPU, plus the cases only the vectorised kernel has. ---
@@ -359,17 +437,17 @@ TEST_F(FusedOpsCuda, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCUD
 TEST_F(FusedOpsCuda, NanAndInfinityAsEager) { run_special_values(torch::kCUDA); }
 
 TEST_F(FusedOpsCuda, MatchesTheCpuImplementation) {
-  torch::NoGradGuard no_grad;  // the ops are inference-only; the model's parameters need grad
+  torch::NoGradGuard no_grad;
   torch::manual_seed(3);
-  for (const auto& name : model_names()) {
+  for (const auto& spec : chains_under_test()) {
     const torch::Tensor y = torch::randn({37, 1000}) * 4;
-    auto model = make_model(name, 3, 1000, 11);
+    auto model = make_model(spec, 3, 1000, 11);
     const torch::Tensor cpu = model->epilogue_fused(y);
     model->to(torch::kCUDA);
     const torch::Tensor cuda = model->epilogue_fused(y.to(torch::kCUDA)).cpu();
     // Same formulas; the GPU's exp and division are the hardware approximations (a few ulp,
     // up to ~25 ulp for exp(+-20)), the CPU's are exact.
-    EXPECT_TRUE(torch::allclose(cuda, cpu, 1e-5, 1e-5)) << name;
+    EXPECT_TRUE(torch::allclose(cuda, cpu, 1e-5, 1e-5, /*equal_nan=*/true)) << spec.name;
   }
 }
 
@@ -383,11 +461,12 @@ TEST_F(FusedOpsCuda, EveryElementWrittenForOddSizes) {
   // Sizes around the vector width and block size; the output must have no unwritten element,
   // checked by comparing against eager (an unwritten element would hold garbage or NaN).
   torch::manual_seed(4);
-  for (int64_t cols : {1, 3, 4, 5, 8, 255, 256, 257, 1023, 1024, 1025, 8192}) {
-    for (int64_t rows : {1, 2, 3, 17}) {
-      for (const auto dtype : kDtypes) {
-        expect_fused_matches_eager("mish_mish",
-                                   random_gemm_output({rows, cols}, dtype, torch::kCUDA));
+  for (const auto& spec : chains_under_test()) {
+    for (int64_t cols : {1, 3, 4, 5, 8, 255, 256, 257, 1023, 1025, 8192}) {
+      for (int64_t rows : {1, 3, 17}) {
+        for (const auto dtype : kDtypes) {
+          expect_fused_matches_eager(spec, random_gemm_output({rows, cols}, dtype, torch::kCUDA));
+        }
       }
     }
   }
@@ -395,8 +474,8 @@ TEST_F(FusedOpsCuda, EveryElementWrittenForOddSizes) {
 
 TEST_F(FusedOpsCuda, RejectsInputsOnDifferentDevices) {
   const torch::Tensor y = torch::randn({4, 8}, torch::kCUDA);
-  expect_error([&] { fused_swish_chain(y, torch::randn({8})); },
-               "expected add_value on cuda:0 (the device of y), got cpu");
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {torch::randn({8})}, "swish_chain"); },
+               "expected params[0] on cuda:0 (the device of y), got cpu");
 }
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -408,15 +487,18 @@ TEST_F(FusedOpsCuda, RunsOnTheCurrentStream) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
   const torch::Tensor x = torch::rand({64, 96}, torch::kCUDA);
-  for (const Precision precision : all_precisions()) {
-    auto model = make_model("swish_chain", 96, 512, 1);
-    model->to(torch::kCUDA);
-    model->set_bf16x3_min_rows(1);
-    model->set_precision(precision);
-    const torch::Tensor want = model->forward(x);
-    const torch::Tensor got =
-        testing_support::replayed_from_cuda_graph([&] { return model->forward(x); });
-    EXPECT_TRUE(torch::equal(got, want)) << precision_name(precision);
+  for (const auto& spec : chains_under_test()) {
+    for (const Precision precision : all_precisions()) {
+      auto model = make_model(spec, 96, 512, 1);
+      model->to(torch::kCUDA);
+      model->set_bf16x3_min_rows(1);
+      model->set_precision(precision);
+      const torch::Tensor want = model->forward(x);
+      const torch::Tensor got =
+          testing_support::replayed_from_cuda_graph([&] { return model->forward(x); });
+      EXPECT_TRUE(torch::equal(got.nan_to_num(0), want.nan_to_num(0)))
+          << spec.name << " " << precision_name(precision);
+    }
   }
 }
 #endif
@@ -433,19 +515,21 @@ TEST_F(FusedOpsCuda, MoreThan2To31Elements) {
 #endif
   if (free_bytes < (size_t(20) << 30)) GTEST_SKIP() << "needs 20 GiB of free GPU memory";
   torch::manual_seed(6);
-  auto model = make_model("mish_mish", 3, cols, 2);
-  model->to(torch::kCUDA, torch::kFloat16);
-  torch::Tensor y =
-      torch::empty({rows, cols}, torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat16));
-  y.uniform_(-4, 4);
-  const torch::Tensor fused = model->epilogue_fused(y);
-  const Tolerance tol = tolerance_for(torch::kFloat16);
-  for (int64_t start : {int64_t{0}, rows / 2, rows - 3}) {
-    const torch::Tensor y_rows = y.narrow(0, start, 3);
-    const torch::Tensor eager = model->epilogue_eager(y_rows + model->linear()->bias);
-    EXPECT_TRUE(torch::allclose(fused.narrow(0, start, 3).to(torch::kFloat32),
-                                eager.to(torch::kFloat32), tol.rtol, tol.atol))
-        << "rows from " << start;
+  for (const std::string name : {"mish_mish", "swish_chain"}) {
+    auto model = make_model(name, 3, cols, 2);
+    model->to(torch::kCUDA, torch::kFloat16);
+    torch::Tensor y =
+        torch::empty({rows, cols}, torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat16));
+    y.uniform_(-4, 4);
+    const torch::Tensor fused = model->epilogue_fused(y);
+    const Tolerance tol = tolerance_for(torch::kFloat16);
+    for (int64_t start : {int64_t{0}, rows / 2, rows - 3}) {
+      const torch::Tensor y_rows = y.narrow(0, start, 3);
+      const torch::Tensor eager = model->chain_eager(y_rows + model->linear()->bias);
+      EXPECT_TRUE(torch::allclose(fused.narrow(0, start, 3).to(torch::kFloat32),
+                                  eager.to(torch::kFloat32), tol.rtol, tol.atol))
+          << name << " rows from " << start;
+    }
   }
 }
 

@@ -1,10 +1,14 @@
-// The nn::Module equivalents: state-dict keys, initialisation, fused vs eager forward, and the
-// committed Python fixtures (weights/fixtures, written by weights/export.py).
+// The modules (LinearChain, one per registered model and for chain specs): state-dict keys,
+// initialisation, fused vs eager forward, and the committed Python fixtures (weights/fixtures,
+// written by weights/export.py).
 #include <gtest/gtest.h>
 
-#include "modules/models.h"
+#include <algorithm>
+
+#include "modules/linear_chain.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
+#include "tests/test_support.h"
 
 namespace fusedlinear {
 namespace {
@@ -36,9 +40,12 @@ TEST(Models, StateDictKeysAndShapesAreThePythonOnes) {
 // The registry is the one list: names, constructors and keys agree, and an unknown name is
 // refused with the known ones.
 TEST(Models, RegistryIsTheOnePlace) {
-  EXPECT_EQ(model_names(), (std::vector<std::string>{"swish_chain", "mish_mish"}));
+  const std::vector<std::string> names = model_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "swish_chain"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "mish_mish"), names.end());
   for (const auto& info : registered_models()) {
-    EXPECT_FALSE(info.computes.empty()) << info.name;
+    EXPECT_EQ(info.description().rfind("Linear -> ", 0), 0u) << info.name;
+    EXPECT_TRUE(info.compiled) << info.name;
     auto model = make_model(info.name, 6, 5, uint64_t{1});
     EXPECT_EQ(model->in_features(), 6);
     EXPECT_EQ(model->out_features(), 5);
@@ -56,21 +63,20 @@ TEST(Models, RegistryIsTheOnePlace) {
 
 TEST(Models, InitialisedLikePyTorch) {
   const int64_t in = 400, out = 300;
-  auto m = std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, 123));
-  ASSERT_TRUE(m);
+  auto m = make_model("swish_chain", in, out, 123);
   const double bound = 1.0 / std::sqrt(double(in));
-  for (const torch::Tensor& t : {m->matmul->weight, m->matmul->bias}) {
+  for (const torch::Tensor& t : {m->linear()->weight, m->linear()->bias}) {
     EXPECT_LE(t.abs().max().item<double>(), bound);
     EXPECT_GT(t.abs().max().item<double>(), 0.95 * bound);  // uniform: fills the range
     EXPECT_NEAR(t.mean().item<double>(), 0.0, 0.1 * bound);
   }
-  EXPECT_NEAR(m->add_value.mean().item<double>(), 0.0, 0.2);  // standard normal, 300 draws
-  EXPECT_NEAR(m->add_value.std().item<double>(), 1.0, 0.15);
+  EXPECT_NEAR(m->param("add_value").mean().item<double>(), 0.0, 0.2);  // standard normal
+  EXPECT_NEAR(m->param("add_value").std().item<double>(), 1.0, 0.15);
   // Seeded: the same seed gives the same parameters, another seed others.
-  auto again = std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, 123));
-  auto other = std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, 124));
-  EXPECT_TRUE(torch::equal(m->matmul->weight, again->matmul->weight));
-  EXPECT_FALSE(torch::equal(m->matmul->weight, other->matmul->weight));
+  auto again = make_model("swish_chain", in, out, 123);
+  auto other = make_model("swish_chain", in, out, 124);
+  EXPECT_TRUE(torch::equal(m->linear()->weight, again->linear()->weight));
+  EXPECT_FALSE(torch::equal(m->linear()->weight, other->linear()->weight));
 }
 
 // make_model draws from a generator of its own the very values Python's
@@ -91,21 +97,19 @@ TEST(Models, SeededLikePythonWithoutTouchingTheGlobalGenerator) {
       torch::manual_seed(7);
       const torch::Tensor untouched = torch::rand({4});
       torch::manual_seed(7);
-      auto swish =
-          std::dynamic_pointer_cast<SwishChainImpl>(make_model("swish_chain", in, out, seed));
+      auto swish = make_model("swish_chain", in, out, seed);
       auto mish = make_model("mish_mish", in, out, seed);
       EXPECT_TRUE(torch::equal(torch::rand({4}), untouched)) << "the global generator was used";
 
-      ASSERT_TRUE(swish);
       const std::string at =
           "seed " + std::to_string(seed) + ", " + std::to_string(in) + " -> " + std::to_string(out);
-      EXPECT_TRUE(torch::equal(swish->matmul->weight, linear->weight)) << at;
-      EXPECT_TRUE(torch::equal(swish->matmul->bias, linear->bias)) << at;
-      EXPECT_TRUE(torch::equal(swish->add_value, add_value)) << at;
+      EXPECT_TRUE(torch::equal(swish->linear()->weight, linear->weight)) << at;
+      EXPECT_TRUE(torch::equal(swish->linear()->bias, linear->bias)) << at;
+      EXPECT_TRUE(torch::equal(swish->param("add_value"), add_value)) << at;
       EXPECT_TRUE(torch::equal(mish->linear()->weight, mish_linear->weight)) << at;
       EXPECT_TRUE(torch::equal(mish->linear()->bias, mish_linear->bias)) << at;
-      EXPECT_EQ(swish->matmul->options.in_features(), in);
-      EXPECT_EQ(swish->matmul->options.out_features(), out);
+      EXPECT_EQ(swish->linear()->options.in_features(), in);
+      EXPECT_EQ(swish->linear()->options.out_features(), out);
     }
   }
   // A caller's generator is left where the draws end: what follows continues the stream.
@@ -113,8 +117,31 @@ TEST(Models, SeededLikePythonWithoutTouchingTheGlobalGenerator) {
   make_model("mish_mish", 16, 8, stream);
   const torch::Tensor next = torch::rand({3}, stream);
   torch::manual_seed(5);
-  MishMish python_order(16, 8);
+  LinearChain python_order(find_model("mish_mish"), 16, 8);
   EXPECT_TRUE(torch::equal(next, torch::rand({3})));
+}
+
+// A chain given at run time: the module Python's would be, its Linear at a dotted path (an
+// nn.Sequential's "block.0"), its parameters under their keys, before the Linear's, as Python
+// orders its own parameters before a child's; one-element parameters where the spec says.
+TEST(Models, RuntimeChainsHaveThePythonKeys) {
+  torch::NoGradGuard no_grad;
+  ModelSpec spec = runtime_model("add(shift),softplus(2,10),mul(scale),elu(0.5)", "block.0");
+  spec.param_shapes["scale"] = {};
+  auto model = make_model(spec, 12, 7, 3);
+  EXPECT_EQ(keys(*model),
+            (std::vector<std::string>{"shift", "scale", "block.0.weight", "block.0.bias"}));
+  EXPECT_EQ(model->param("shift").sizes(), (torch::IntArrayRef{7}));
+  EXPECT_EQ(model->param("scale").dim(), 0);
+  EXPECT_FALSE(spec.compiled);
+  EXPECT_EQ(spec.name, "add(shift),softplus(2,10),mul(scale),elu(0.5)");
+  const torch::Tensor x = torch::rand({5, 12});
+  EXPECT_TRUE(torch::allclose(model->forward(x), model->forward_eager(x), 1e-5, 1e-5));
+  EXPECT_TRUE(
+      torch::allclose(model->forward(x).to(torch::kFloat64), model->reference(x), 1e-5, 1e-5));
+  ModelSpec nobias = runtime_model("relu", "fc", /*linear_bias=*/false);
+  EXPECT_EQ(keys(*make_model(nobias, 3, 2, 0)), (std::vector<std::string>{"fc.weight"}));
+  EXPECT_THROW(runtime_model("relu,bogus"), ChainSpecError);
 }
 
 TEST(Models, FusedForwardMatchesEagerForward) {
@@ -205,6 +232,7 @@ TEST(Models, StoreWeightRejectsAnotherShape) {
 TEST(Models, ReproduceThePythonFixtures) {
   torch::NoGradGuard no_grad;
   for (const auto& name : model_names()) {
+    if (!testing_support::file_exists(kFixtures + name + ".pt")) continue;  // the reference models'
     auto model = make_model(name, 64, 48, 0);
     const auto notices = load_state_dict(*model, kFixtures + name + ".pt");
     const torch::Tensor x = read_tensor(kFixtures + name + "_input.pt");

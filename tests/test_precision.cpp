@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "kernels/ops/ops.h"
-#include "modules/models.h"
+#include "modules/linear_chain.h"
 
 namespace fusedlinear {
 namespace {
@@ -334,8 +334,8 @@ TEST(PrecisionModes, Bf16x3RunsIeeeBelowItsMinimumRows) {
   auto ieee = make_model("swish_chain", 64, 48, 9);
   model->set_precision(Precision::kBf16x3);
   model->set_bf16x3_min_rows(16);
-  EXPECT_EQ(model->gemm_precision(15), Precision::kIeee);
-  EXPECT_EQ(model->gemm_precision(16), Precision::kBf16x3);
+  EXPECT_EQ(model->gemm_plan(torch::rand({15, 64})).products, Precision::kIeee);
+  EXPECT_EQ(model->gemm_plan(torch::rand({16, 64})).products, Precision::kBf16x3);
   const torch::Tensor few = torch::rand({3, 5, 64});  // 15 rows
   EXPECT_TRUE(torch::equal(model->forward(few), ieee->forward(few)));
   const torch::Tensor many = torch::rand({16, 64});

@@ -1,10 +1,9 @@
-// CPU twin of fused_epilogue.cu: the same per-column adds and the same activation functors
-// (activations.h), over the elements split across threads with at::parallel_for. Each part goes
-// through the loop of the instruction set chosen at run time (fused_epilogue_cpu.h): the scalar
-// loop here, or the AVX2 / AVX-512 ones (fused_epilogue_cpu_isa.h).
+// The CPU twin of the CUDA epilogue (kernels/cuda/epilogue.cuh): the loop of the instruction set
+// chosen at run time (epilogue.h), over the elements split across threads with at::parallel_for.
 #include "kernels/cpu/epilogue.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
 #if FUSEDLINEAR_CPU_SIMD && (defined(__x86_64__) || defined(__i386__))
 #include <cpuid.h>
@@ -15,8 +14,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-
-#include "kernels/ops/ops.h"
 
 namespace fusedlinear {
 namespace cpu {
@@ -75,22 +72,6 @@ constexpr int64_t kGrainElements = int64_t{1} << 15;
 
 }  // namespace
 
-namespace scalar {
-FUSEDLINEAR_DECLARE_EPILOGUE_SPAN {
-  dispatch_element(element, [&](auto e) {
-    constexpr ElementType E = decltype(e)::value;
-    using T = std::conditional_t<
-        E == ElementType::kFloat32, float,
-        std::conditional_t<E == ElementType::kFloat16, c10::Half, c10::BFloat16>>;
-    dispatch_epilogue<kResultPrecisionOfElement<E>>(kind, [&](auto activations) {
-      scalar_span<T, decltype(activations)>(static_cast<const T*>(y), static_cast<const T*>(bias),
-                                            static_cast<const T*>(shift), static_cast<T*>(out),
-                                            cols, begin, end);
-    });
-  });
-}
-}  // namespace scalar
-
 const char* capability_name(Capability capability) {
   switch (capability) {
     case Capability::kScalar:
@@ -121,45 +102,23 @@ void set_capability(Capability capability) {
   current().store(capability, std::memory_order_relaxed);
 }
 
-}  // namespace cpu
-
-namespace detail {
-
-torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
-                                 const c10::optional<torch::Tensor>& bias,
-                                 const c10::optional<torch::Tensor>& shift) {
-  const torch::Tensor input = y.contiguous();
-  torch::Tensor out = torch::empty_like(input, at::MemoryFormat::Contiguous);
-  const int64_t numel = input.numel();
-  if (numel == 0) return out;
-  const int64_t cols = input.size(-1);
-  const torch::Tensor bias_c = bias && bias->defined() ? bias->contiguous() : torch::Tensor();
-  const torch::Tensor shift_c = shift && shift->defined() ? shift->contiguous() : torch::Tensor();
-  const ElementType element = element_type_of(input);
-  decltype(&cpu::scalar::epilogue_span) span = &cpu::scalar::epilogue_span;
-#if FUSEDLINEAR_CPU_SIMD
-  switch (cpu::capability()) {
-    case cpu::Capability::kScalar:
+void run_epilogue(const CpuChainKernels& kernels, const act::Program& program,
+                  const EpilogueCall& call) {
+  const int64_t numel = call.rows * call.cols;
+  if (numel == 0) return;
+  ChainSpan span = kernels.span[int(Capability::kScalar)];
+  for (Capability c : supported_capabilities()) {
+    if (c <= capability() && kernels.span[int(c)]) {
+      span = kernels.span[int(c)];
       break;
-    case cpu::Capability::kAvx2:
-      span = &cpu::avx2::epilogue_span;
-      break;
-    case cpu::Capability::kAvx512:
-      span = &cpu::avx512::epilogue_span;
-      break;
+    }
   }
-#endif
-  const void* y_data = input.data_ptr();
-  const void* bias_data = bias_c.defined() ? bias_c.data_ptr() : nullptr;
-  const void* shift_data = shift_c.defined() ? shift_c.data_ptr() : nullptr;
-  void* out_data = out.data_ptr();
-  const int64_t blocks = (numel + cpu::kBlock - 1) / cpu::kBlock;
-  at::parallel_for(0, blocks, cpu::kGrainElements / cpu::kBlock, [&](int64_t first, int64_t last) {
-    span(kind, element, y_data, bias_data, shift_data, out_data, cols, first * cpu::kBlock,
-         std::min(last * cpu::kBlock, numel));
+  TORCH_CHECK(span, "fusedlinear: a chain without a CPU loop");
+  const int64_t blocks = (numel + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, kGrainElements / kBlock, [&](int64_t first, int64_t last) {
+    span(program, call, first * kBlock, std::min(last * kBlock, numel));
   });
-  return out;
 }
 
-}  // namespace detail
+}  // namespace cpu
 }  // namespace fusedlinear

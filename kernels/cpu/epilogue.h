@@ -1,16 +1,16 @@
-// The CPU implementation of the fused epilogues: one loop per instruction set, chosen at run
-// time. A scalar loop runs the activation functors on floats with libm; SIMD loops run the same
-// functors on at::vec::Vectorized<float> (activations_vec.h), compiled once with AVX2 and once
-// with AVX-512 (fused_epilogue_cpu_isa.h), since ATen's vector headers compile their scalar
-// fallbacks unless built with those flags. fused_epilogue_cpu.cpp splits the elements across
-// threads (at::parallel_for) and calls the chosen loop on each part.
+// The CPU epilogues: one loop per instruction set, chosen at run time. A scalar loop runs a
+// chain's functors on floats with libm; SIMD loops run the same functors on
+// at::vec::Vectorized<float> (primitives_vec.h), compiled once with AVX2 and once with AVX-512
+// (epilogue_isa.h), since ATen's vector headers compile their scalar fallbacks unless built with
+// those flags. run_epilogue splits the elements across threads and calls the chosen loop on each
+// part.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "kernels/math/chains.h"
+#include "kernels/math/element.h"
+#include "kernels/math/program.h"
 
 namespace fusedlinear {
 namespace cpu {
@@ -36,51 +36,36 @@ Capability capability();
 // std::invalid_argument when it is not among supported_capabilities().
 void set_capability(Capability capability);
 
-// out[i] = Activations((y[i] + bias[c]) + shift[c]), c = i % cols, for the elements i in
-// [begin, end) of a row-major tensor whose rows have `cols` elements. bias and shift may be
-// null; out must not overlap y. One function per instruction set, each in its own namespace.
-#define FUSEDLINEAR_DECLARE_EPILOGUE_SPAN                                                     \
-  void epilogue_span(EpilogueKind kind, ElementType element, const void* y, const void* bias, \
-                     const void* shift, void* out, int64_t cols, int64_t begin, int64_t end)
+// The loop of one chain on the elements [begin, end) of a call (`program`: a run-time chain's op
+// list; compiled chains ignore it).
+using ChainSpan = void (*)(const act::Program& program, const EpilogueCall& call, int64_t begin,
+                           int64_t end);
+
+// One chain's loops, by Capability; null where this build has no such loop.
+struct CpuChainKernels {
+  ChainSpan span[3] = {};
+};
+
+// The loops of the index-th declaration of List (a tuple of them, or one): the scalar loop
+// (epilogue_scalar.h) and the SIMD ones (epilogue_isa.h), each instantiated by the files that
+// register List (kernels/register/).
 namespace scalar {
-FUSEDLINEAR_DECLARE_EPILOGUE_SPAN;
+template <class List>
+ChainSpan chain_span_at(int index);
 }
 namespace avx2 {
-FUSEDLINEAR_DECLARE_EPILOGUE_SPAN;
+template <class List>
+ChainSpan chain_span_at(int index);
 }
 namespace avx512 {
-FUSEDLINEAR_DECLARE_EPILOGUE_SPAN;
+template <class List>
+ChainSpan chain_span_at(int index);
 }
 
-// Calls fn(first, col, n) for each run of elements [first, first + n) of [begin, end) that lies
-// in one row, starting at column `col`: the per-column terms of a run are contiguous.
-template <class Fn>
-inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) {
-  for (int64_t first = begin; first < end;) {
-    const int64_t col = first % cols;
-    const int64_t n = std::min(cols - col, end - first);
-    fn(first, col, n);
-    first += n;
-  }
-}
-
-// out[i] = Activations((y[i] + bias[c]) + shift[c]) for the elements [begin, end), one at a time
-// on floats (on the host both tanh functors are libm's): the scalar loop, and what a chain
-// defined outside this library runs on the CPU. T is float or a 16-bit type that converts to and
-// from float (c10::Half, c10::BFloat16); bias and shift may be null.
-template <typename T, class Activations>
-void scalar_span(const T* y, const T* bias, const T* shift, T* out, int64_t cols, int64_t begin,
-                 int64_t end) {
-  const Activations activations;
-  for_each_row_run(cols, begin, end, [&](int64_t first, int64_t col, int64_t n) {
-    for (int64_t k = 0; k < n; ++k) {
-      float v = static_cast<float>(y[first + k]);
-      if (bias) v += static_cast<float>(bias[col + k]);
-      if (shift) v += static_cast<float>(shift[col + k]);
-      out[first + k] = static_cast<T>(activations(v));
-    }
-  });
-}
+// The chain over every element of `call`, split across libtorch's threads (at::parallel_for), on
+// the loop of capability() (the best one `kernels` has at or below it).
+void run_epilogue(const CpuChainKernels& kernels, const act::Program& program,
+                  const EpilogueCall& call);
 
 }  // namespace cpu
 }  // namespace fusedlinear

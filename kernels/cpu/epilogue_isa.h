@@ -1,25 +1,25 @@
-// The SIMD loop of the CPU epilogue, compiled once per instruction set: included by
-// fused_epilogue_cpu_avx2.cpp and fused_epilogue_cpu_avx512.cpp, each built with its
-// instruction set's flags, CPU_CAPABILITY_AVX2 or CPU_CAPABILITY_AVX512 (which select ATen's
-// vector types) and FUSEDLINEAR_CPU_ISA naming the namespace of its epilogue_span. Nothing else
-// may include it: code built with these flags must only run where the CPU has them.
+// The SIMD loop of the CPU epilogue (epilogue_loop.h with SIMD lanes), compiled once per
+// instruction set by the files that register a set of declarations (kernels/register/): each
+// defines FUSEDLINEAR_CPU_ISA (the namespace of its entry point) and is built with its instruction
+// set's flags and CPU_CAPABILITY_AVX2 or CPU_CAPABILITY_AVX512 (which select ATen's vector types).
+// Nothing else may include it: code built with these flags must only run where the CPU has them.
+// All it defines but its entry point, cpu::<isa>::chain_span_at, has internal linkage, so no copy
+// built with these flags can stand in for another file's (tests/check_isa_objects.cmake).
 //
-// Each run of a row goes a vector at a time: the elements load as floats (float16 through F16C,
-// bfloat16 by a shift), get bias and shift added, go through the chain's functors, and are
-// rounded once on the way back (to nearest even; NaN stays NaN). The last partial vector of a
-// run goes through a small buffer. Every lane is computed alone, so an element's result does not
-// depend on where it falls in a vector.
+// Loads of bfloat16 are shifts of their bits, of float16 F16C's conversion; stores round to
+// nearest even as c10::BFloat16 and c10::Half do (NaN stays NaN).
 #include <immintrin.h>
 
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/math/functors_vec.h"
 #include "kernels/cpu/epilogue.h"
+#include "kernels/cpu/epilogue_loop.h"
+#include "kernels/math/primitives_vec.h"
 
 #if !defined(FUSEDLINEAR_CPU_ISA) || \
     !(defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512))
-#error "fused_epilogue_cpu_isa.h needs FUSEDLINEAR_CPU_ISA and CPU_CAPABILITY_AVX2 or _AVX512"
+#error "epilogue_isa.h needs FUSEDLINEAR_CPU_ISA and CPU_CAPABILITY_AVX2 or _AVX512"
 #endif
 
 namespace fusedlinear {
@@ -30,13 +30,9 @@ namespace {
 using Vec = act::FloatVec;
 constexpr int64_t kLanes = Vec::size();
 
-// What an element is held as in memory: a float, or the 16 bits of a float16 or bfloat16.
-template <ElementType E>
-using Stored = std::conditional_t<E == ElementType::kFloat32, float, uint16_t>;
-
 // kLanes elements from p, as floats.
 template <ElementType E>
-Vec load_full(const Stored<E>* p) {
+inline Vec load_full(const Stored<E>* p) {
   if constexpr (E == ElementType::kFloat32) {
     return Vec::loadu(p);
   } else {
@@ -56,7 +52,7 @@ Vec load_full(const Stored<E>* p) {
 // v rounded to E, kLanes elements to p. bfloat16 as c10::BFloat16 rounds: add 0x7fff plus the
 // lowest kept bit, keep the high half; NaN becomes 0x7fc0.
 template <ElementType E>
-void store_full(Stored<E>* p, Vec v) {
+inline void store_full(Stored<E>* p, Vec v) {
   if constexpr (E == ElementType::kFloat32) {
     v.store(p);
   } else {
@@ -114,37 +110,38 @@ void store(Stored<E>* p, Vec v, int64_t count) {
   std::memcpy(p, buffer, size_t(count) * sizeof(Stored<E>));
 }
 
-template <ElementType E, class Activations>
-void span(const void* y_data, const void* bias_data, const void* shift_data, void* out_data,
-          int64_t cols, int64_t begin, int64_t end) {
-  using S = Stored<E>;
-  const S* y = static_cast<const S*>(y_data);
-  const S* bias = static_cast<const S*>(bias_data);
-  const S* shift = static_cast<const S*>(shift_data);
-  S* out = static_cast<S*>(out_data);
-  const Activations activations;
-  for_each_row_run(cols, begin, end, [&](int64_t first, int64_t col, int64_t n) {
-    const auto vector_at = [&](int64_t k, int64_t count) {
-      Vec v = load<E>(y + first + k, count);
-      if (bias) v = v + load<E>(bias + col + k, count);
-      if (shift) v = v + load<E>(shift + col + k, count);
-      store<E>(out + first + k, activations(v), count);
-    };
-    int64_t k = 0;
-    for (; k + kLanes <= n; k += kLanes) vector_at(k, kLanes);
-    if (k < n) vector_at(k, n - k);
-  });
-}
+// A SIMD vector of floats: the loop's values.
+struct VectorLanes {
+  using Value = Vec;
+  static constexpr int64_t kLanes = Vec::size();
+  // `count` (1..kLanes) elements; the lanes past them are zero on loading and dropped on storing.
+  template <ElementType E>
+  static Vec load(const Stored<E>* p, int64_t count) {
+    if (count == kLanes) return load_full<E>(p);
+    Stored<E> buffer[kLanes] = {};
+    std::memcpy(buffer, p, size_t(count) * sizeof(Stored<E>));
+    return load_full<E>(buffer);
+  }
+  template <ElementType E>
+  static Vec broadcast(const Stored<E>* p) {
+    Stored<E> buffer[kLanes];
+    for (int64_t k = 0; k < kLanes; ++k) buffer[k] = p[0];
+    return load_full<E>(buffer);
+  }
+  template <ElementType E>
+  static void store(Stored<E>* p, Vec v, int64_t count) {
+    if (count == kLanes) return store_full<E>(p, v);
+    Stored<E> buffer[kLanes];
+    store_full<E>(buffer, v);
+    std::memcpy(p, buffer, size_t(count) * sizeof(Stored<E>));
+  }
+};
 
 }  // namespace
 
-FUSEDLINEAR_DECLARE_EPILOGUE_SPAN {
-  dispatch_element(element, [&](auto e) {
-    constexpr ElementType E = decltype(e)::value;
-    dispatch_epilogue<kResultPrecisionOfElement<E>>(kind, [&](auto activations) {
-      span<E, decltype(activations)>(y, bias, shift, out, cols, begin, end);
-    });
-  });
+template <class List>
+ChainSpan chain_span_at(int index) {
+  return SpanTable<VectorLanes, typename ModelList<List>::type>::fn[index];
 }
 
 }  // namespace FUSEDLINEAR_CPU_ISA

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/device.cuh"
 
 namespace fusedlinear {
 namespace cuda {

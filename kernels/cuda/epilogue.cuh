@@ -1,134 +1,73 @@
-// Fused epilogue kernel: one pass over a GEMM output, reading each element once and writing it
-// once, applying a per-column bias/shift and an activation chain (activations.h, epilogues.h).
+// The fused epilogue: one pass over a GEMM output, reading each element once and writing it once,
+// adding the Linear's bias and applying a model's chain (kernels/math/chain.h) in registers:
 //
-//   out[r, c] = Activations((y[r, c] + bias[c]) + shift[c])
+//   out[r, c] = chain(y[r, c] + bias[c], terms[.][c])
 //
 // Layout: a 2-D grid. x covers the columns, kVec contiguous columns per thread, so each thread
-// loads its bias and shift once; y covers the rows, kRows rows per thread per step, all loads of
+// loads its bias and terms once; y covers the rows, kRows rows per thread per step, all loads of
 // a step issued before the first use so enough bytes are in flight to cover memory latency; a
 // grid-stride loop covers the rows past the grid. All indexing is 64-bit. kVec is
 // 16 bytes / sizeof(T) when every access is 16-byte aligned, otherwise 1.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <type_traits>
 
-#include "kernels/math/chains.h"
+#include "kernels/cuda/chain_kernels.h"
+#include "kernels/cuda/device.cuh"
+#include "kernels/math/model.h"
 
 namespace fusedlinear {
 namespace cuda {
 
-// The device type that holds an ElementType.
-template <ElementType E>
-using DeviceElement =
-    std::conditional_t<E == ElementType::kFloat32, float,
-                       std::conditional_t<E == ElementType::kFloat16, __half, __nv_bfloat16>>;
+// A chain with the per-column inputs it reads: the Linear's bias and the chain's per-feature
+// terms, each of T, for any column. Passed by value to the kernels (as a __grid_constant__
+// parameter, so that the interpreter's op list is read where it lies).
+template <typename T, class ChainT>
+struct ColumnEpilogue {
+  const T* bias = nullptr;
+  const T* terms[act::kMaxColumnTerms] = {};
+  uint32_t broadcast = 0;  // bit j: terms[j] is one value for every column
+  int term_count = 0;
+  ChainT chain;
 
-// Element conversions, also used on the host (epilogue_bench's inputs and checks).
-__host__ __device__ __forceinline__ float to_float(float v) { return v; }
-__host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__host__ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__host__ __device__ __forceinline__ T from_float(float v);
-template <>
-__host__ __device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__host__ __device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// kVec elements of T, moved as one access (16 bytes when kVec * sizeof(T) == 16). The 2-byte
-// types with an even kVec are held two to a 32-bit word, as they arrive from memory: a pair
-// then converts to two floats with one shift or mask each, where 16-bit array elements would
-// each need a byte permute to move into and out of a register of their own.
-template <typename T, int kVec>
-inline constexpr bool kHeldAsPairs = sizeof(T) == 2 && kVec % 2 == 0;
-template <typename T, int kVec, bool kAsPairs = kHeldAsPairs<T, kVec>>
-struct alignas(sizeof(T) * kVec) Packed {
-  T v[kVec];
-};
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Packed<T, kVec, true> {
-  uint32_t pair[kVec / 2];  // element 2k in the low half (little-endian), 2k + 1 in the high
-};
-
-__device__ __forceinline__ float2 unpack_pair(uint32_t word, __nv_bfloat16) {
-  // A bfloat16 is the high 16 bits of the float with the same value.
-  return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
-}
-__device__ __forceinline__ float2 unpack_pair(uint32_t word, __half) {
-  __half2 pair;
-  memcpy(&pair, &word, sizeof pair);
-  return __half22float2(pair);
-}
-
-// Rounds two floats to T, packed as they are stored: one F2FP instruction per pair.
-template <typename T>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  uint32_t word;
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    memcpy(&word, &pair, sizeof word);
-  } else {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    memcpy(&word, &pair, sizeof word);
+  __host__ ColumnEpilogue(const void* bias_data, const ColumnTerms& column_terms, ChainT c)
+      : bias(static_cast<const T*>(bias_data)),
+        broadcast(column_terms.broadcast),
+        term_count(column_terms.count),
+        chain(c) {
+    for (int j = 0; j < act::kMaxColumnTerms; ++j)
+      terms[j] = static_cast<const T*>(column_terms.data[j]);
   }
-  return word;
-}
 
-template <typename T, int kVec, bool kAsPairs>
-__device__ __forceinline__ void to_floats(const Packed<T, kVec, kAsPairs>& in, float (&v)[kVec]) {
-  if constexpr (kAsPairs) {
+  // The epilogue of one total of column n (the small-batch kernels' outputs, one at a time).
+  __device__ __forceinline__ T operator()(float sum, int64_t n) const {
+    if (bias) sum += to_float(bias[n]);
+    float v[1] = {sum};
+    float t[act::kMaxColumnTerms][1] = {};
 #pragma unroll
-    for (int k = 0; k < kVec / 2; ++k) {
-      const float2 pair = unpack_pair(in.pair[k], T{});
-      v[2 * k] = pair.x;
-      v[2 * k + 1] = pair.y;
+    for (int j = 0; j < ChainT::kTerms; ++j) {
+      if (j < term_count) t[j][0] = to_float(terms[j][(broadcast >> j) & 1 ? 0 : n]);
     }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = to_float(in.v[k]);
+    act::apply_chain(chain, v, t);
+    return from_float<T>(v[0]);
   }
-}
+};
 
+// kVec values of column terms from p at col0, as floats: one access (aligned: the launcher takes
+// the kVec > 1 path only when p is 16-byte aligned), or one value for all where `broadcast`.
 template <typename T, int kVec>
-__device__ __forceinline__ Packed<T, kVec> round_to(const float (&v)[kVec]) {
-  Packed<T, kVec> out;
-  if constexpr (kHeldAsPairs<T, kVec>) {
+__device__ __forceinline__ void load_column_values(const T* p, int64_t col0, bool broadcast,
+                                                   float (&v)[kVec]) {
+  if (broadcast) {
+    const float value = to_float(p[0]);
 #pragma unroll
-    for (int k = 0; k < kVec / 2; ++k) out.pair[k] = pack_pair<T>(v[2 * k], v[2 * k + 1]);
+    for (int k = 0; k < kVec; ++k) v[k] = value;
   } else {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(v[k]);
+    const Packed<T, kVec> values = *reinterpret_cast<const Packed<T, kVec>*>(p + col0);
+    to_floats(values, v);
   }
-  return out;
-}
-
-__host__ __device__ inline bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-// A per-column term for this thread's kVec columns, as floats: one access, aligned because the
-// launcher takes the kVec > 1 path only when p is 16-byte aligned.
-template <typename T, int kVec>
-__device__ __forceinline__ void load_column_terms(const T* p, int64_t col0, float (&v)[kVec]) {
-  const Packed<T, kVec> terms = *reinterpret_cast<const Packed<T, kVec>*>(p + col0);
-  to_floats(terms, v);
 }
 
 // How the kernel is launched: rows per thread per step, threads per block, the grid capped at
@@ -140,22 +79,29 @@ struct LaunchShape {
   static constexpr int kWaves = kMaxWaves;
 };
 
-// kHasBias, kHasShift: whether bias and shift are given (else null and unread). Compile-time, so
-// a chain without a shift (mish_mish) neither keeps registers for it nor issues its adds.
-template <typename T, int kVec, class Shape, bool kHasBias, bool kHasShift, class Activations>
-__global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restrict__ bias,
-                                      const T* __restrict__ shift, T* __restrict__ out,
-                                      int64_t rows, int64_t cols) {
+// kHasBias: whether bias is given (else null and unread). Compile-time, so a call without one
+// neither keeps registers for it nor issues its adds; the chain's terms likewise number
+// ChainT::kTerms.
+template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
+__global__ void fused_epilogue_kernel(const T* __restrict__ y, T* __restrict__ out, int64_t rows,
+                                      int64_t cols,
+                                      const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
   using Pack = Packed<T, kVec>;
   constexpr int kRows = Shape::kRows;
+  constexpr int kTerms = ChainT::kTerms;
   const int64_t col0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (col0 >= cols) return;
 
-  float col_bias[kVec], col_shift[kVec];
-  if constexpr (kHasBias) load_column_terms(bias, col0, col_bias);
-  if constexpr (kHasShift) load_column_terms(shift, col0, col_shift);
+  float col_bias[kVec];
+  float col_terms[act::kMaxColumnTerms][kVec] = {};
+  if constexpr (kHasBias) load_column_values(epilogue.bias, col0, false, col_bias);
+#pragma unroll
+  for (int j = 0; j < kTerms; ++j) {
+    if (j < epilogue.term_count) {
+      load_column_values(epilogue.terms[j], col0, (epilogue.broadcast >> j) & 1, col_terms[j]);
+    }
+  }
 
-  const Activations activations;
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y * kRows;
   const auto load_rows = [&](int64_t row0, Pack(&in)[kRows]) {
 #pragma unroll
@@ -178,65 +124,41 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (row0 + r >= rows) break;
-      float result[kVec];
-      to_floats(in[r], result);
+      float v[kVec];
+      to_floats(in[r], v);
+      if constexpr (kHasBias) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        float v = result[k];
-        if constexpr (kHasBias) v += col_bias[k];
-        if constexpr (kHasShift) v += col_shift[k];
-        result[k] = activations(v);
+        for (int k = 0; k < kVec; ++k) v[k] += col_bias[k];
       }
-      *reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0) = round_to<T>(result);
+      // The chain on groups of at most 4 values: a run-time chain's ops dispatch once a group, and
+      // its body stays small enough for the 16-bit types' 8 values to stay in registers.
+      constexpr int kGroup = kVec < 4 ? kVec : 4;
+#pragma unroll
+      for (int g = 0; g < kVec; g += kGroup) {
+        float group[kGroup];
+        float group_terms[act::kMaxColumnTerms][kGroup];
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          group[k] = v[g + k];
+#pragma unroll
+          for (int j = 0; j < act::kMaxColumnTerms; ++j) group_terms[j][k] = col_terms[j][g + k];
+        }
+        act::apply_chain(epilogue.chain, group, group_terms);
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) v[g + k] = group[k];
+      }
+      *reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0) = round_to<T>(v);
     }
     row0 = next_row0;
   }
 }
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The current device: its number, multiprocessors, resident threads per multiprocessor (2048 on
-// sm_80 and sm_90, 1536 on sm_86 and sm_89), compute capability's major version and the shared
-// memory a block may opt in to, asked of the runtime once per device.
-struct DeviceLimits {
-  int device = 0, multiprocessors = 0, threads_per_multiprocessor = 0, compute_major = 0;
-  int shared_bytes_per_block = 0;
-};
-inline cudaError_t current_device_limits(DeviceLimits& limits) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  static std::mutex mutex;
-  static std::map<int, DeviceLimits> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = known.find(device);
-  if (it == known.end()) {
-    DeviceLimits asked;
-    asked.device = device;
-    err = cudaDeviceGetAttribute(&asked.multiprocessors, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) {
-      err = cudaDeviceGetAttribute(&asked.threads_per_multiprocessor,
-                                   cudaDevAttrMaxThreadsPerMultiProcessor, device);
-    }
-    if (err == cudaSuccess) {
-      err = cudaDeviceGetAttribute(&asked.compute_major, cudaDevAttrComputeCapabilityMajor, device);
-    }
-    if (err == cudaSuccess) {
-      err = cudaDeviceGetAttribute(&asked.shared_bytes_per_block,
-                                   cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    }
-    if (err != cudaSuccess) return err;
-    it = known.emplace(device, asked).first;
-  }
-  limits = it->second;
-  return cudaSuccess;
-}
-
 // Launch shape: Shape::kThreads threads; narrow rows get several rows of threads per block so
 // no block is mostly idle; the grid's y dimension is capped at 65535 (the loop covers the rest).
-template <typename T, int kVec, class Shape, class Activations>
-cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shift, T* out,
-                                         int64_t rows, int64_t cols, cudaStream_t stream) {
+template <typename T, int kVec, class Shape, class ChainT>
+cudaError_t launch_fused_epilogue_kernel(const T* y, T* out, int64_t rows, int64_t cols,
+                                         const ColumnEpilogue<T, ChainT>& epilogue,
+                                         cudaStream_t stream) {
   constexpr int kThreads = Shape::kThreads;
   const int64_t vecs_per_row = ceil_div(cols, kVec);
   const int threads_x = int(std::min<int64_t>(kThreads, ceil_div(vecs_per_row, 32) * 32));
@@ -254,51 +176,78 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, const T* bias, const T* shi
   }
   const dim3 block(threads_x, threads_y);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  const auto launch = [&](auto has_bias, auto has_shift) {
-    fused_epilogue_kernel<T, kVec, Shape, decltype(has_bias)::value, decltype(has_shift)::value,
-                          Activations><<<grid, block, 0, stream>>>(y, bias, shift, out, rows, cols);
-  };
-  using Yes = std::true_type;
-  using No = std::false_type;
-  if (bias && shift) launch(Yes{}, Yes{});
-  if (bias && !shift) launch(Yes{}, No{});
-  if (!bias && shift) launch(No{}, Yes{});
-  if (!bias && !shift) launch(No{}, No{});
+  if (epilogue.bias) {
+    fused_epilogue_kernel<T, kVec, Shape, true, ChainT>
+        <<<grid, block, 0, stream>>>(y, out, rows, cols, epilogue);
+  } else {
+    fused_epilogue_kernel<T, kVec, Shape, false, ChainT>
+        <<<grid, block, 0, stream>>>(y, out, rows, cols, epilogue);
+  }
   return cudaGetLastError();
 }
 
-// The shape fused_epilogue.cu launches a chain with: the fastest of epilogue_bench's sweep on
-// an H200 (docs/PERFORMANCE.md). float32: one row per thread per step, 256 threads, two waves.
-// The 2-byte types, whose 16-byte accesses hold twice the elements and whose chains are
-// therefore bound by arithmetic rather than memory: the chain's own HalfLaunchOf
-// (epilogues.h, next to the chain).
-template <typename T, class Activations, bool kFourBytes = sizeof(T) == 4>
+// The shape a model's chain is launched with: the fastest of epilogue_bench's sweep on an H200.
+// float32: one row per thread per step, 256 threads, two waves. The 2-byte types, whose 16-byte
+// accesses hold twice the elements and whose chains are therefore bound by arithmetic rather than
+// memory: the declaration's HalfLaunch (kernels/math/model.h).
+template <typename T, class Model, bool kFourBytes = sizeof(T) == 4>
 struct ProductionShapeOf {
   using type = LaunchShape<1, 256, 2>;
 };
-template <typename T, class Activations>
-struct ProductionShapeOf<T, Activations, false> {
-  static constexpr HalfLaunch kHalf = HalfLaunchOf<Activations>::value;
+template <typename T, class Model>
+struct ProductionShapeOf<T, Model, false> {
+  static constexpr HalfLaunch kHalf = HalfLaunchOf<Model>::value;
   using type = LaunchShape<kHalf.rows, kHalf.threads, kHalf.waves>;
 };
-template <typename T, class Activations>
-using ProductionShape = typename ProductionShapeOf<T, Activations>::type;
+template <typename T, class Model>
+using ProductionShape = typename ProductionShapeOf<T, Model>::type;
 
 // Picks the vector width: 16-byte accesses when every access would be 16-byte aligned (y and
-// out are, and a row is whole vectors; bias and shift, where given, are), else 1. Decided here
-// once rather than per thread, whose set-up would otherwise issue both paths.
-template <typename T, class Shape, class Activations>
-cudaError_t launch_fused_epilogue_typed(const T* y, const T* bias, const T* shift, T* out,
-                                        int64_t rows, int64_t cols, cudaStream_t stream) {
+// out are, and a row is whole vectors; bias and the terms read per column, where given, are),
+// else 1. Decided here once rather than per thread, whose set-up would otherwise issue both paths.
+template <typename T, class Shape, class ChainT>
+cudaError_t launch_fused_epilogue_typed(const T* y, T* out, int64_t rows, int64_t cols,
+                                        const ColumnEpilogue<T, ChainT>& epilogue,
+                                        cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   if (rows == 0 || cols == 0) return cudaSuccess;
-  const bool terms_aligned = (!bias || aligned16(bias)) && (!shift || aligned16(shift));
-  if (cols % kVec == 0 && aligned16(y) && aligned16(out) && terms_aligned) {
-    return launch_fused_epilogue_kernel<T, kVec, Shape, Activations>(y, bias, shift, out, rows,
-                                                                     cols, stream);
+  bool aligned = cols % kVec == 0 && aligned16(y) && aligned16(out) &&
+                 (!epilogue.bias || aligned16(epilogue.bias));
+  for (int j = 0; j < epilogue.term_count; ++j) {
+    aligned = aligned && ((epilogue.broadcast >> j) & 1 || aligned16(epilogue.terms[j]));
   }
-  return launch_fused_epilogue_kernel<T, 1, Shape, Activations>(y, bias, shift, out, rows, cols,
-                                                                stream);
+  if (aligned) {
+    return launch_fused_epilogue_kernel<T, kVec, Shape>(y, out, rows, cols, epilogue, stream);
+  }
+  return launch_fused_epilogue_kernel<T, 1, Shape>(y, out, rows, cols, epilogue, stream);
+}
+
+// The epilogue of declaration Model (or, for RuntimeChain, of `program`) on one call.
+template <class Model>
+cudaError_t launch_epilogue_for(const act::Program& program, const EpilogueCall& call,
+                                cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_element(call.type, [&](auto element) {
+    constexpr ElementType E = decltype(element)::value;
+    using T = DeviceElement<E>;
+    const auto chain = device_chain<Model, kResultPrecisionOf<E>>(program);
+    const ColumnEpilogue<T, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
+    err = launch_fused_epilogue_typed<T, ProductionShape<T, Model>>(
+        static_cast<const T*>(call.y), static_cast<T*>(call.out), call.rows, call.cols, epilogue,
+        stream);
+  });
+  return err;
+}
+
+template <class List>
+struct EpilogueTable;
+template <class... Ms>
+struct EpilogueTable<std::tuple<Ms...>> {
+  static constexpr CudaEpilogueFn fn[] = {&launch_epilogue_for<Ms>...};
+};
+template <class List>
+CudaEpilogueFn cuda_epilogue_at(int index) {
+  return EpilogueTable<typename ModelList<List>::type>::fn[index];
 }
 
 }  // namespace cuda

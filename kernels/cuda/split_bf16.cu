@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/math/bf16_split.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/linear.h"
+#include "kernels/math/bf16_split.h"
 
 namespace fusedlinear {
 namespace {

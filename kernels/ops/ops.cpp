@@ -1,14 +1,17 @@
-// Declares the ops (one schema each), registers their CPU implementations, and refuses calls
-// that would need a backward (the ops are inference-only).
+// Declares the ops (one schema each) and registers their CPU and Meta implementations and their
+// Autograd kernel (ops.h: no backward); the CUDA ones are in ops_cuda.cpp.
 #include "kernels/ops/ops.h"
 
 #include <ATen/Dispatch.h>
-#include <ATen/core/LegacyTypeDispatch.h>
-#include <ATen/core/stack.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <sstream>
 #include <string>
+
+#include "kernels/cpu/epilogue.h"
+#include "kernels/ops/chain_registry.h"
+#include "kernels/ops/op_support.h"
 
 namespace fusedlinear {
 namespace detail {
@@ -20,33 +23,44 @@ std::string describe(const torch::Tensor& t) {
   return s.str();
 }
 
-// A per-column term: [features] (`whose` and `whose_shape` say where that count comes from), of
-// `like`'s dtype and device. Messages are built only on failure: this runs on every call.
-void check_column_vector(const char* op, const char* name, const torch::Tensor& v, int64_t features,
-                         const char* whose, c10::IntArrayRef whose_shape, const torch::Tensor& like,
-                         const char* like_name) {
-  TORCH_CHECK(v.dim() == 1 && v.size(0) == features, op, ": expected ", name, " of shape [",
-              features, "] (", whose, whose_shape, "), got ", v.sizes());
+bool is_float_type(torch::ScalarType dtype) {
+  return dtype == torch::kFloat32 || dtype == torch::kFloat16 || dtype == torch::kBFloat16;
+}
+
+// A per-column input: [features] (`whose` says where that count comes from), of `like`'s dtype
+// and device; a parameter may also hold one value for every column ([] or [1]). Messages are
+// built only on failure: this runs on every call.
+void check_column_input(const char* op, const std::string& name, const torch::Tensor& v,
+                        int64_t features, const std::string& whose, const torch::Tensor& like,
+                        const char* like_name, bool one_value_allowed) {
+  TORCH_CHECK(v.defined(), op, ": expected ", name, " to be a tensor, got an undefined one");
+  const bool per_feature = v.dim() == 1 && v.size(0) == features;
+  const bool one_value = one_value_allowed && v.dim() <= 1 && v.numel() == 1;
+  TORCH_CHECK(per_feature || one_value, op, ": expected ", name, " of shape [", features, "] (",
+              whose, ")", one_value_allowed ? " or of one element" : "", ", got ", v.sizes());
   TORCH_CHECK(v.scalar_type() == like.scalar_type(), op, ": expected ", name, " of dtype ",
               like.scalar_type(), " (the dtype of ", like_name, "), got ", v.scalar_type());
   TORCH_CHECK(v.device() == like.device(), op, ": expected ", name, " on ", like.device(),
               " (the device of ", like_name, "), got ", v.device());
 }
 
-void check_column_vector(const char* op, const char* name, const torch::Tensor& v,
-                         const torch::Tensor& y) {
-  check_column_vector(op, name, v, y.size(-1), "the last dimension of y, ", y.sizes(), y, "y");
-}
-
-bool is_float_type(torch::ScalarType dtype) {
-  return dtype == torch::kFloat32 || dtype == torch::kFloat16 || dtype == torch::kBFloat16;
+// The chain's parameters: as many as it takes, each a column input.
+void check_params(const char* op, c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                  int64_t features, const std::string& whose, const torch::Tensor& like,
+                  const char* like_name) {
+  TORCH_CHECK(params.size() == chain_params, op, ": the chain takes ", chain_params,
+              " parameter tensor(s), got ", params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    check_column_input(op, "params[" + std::to_string(i) + "]", params[i], features, whose, like,
+                       like_name, true);
+  }
 }
 
 }  // namespace
 
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
                            const c10::optional<torch::Tensor>& bias,
-                           const c10::optional<torch::Tensor>& shift) {
+                           c10::ArrayRef<torch::Tensor> params, size_t chain_params) {
   TORCH_CHECK(y.defined(), op, ": expected a tensor y, got an undefined tensor");
   TORCH_CHECK(y.device().type() == device, op, ": expected y on ", c10::DeviceTypeName(device),
               ", got ", describe(y));
@@ -54,8 +68,93 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
               ": expected y of dtype float32, float16 or bfloat16, got ", describe(y));
   TORCH_CHECK(y.dim() >= 1, op, ": expected y with at least one dimension [..., features], got ",
               describe(y));
-  if (bias && bias->defined()) check_column_vector(op, "bias", *bias, y);
-  if (shift && shift->defined()) check_column_vector(op, "add_value", *shift, y);
+  std::ostringstream whose;
+  whose << "the last dimension of y, " << y.sizes();
+  if (bias && bias->defined()) {
+    check_column_input(op, "bias", *bias, y.size(-1), whose.str(), y, "y", false);
+  }
+  check_params(op, params, chain_params, y.size(-1), whose.str(), y, "y");
+}
+
+ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
+                           c10::ArrayRef<torch::Tensor> params) {
+  ColumnInputs in;
+  if (bias && bias->defined()) {
+    in.bias = bias->contiguous();
+    in.bias_data = in.bias.data_ptr();
+  }
+  for (size_t j = 0; j < params.size(); ++j) {
+    in.params.push_back(params[j].contiguous());
+    in.terms.data[j] = in.params.back().data_ptr();
+    if (in.params.back().numel() == 1) in.terms.broadcast |= 1u << j;
+  }
+  in.terms.count = int(params.size());
+  return in;
+}
+
+EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const torch::Tensor& y,
+                                const c10::optional<torch::Tensor>& bias,
+                                c10::ArrayRef<torch::Tensor> params, size_t chain_params) {
+  check_epilogue_inputs(op, device, y, bias, params, chain_params);
+  EpilogueInputs in;
+  in.y = y.contiguous();
+  in.out = torch::empty_like(in.y, at::MemoryFormat::Contiguous);
+  in.columns = column_inputs(bias, params);
+  in.call.type = element_type_of(in.y);
+  in.call.y = in.y.data_ptr();
+  in.call.bias = in.columns.bias_data;
+  in.call.terms = in.columns.terms;
+  in.call.out = in.out.data_ptr();
+  in.call.cols = in.y.size(-1);
+  in.call.rows = in.call.cols > 0 ? in.y.numel() / in.call.cols : 0;
+  return in;
+}
+
+void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
+                                  const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                                  const c10::optional<torch::Tensor>& bias,
+                                  c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                  const std::string& precision) {
+  TORCH_CHECK(x.defined() && w.defined(), op,
+              ": expected tensors x and w, got an undefined tensor");
+  TORCH_CHECK(x.device().type() == device, op, ": expected x on ", c10::DeviceTypeName(device),
+              ", got ", describe(x));
+  TORCH_CHECK(is_float_type(x.scalar_type()) && x.dim() >= 1, op,
+              ": expected x of dtype float32, float16 or bfloat16 with shape [..., in_features], "
+              "got ",
+              describe(x));
+  TORCH_CHECK(precision == "ieee" || precision == "bf16" || precision == "bf16x3", op,
+              ": expected precision ieee, bf16 or bf16x3, got '", precision, "'");
+  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1), op, ": expected a weight of shape [",
+              "out_features, ", x.size(-1), "] (in_features from x, ", x.sizes(), "), got ",
+              w.sizes());
+  TORCH_CHECK(w.device() == x.device(), op, ": expected the weight on ", x.device(),
+              " (the device of x), got ", w.device());
+  const bool has_lo = w_lo && w_lo->defined();
+  if (precision == "ieee") {
+    TORCH_CHECK(w.scalar_type() == x.scalar_type(), op, ": precision ieee: expected a weight of ",
+                x.scalar_type(), " (the dtype of x), got ", w.scalar_type());
+    TORCH_CHECK(!has_lo, op, ": precision ieee takes no w_lo (bf16x3's lo part of W)");
+  } else {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kBFloat16, op,
+                ": precision ", precision,
+                ": expected float32 x and W's bfloat16 parts (split_bf16), got ", x.scalar_type(),
+                " x and a ", w.scalar_type(), " weight");
+    if (precision == "bf16") {
+      TORCH_CHECK(!has_lo, op, ": precision bf16 takes no w_lo (bf16x3's lo part of W)");
+    } else {
+      TORCH_CHECK(has_lo, op, ": precision bf16x3 needs w_lo, W's bfloat16 lo part");
+      TORCH_CHECK(w_lo->sizes() == w.sizes() && w_lo->scalar_type() == w.scalar_type() &&
+                      w_lo->device() == w.device(),
+                  op, ": expected w_lo like w (", describe(w), "), got ", describe(*w_lo));
+    }
+  }
+  std::ostringstream whose;
+  whose << "out_features, from the weight " << w.sizes();
+  if (bias && bias->defined()) {
+    check_column_input(op, "bias", *bias, w.size(0), whose.str(), x, "x", false);
+  }
+  check_params(op, params, chain_params, w.size(0), whose.str(), x, "x");
 }
 
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
@@ -78,43 +177,6 @@ void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Te
                     w_lo->scalar_type() == w.scalar_type() && w_lo->device() == w.device(),
                 op, ": expected w_lo like w_hi (", describe(w), "), got ",
                 w_lo->defined() ? describe(*w_lo) : std::string("an undefined tensor"));
-  }
-}
-
-void check_fused_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
-                               const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
-                               const c10::optional<torch::Tensor>& bias,
-                               const c10::optional<torch::Tensor>& shift) {
-  TORCH_CHECK(x.defined() && w.defined(), op, ": expected tensors, got an undefined tensor");
-  TORCH_CHECK(x.device().type() == device, op, ": expected x on ", c10::DeviceTypeName(device),
-              ", got ", describe(x));
-  TORCH_CHECK(is_float_type(x.scalar_type()) && x.dim() >= 1, op,
-              ": expected x of dtype float32, float16 or bfloat16 with shape [..., in_features], "
-              "got ",
-              describe(x));
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1), op, ": expected a weight of shape [",
-              "out_features, ", x.size(-1), "] (in_features from x, ", x.sizes(), "), got ",
-              w.sizes());
-  const bool parts = x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kBFloat16;
-  TORCH_CHECK(w.scalar_type() == x.scalar_type() || parts, op, ": expected a weight of dtype ",
-              x.scalar_type(), " (the dtype of x)",
-              x.scalar_type() == torch::kFloat32 ? " or bfloat16 parts" : "", ", got ",
-              w.scalar_type());
-  TORCH_CHECK(w.device() == x.device(), op, ": expected the weight on ", x.device(),
-              " (the device of x), got ", w.device());
-  if (w_lo && w_lo->defined()) {
-    TORCH_CHECK(parts, op, ": w_lo is the lo part of a float32 model's weight: expected float32 x ",
-                "and a bfloat16 w, got ", x.scalar_type(), " x and ", w.scalar_type(), " w");
-    TORCH_CHECK(w_lo->sizes() == w.sizes() && w_lo->scalar_type() == w.scalar_type() &&
-                    w_lo->device() == w.device(),
-                op, ": expected w_lo like w (", describe(w), "), got ", describe(*w_lo));
-  }
-  const char* whose = "out_features, from the weight ";
-  if (bias && bias->defined()) {
-    check_column_vector(op, "bias", *bias, w.size(0), whose, w.sizes(), x, "x");
-  }
-  if (shift && shift->defined()) {
-    check_column_vector(op, "add_value", *shift, w.size(0), whose, w.sizes(), x, "x");
   }
 }
 
@@ -141,128 +203,170 @@ torch::Tensor linear_rows(const torch::Tensor& x) {
   return x.reshape({rows, sizes.back()}).contiguous();
 }
 
+const ChainEntry& chain_for(const char* op, c10::string_view chain) {
+  try {
+    return find_chain(std::string(chain));
+  } catch (const ChainSpecError& e) {
+    TORCH_CHECK(false, op, ": ", e.what());
+  }
+}
+
 }  // namespace detail
 
 namespace {
 
-torch::Tensor swish_chain_cpu(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                              const torch::Tensor& add_value) {
-  detail::check_epilogue_inputs("fusedlinear::swish_chain", c10::DeviceType::CPU, y, bias,
-                                add_value);
-  return detail::fused_epilogue_cpu(EpilogueKind::kSwishChain, y, bias, add_value);
+constexpr const char* kEpilogue = "fusedlinear::epilogue";
+constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
+
+torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
+                           at::TensorList params, c10::string_view chain) {
+  const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
+  detail::EpilogueInputs in = detail::prepare_epilogue(kEpilogue, c10::DeviceType::CPU, y, bias,
+                                                       params, entry.chain.slot_params().size());
+  cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
+  return in.out;
 }
 
-torch::Tensor mish_mish_cpu(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias) {
-  detail::check_epilogue_inputs("fusedlinear::mish_mish", c10::DeviceType::CPU, y, bias,
-                                c10::nullopt);
-  return detail::fused_epilogue_cpu(EpilogueKind::kMishMish, y, bias, c10::nullopt);
-}
-
-// The CPU twin of the skinny CUDA kernels: x W^T in float32 (for W's bfloat16 parts, the
-// products the precision mode defines: linear_bf16 or linear_bf16x3), then the fused epilogue in
-// float32, rounded once to x's dtype.
-torch::Tensor fused_linear_cpu(const char* op, EpilogueKind kind, const torch::Tensor& x,
-                               const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
-                               const c10::optional<torch::Tensor>& bias,
-                               const c10::optional<torch::Tensor>& shift) {
-  detail::check_fused_linear_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, shift);
+// The CPU twin of the small-batch CUDA kernels: x W^T in float32 (for W's bfloat16 parts, the
+// products the precision defines: linear_bf16 or linear_bf16x3), then the chain in float32,
+// rounded once to x's dtype.
+torch::Tensor linear_epilogue_cpu(const torch::Tensor& x, const torch::Tensor& w,
+                                  const c10::optional<torch::Tensor>& w_lo,
+                                  const c10::optional<torch::Tensor>& bias, at::TensorList params,
+                                  c10::string_view chain, c10::string_view precision) {
+  const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
+  const std::string products(precision);
+  detail::check_linear_epilogue_inputs(kLinearEpilogue, c10::DeviceType::CPU, x, w, w_lo, bias,
+                                       params, entry.chain.slot_params().size(), products);
   const torch::Tensor x_rows = detail::linear_rows(x);
   torch::Tensor y;
-  if (w.scalar_type() == x.scalar_type()) {
-    y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
-  } else if (w_lo && w_lo->defined()) {
+  if (products == "bf16x3") {
     y = detail::linear_bf16x3_cpu(x_rows, w, *w_lo);
-  } else {
+  } else if (products == "bf16") {
     y = detail::linear_bf16_cpu(x_rows, w);
+  } else {
+    y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
   }
-  const auto as_float = [](const c10::optional<torch::Tensor>& t) -> c10::optional<torch::Tensor> {
-    if (!t || !t->defined()) return c10::nullopt;
-    return t->to(torch::kFloat32);
-  };
-  const torch::Tensor out = detail::fused_epilogue_cpu(kind, y, as_float(bias), as_float(shift));
-  return out.to(x.scalar_type()).view(detail::linear_output_shape(x, w.size(0)));
+  const c10::optional<torch::Tensor> bias32 =
+      bias && bias->defined() ? c10::optional<torch::Tensor>(bias->to(torch::kFloat32))
+                              : c10::nullopt;
+  std::vector<torch::Tensor> params32;
+  for (const torch::Tensor& p : params) params32.push_back(p.to(torch::kFloat32));
+  detail::EpilogueInputs in = detail::prepare_epilogue(kLinearEpilogue, c10::DeviceType::CPU, y,
+                                                       bias32, params32, params32.size());
+  cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
+  return in.out.to(x.scalar_type()).view(detail::linear_output_shape(x, w.size(0)));
 }
 
-torch::Tensor linear_swish_chain_cpu(const torch::Tensor& x, const torch::Tensor& w,
-                                     const c10::optional<torch::Tensor>& w_lo,
-                                     const c10::optional<torch::Tensor>& bias,
-                                     const torch::Tensor& add_value) {
-  return fused_linear_cpu("fusedlinear::linear_swish_chain", EpilogueKind::kSwishChain, x, w, w_lo,
-                          bias, add_value);
+// The Meta implementations: the CPU and CUDA ones' checks, and outputs of their shapes, dtypes and
+// strides (all contiguous), so that torch.compile, torch.export and AOTInductor can trace the ops.
+torch::Tensor epilogue_meta(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
+                            at::TensorList params, c10::string_view chain) {
+  const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
+  detail::check_epilogue_inputs(kEpilogue, c10::DeviceType::Meta, y, bias, params,
+                                entry.chain.slot_params().size());
+  return torch::empty(y.sizes(), y.options());
 }
 
-torch::Tensor linear_mish_mish_cpu(const torch::Tensor& x, const torch::Tensor& w,
+torch::Tensor linear_epilogue_meta(const torch::Tensor& x, const torch::Tensor& w,
                                    const c10::optional<torch::Tensor>& w_lo,
-                                   const c10::optional<torch::Tensor>& bias) {
-  return fused_linear_cpu("fusedlinear::linear_mish_mish", EpilogueKind::kMishMish, x, w, w_lo,
-                          bias, c10::nullopt);
+                                   const c10::optional<torch::Tensor>& bias, at::TensorList params,
+                                   c10::string_view chain, c10::string_view precision) {
+  const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
+  detail::check_linear_epilogue_inputs(kLinearEpilogue, c10::DeviceType::Meta, x, w, w_lo, bias,
+                                       params, entry.chain.slot_params().size(),
+                                       std::string(precision));
+  return torch::empty(detail::linear_output_shape(x, w.size(0)), x.options());
 }
 
-// The ops compute values only, with no backward. Registered for the Autograd key, this refuses a
-// call in grad mode on a tensor that requires grad (which could not be differentiated), and
-// passes every other call on to the CPU or CUDA implementation.
-void inference_only(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (at::GradMode::is_enabled()) {
-    for (const c10::IValue& value : torch::jit::last(*stack, op.schema().arguments().size())) {
-      TORCH_CHECK(!value.isTensor() || !value.toTensor().requires_grad(), op.schema().name(),
-                  " is inference-only (it has no backward) and was called on a tensor that "
-                  "requires grad: call it under torch.no_grad() (torch::NoGradGuard in C++) or "
-                  "on tensors that do not require grad");
-    }
-  }
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  op.callBoxed(stack);
+std::tuple<torch::Tensor, torch::Tensor> split_bf16_meta(const torch::Tensor& v) {
+  TORCH_CHECK(v.defined() && v.scalar_type() == torch::kFloat32,
+              "fusedlinear::split_bf16: expected a float32 tensor, got ",
+              v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor");
+  const auto options = v.options().dtype(torch::kBFloat16);
+  return {torch::empty(v.sizes(), options), torch::empty(v.sizes(), options)};
 }
+
+torch::Tensor linear_bf16x3_meta(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                 const torch::Tensor& w_lo) {
+  detail::check_linear_inputs("fusedlinear::linear_bf16x3", c10::DeviceType::Meta, x, w_hi,
+                              torch::kBFloat16, &w_lo);
+  return torch::empty(detail::linear_output_shape(x, w_hi.size(0)), x.options());
+}
+
+torch::Tensor linear_bf16_meta(const torch::Tensor& x, const torch::Tensor& w_hi) {
+  detail::check_linear_inputs("fusedlinear::linear_bf16", c10::DeviceType::Meta, x, w_hi,
+                              torch::kBFloat16);
+  return torch::empty(detail::linear_output_shape(x, w_hi.size(0)), x.options());
+}
+
+torch::Tensor linear_tf32_meta(const torch::Tensor& x, const torch::Tensor& w) {
+  detail::check_linear_inputs("fusedlinear::linear_tf32", c10::DeviceType::Meta, x, w,
+                              torch::kFloat32);
+  return torch::empty(detail::linear_output_shape(x, w.size(0)), x.options());
+}
+
+const char* const kOps[] = {"epilogue",      "linear_epilogue", "split_bf16",
+                            "linear_bf16x3", "linear_bf16",     "linear_tf32"};
 
 }  // namespace
 
 TORCH_LIBRARY(fusedlinear, m) {
-  m.def("swish_chain(Tensor y, Tensor? bias, Tensor add_value) -> Tensor");
-  m.def("mish_mish(Tensor y, Tensor? bias) -> Tensor");
+  m.def("epilogue(Tensor y, Tensor? bias, Tensor[] params, str chain) -> Tensor");
+  m.def(
+      "linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[] params, str chain, "
+      "str precision) -> Tensor");
   m.def("split_bf16(Tensor v) -> (Tensor, Tensor)");
   m.def("linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w_hi) -> Tensor");
   m.def("linear_tf32(Tensor x, Tensor w) -> Tensor");
-  m.def(
-      "linear_swish_chain(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor add_value) -> "
-      "Tensor");
-  m.def("linear_mish_mish(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias) -> Tensor");
 }
 
+// No backward (ops.h): outputs computed as always; a backward through them fails naming the op.
 TORCH_LIBRARY_IMPL(fusedlinear, Autograd, m) {
-  for (const char* op : {"swish_chain", "mish_mish", "split_bf16", "linear_bf16x3", "linear_bf16",
-                         "linear_tf32", "linear_swish_chain", "linear_mish_mish"}) {
-    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&inference_only>());
-  }
+  for (const char* op : kOps) m.impl(op, torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {
-  m.impl("swish_chain", &swish_chain_cpu);
-  m.impl("mish_mish", &mish_mish_cpu);
+  m.impl("epilogue", &epilogue_cpu);
+  m.impl("linear_epilogue", &linear_epilogue_cpu);
   m.impl("split_bf16", &detail::split_bf16_cpu);
   m.impl("linear_bf16x3", &detail::linear_bf16x3_cpu);
   m.impl("linear_bf16", &detail::linear_bf16_cpu);
   m.impl("linear_tf32", &detail::linear_tf32_cpu);
-  m.impl("linear_swish_chain", &linear_swish_chain_cpu);
-  m.impl("linear_mish_mish", &linear_mish_mish_cpu);
 }
 
-torch::Tensor fused_swish_chain(const torch::Tensor& y, const torch::Tensor& add_value,
-                                const c10::optional<torch::Tensor>& bias) {
+TORCH_LIBRARY_IMPL(fusedlinear, Meta, m) {
+  m.impl("epilogue", &epilogue_meta);
+  m.impl("linear_epilogue", &linear_epilogue_meta);
+  m.impl("split_bf16", &split_bf16_meta);
+  m.impl("linear_bf16x3", &linear_bf16x3_meta);
+  m.impl("linear_bf16", &linear_bf16_meta);
+  m.impl("linear_tf32", &linear_tf32_meta);
+}
+
+torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
+                             const std::vector<torch::Tensor>& params, const std::string& chain) {
   static auto op =
       c10::Dispatcher::singleton()
-          .findSchemaOrThrow("fusedlinear::swish_chain", "")
+          .findSchemaOrThrow(kEpilogue, "")
           .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&,
-                               const torch::Tensor&)>();
-  return op.call(y, bias, add_value);
+                               at::TensorList, c10::string_view)>();
+  return op.call(y, bias, params, chain);
 }
 
-torch::Tensor fused_mish_mish(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("fusedlinear::mish_mish", "")
-          .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&)>();
-  return op.call(y, bias);
+torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor& w,
+                                    const c10::optional<torch::Tensor>& w_lo,
+                                    const c10::optional<torch::Tensor>& bias,
+                                    const std::vector<torch::Tensor>& params,
+                                    const std::string& chain, const std::string& precision) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow(kLinearEpilogue, "")
+                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
+                                            const c10::optional<torch::Tensor>&,
+                                            const c10::optional<torch::Tensor>&, at::TensorList,
+                                            c10::string_view, c10::string_view)>();
+  return op.call(x, w, w_lo, bias, params, chain, precision);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {
@@ -293,30 +397,6 @@ torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w) {
                        .findSchemaOrThrow("fusedlinear::linear_tf32", "")
                        .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
   return op.call(x, w);
-}
-
-torch::Tensor fused_linear_swish_chain(const torch::Tensor& x, const torch::Tensor& w,
-                                       const c10::optional<torch::Tensor>& w_lo,
-                                       const c10::optional<torch::Tensor>& bias,
-                                       const torch::Tensor& add_value) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("fusedlinear::linear_swish_chain", "")
-          .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
-                               const c10::optional<torch::Tensor>&,
-                               const c10::optional<torch::Tensor>&, const torch::Tensor&)>();
-  return op.call(x, w, w_lo, bias, add_value);
-}
-
-torch::Tensor fused_linear_mish_mish(const torch::Tensor& x, const torch::Tensor& w,
-                                     const c10::optional<torch::Tensor>& w_lo,
-                                     const c10::optional<torch::Tensor>& bias) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("fusedlinear::linear_mish_mish", "")
-                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
-                                            const c10::optional<torch::Tensor>&,
-                                            const c10::optional<torch::Tensor>&)>();
-  return op.call(x, w, w_lo, bias);
 }
 
 }  // namespace fusedlinear

@@ -1,36 +1,59 @@
-// The ops of fusedlinear, each declared once (TORCH_LIBRARY in ops.cpp) with CPU and CUDA
-// implementations registered separately (ops.cpp, linear_cpu.cpp; ops_cuda.cpp):
-//   fusedlinear::swish_chain, fusedlinear::mish_mish   the fused epilogues
-//   fusedlinear::split_bf16                            float32 -> bfloat16 hi + lo
-//   fusedlinear::linear_bf16x3, linear_bf16, linear_tf32
-//                                                      x W^T from tensor-core products
-//   fusedlinear::linear_swish_chain, linear_mish_mish  a whole forward for few rows (the skinny
-//                                                      kernel: W read once, the chain fused)
-// These wrappers call the dispatcher, which picks the implementation from the inputs' device.
+// The ops of fusedlinear, each declared once (TORCH_LIBRARY in ops.cpp) with CPU, CUDA and Meta
+// implementations registered apart (ops.cpp, ops_cuda.cpp), one schema set for every chain:
+//
+//   epilogue(Tensor y, Tensor? bias, Tensor[] params, str chain) -> Tensor
+//       chain(y + bias) in one pass; `chain` a registered model's name or a chain spec
+//   linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[] params, str chain,
+//                   str precision) -> Tensor
+//       the whole forward for few rows (W read once, the chain fused)
+//   split_bf16(Tensor v) -> (Tensor, Tensor)            float32 -> bfloat16 hi + lo
+//   linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor,
+//   linear_bf16(Tensor x, Tensor w_hi) -> Tensor,
+//   linear_tf32(Tensor x, Tensor w) -> Tensor          x W^T from tensor-core products
+//
+// The ops have no backward. Called on tensors that require grad, in grad mode, they compute their
+// outputs as always; a backward through those outputs fails with one line naming the op (so a
+// model in its default grad mode runs, scripted, exported or not, and nothing is trained through
+// them unnoticed). The wrappers below call the dispatcher, which picks the implementation from
+// the inputs' device.
 #pragma once
 
 #include <torch/types.h>
 
+#include <string>
 #include <tuple>
 #include <vector>
 
-#include "kernels/math/chains.h"
+#include "kernels/math/element.h"
 
 namespace fusedlinear {
 
-// SwishChain's epilogue: hardtanh(gelu(tanh(swish((y + bias) + add_value)))) in one pass.
-// y: [..., features] float32/float16/bfloat16; bias (optional) and add_value: [features],
-// same dtype and device as y. Returns a new contiguous tensor shaped like y.
-torch::Tensor fused_swish_chain(const torch::Tensor& y, const torch::Tensor& add_value,
-                                const c10::optional<torch::Tensor>& bias = c10::nullopt);
+// chain(y + bias, params) in one pass, for y [..., features] float32, float16 or bfloat16; bias
+// (optional) [features] and each of `params` [features] or of one element, all of y's dtype and
+// device; `params` in the chain's parameter slots (ParsedChain::slot_params). `chain`: a
+// registered model's name (its compiled kernels) or a chain spec (the interpreter). Returns a new
+// contiguous tensor shaped like y.
+torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
+                             const std::vector<torch::Tensor>& params, const std::string& chain);
 
-// MishMish's epilogue: mish(mish(y + bias)) in one pass. Same contract as above.
-torch::Tensor fused_mish_mish(const torch::Tensor& y,
-                              const c10::optional<torch::Tensor>& bias = c10::nullopt);
+// A model's whole forward in one op, for inputs of few rows (batch 1-64), where the GEMM is bound
+// by reading W: out = chain(x W^T + bias, params) with W read once, the products summed in float32
+// and the chain applied before the one store (kernels/cuda/skinny/). `precision` names the
+// products: "ieee" (W of x's dtype: float32 FMAs, or for 16-bit x tensor-core products), "bf16"
+// (float32 x, w = bfloat16(W): x rounded, as linear_bf16) or "bf16x3" (float32 x, w and w_lo =
+// split_bf16(W): x split, as linear_bf16x3). x [..., in]; w [out, in]; bias and params as
+// fused_epilogue's, of x's dtype. Returns [..., out] in x's dtype; bitwise the same run to run.
+// W is read as a contiguous [out, in] tensor (a transposed one is copied first). On the CPU: the
+// same products in float32, then the fused epilogue (for testing; no faster than the two ops).
+torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor& w,
+                                    const c10::optional<torch::Tensor>& w_lo,
+                                    const c10::optional<torch::Tensor>& bias,
+                                    const std::vector<torch::Tensor>& params,
+                                    const std::string& chain, const std::string& precision);
 
-// v ~= hi + lo, both bfloat16 (kernels/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v - hi);
-// |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32, any
-// shape; hi and lo are new contiguous tensors of v's shape.
+// v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
+// hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,
+// any shape; hi and lo are new contiguous tensors of v's shape.
 std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v);
 
 // x W^T (nn.Linear without bias) to about float32's accuracy from bfloat16 tensor-core products:
@@ -51,58 +74,54 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w_hi);
 // relative error per product. x: float32 [..., in]; w: float32 [out, in]; returns [..., out].
 torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w);
 
-// A model's whole forward in one op, for inputs of few rows (batch 1-64), where the GEMM is bound
-// by reading W: out = chain(x W^T + bias [+ add_value]) with W read once, the products summed in
-// float32 and the epilogue applied before the one store (kernels/skinny_linear.cu). x [..., in]
-// float32, float16 or bfloat16; w [out, in] of x's dtype, or, for float32 x, bfloat16 parts: w
-// alone (w = bfloat16(W): the bf16 mode's products, as linear_bf16) or w and w_lo (bf16x3's split
-// weight: bf16x3's products, as linear_bf16x3); bias and add_value [out] of x's dtype. Returns
-// [..., out] in x's dtype. Results are bitwise the same run to run. W is read as a contiguous
-// [out, in] tensor (a transposed one is copied first). On CUDA, 16-bit W runs on the tensor cores
-// where the GPU has them (sm_80 on) and rows are 16-byte aligned. On the CPU: the same products
-// in float32 then the fused epilogue (for testing; no faster than the separate ops).
-torch::Tensor fused_linear_swish_chain(const torch::Tensor& x, const torch::Tensor& w,
-                                       const c10::optional<torch::Tensor>& w_lo,
-                                       const c10::optional<torch::Tensor>& bias,
-                                       const torch::Tensor& add_value);
-torch::Tensor fused_linear_mish_mish(const torch::Tensor& x, const torch::Tensor& w,
-                                     const c10::optional<torch::Tensor>& w_lo,
-                                     const c10::optional<torch::Tensor>& bias);
-
 namespace detail {
-// Checks shared by the CPU and CUDA implementations: dtype, device, per-column vector shapes.
-// Each failure says what was expected and what came.
-void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
-                           const c10::optional<torch::Tensor>& bias,
-                           const c10::optional<torch::Tensor>& shift);
+
+// The bias and the chain's parameters made contiguous and described for a kernel
+// (kernels/math/element.h: a one-element parameter is broadcast). Kept alive as long as the call.
+struct ColumnInputs {
+  torch::Tensor bias;
+  std::vector<torch::Tensor> params;
+  const void* bias_data = nullptr;
+  ColumnTerms terms;
+};
+ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
+                           c10::ArrayRef<torch::Tensor> params);
+
+// An epilogue's inputs, checked (each failure one line saying what was expected and what came:
+// dtype, device, shapes, the number of parameters the chain takes) and described for a kernel,
+// with its output allocated like y.
+struct EpilogueInputs {
+  torch::Tensor y, out;
+  ColumnInputs columns;
+  EpilogueCall call;
+};
+EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const torch::Tensor& y,
+                                const c10::optional<torch::Tensor>& bias,
+                                c10::ArrayRef<torch::Tensor> params, size_t chain_params);
+
+// The checks of fused_linear_epilogue, on `device`.
+void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
+                                  const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                                  const c10::optional<torch::Tensor>& bias,
+                                  c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                  const std::string& precision);
 
 // The ElementType of a float32, float16 or bfloat16 tensor (ATen's AT_DISPATCH_SWITCH: any
 // other dtype throws; the ops check dtypes with clearer messages before). The one place the
 // torch side maps a dtype.
 ElementType element_type_of(const torch::Tensor& t);
 
-// The CPU implementation of both epilogues (the CUDA one is in ops_cuda.cpp).
-torch::Tensor fused_epilogue_cpu(EpilogueKind kind, const torch::Tensor& y,
-                                 const c10::optional<torch::Tensor>& bias,
-                                 const c10::optional<torch::Tensor>& shift);
-
 // Checks of the linear ops: x float32 [..., in] on `device`; w [out, in] of `w_dtype` on the same
 // device; w_lo, where given, like w. Each failure says what was expected and what came.
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
                          const torch::Tensor& w, torch::ScalarType w_dtype,
                          const torch::Tensor* w_lo = nullptr);
-// Checks of the fused linear ops (fused_linear_swish_chain above): each failure says what was
-// expected and what came.
-void check_fused_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
-                               const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
-                               const c10::optional<torch::Tensor>& bias,
-                               const c10::optional<torch::Tensor>& shift);
 // x's leading dimensions with `out_features` last: the shape of x W^T.
 std::vector<int64_t> linear_output_shape(const torch::Tensor& x, int64_t out_features);
 // x [..., in] as a contiguous [rows, in] matrix (rows: the product of the leading dimensions).
 torch::Tensor linear_rows(const torch::Tensor& x);
 
-// The CPU implementations (linear_cpu.cpp).
+// The CPU implementations (kernels/cpu/linear.cpp).
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_cpu(const torch::Tensor& v);
 torch::Tensor linear_bf16x3_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
                                 const torch::Tensor& w_lo);

@@ -1,59 +1,37 @@
 // Registers the CUDA implementations of the ops: checks inputs, allocates the outputs and calls
-// the torch-free launchers (fused_epilogue.cu, bf16_split.cu, linear_cublas.cpp,
-// skinny_linear.cu) on the current
-// CUDA stream (cuBLAS through libtorch's handle for it).
+// the torch-free launchers (a chain's, from the chain registry; split_bf16.cu,
+// cublas_products.cpp) on the current CUDA stream (cuBLAS through libtorch's handle for it).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <limits>
 
-#include "kernels/cuda/epilogue_launch.h"
+#include "kernels/cuda/chain_kernels.h"
 #include "kernels/cuda/linear.h"
+#include "kernels/ops/op_support.h"
 #include "kernels/ops/ops.h"
 
 namespace fusedlinear {
 namespace {
 
-const void* data_or_null(const c10::optional<torch::Tensor>& t, torch::Tensor& keep_alive) {
-  if (!t || !t->defined()) return nullptr;
-  keep_alive = t->contiguous();
-  return keep_alive.data_ptr();
-}
-
-torch::Tensor fused_epilogue_cuda(EpilogueKind kind, const torch::Tensor& y,
-                                  const c10::optional<torch::Tensor>& bias,
-                                  const c10::optional<torch::Tensor>& shift) {
-  const c10::cuda::CUDAGuard device_guard(y.device());
-  const torch::Tensor input = y.contiguous();
-  torch::Tensor out = torch::empty_like(input, at::MemoryFormat::Contiguous);
-  if (input.numel() == 0) return out;
-  torch::Tensor bias_c, shift_c;
-  const int64_t cols = input.size(-1);
-  const cudaError_t err = launch_fused_epilogue(
-      kind, detail::element_type_of(input), input.data_ptr(), data_or_null(bias, bias_c),
-      data_or_null(shift, shift_c), out.data_ptr(), input.numel() / cols, cols,
-      at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(err == cudaSuccess, "fusedlinear::", epilogue_name(kind),
-              ": CUDA kernel launch failed: ", cudaGetErrorString(err));
-  return out;
-}
-
-torch::Tensor swish_chain_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                               const torch::Tensor& add_value) {
-  detail::check_epilogue_inputs("fusedlinear::swish_chain", c10::DeviceType::CUDA, y, bias,
-                                add_value);
-  return fused_epilogue_cuda(EpilogueKind::kSwishChain, y, bias, add_value);
-}
-
-torch::Tensor mish_mish_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias) {
-  detail::check_epilogue_inputs("fusedlinear::mish_mish", c10::DeviceType::CUDA, y, bias,
-                                c10::nullopt);
-  return fused_epilogue_cuda(EpilogueKind::kMishMish, y, bias, c10::nullopt);
-}
-
 void check_launch(const char* op, cudaError_t err) {
   TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+}
+
+constexpr const char* kEpilogue = "fusedlinear::epilogue";
+constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
+
+torch::Tensor epilogue_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
+                            at::TensorList params, c10::string_view chain) {
+  const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  detail::EpilogueInputs in = detail::prepare_epilogue(kEpilogue, c10::DeviceType::CUDA, y, bias,
+                                                       params, entry.chain.slot_params().size());
+  if (in.y.numel() == 0) return in.out;
+  check_launch(kEpilogue, entry.kernels.cuda.epilogue(entry.program, in.call,
+                                                      at::cuda::getCurrentCUDAStream()));
+  return in.out;
 }
 
 void check_cublas(const char* op, cublasStatus_t status) {
@@ -178,78 +156,66 @@ torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
   return call.result();
 }
 
-// The skinny kernel's whole forward (ops.h: fused_linear_swish_chain). Its workspace, for the
+// The small-batch kernels' whole forward (ops.h: fused_linear_epilogue). Their workspace, for the
 // partial sums when k is split and bf16x3's split of x from 9 rows, comes from libtorch's caching
 // allocator on the current stream.
-torch::Tensor fused_linear_cuda(const char* op, EpilogueKind kind, const torch::Tensor& x,
-                                const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
-                                const c10::optional<torch::Tensor>& bias,
-                                const c10::optional<torch::Tensor>& shift) {
-  detail::check_fused_linear_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, shift);
+torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
+                                   const c10::optional<torch::Tensor>& w_lo,
+                                   const c10::optional<torch::Tensor>& bias, at::TensorList params,
+                                   c10::string_view chain, c10::string_view precision) {
+  const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
+  const std::string products(precision);
+  detail::check_linear_epilogue_inputs(kLinearEpilogue, c10::DeviceType::CUDA, x, w, w_lo, bias,
+                                       params, entry.chain.slot_params().size(), products);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const torch::Tensor x_rows = detail::linear_rows(x);
   const torch::Tensor weight = w.contiguous();
-  torch::Tensor lo, bias_c, shift_c;
-  const void* lo_data = data_or_null(w_lo, lo);
+  torch::Tensor lo;
+  if (products == "bf16x3") lo = w_lo->contiguous();
+  const detail::ColumnInputs columns = detail::column_inputs(bias, params);
   torch::Tensor out = torch::empty({x_rows.size(0), w.size(0)}, x.options());
-  SkinnyLinearArgs args;
-  args.kind = kind;
-  args.type = detail::element_type_of(x);
-  args.weight = w.scalar_type() == x.scalar_type() ? SkinnyWeight::kAsInput
-                : lo_data                          ? SkinnyWeight::kBf16HiLo
-                                                   : SkinnyWeight::kBf16;
-  args.x = x_rows.data_ptr();
-  args.w = weight.data_ptr();
-  args.w_lo = lo_data;
-  args.bias = data_or_null(bias, bias_c);
-  args.shift = data_or_null(shift, shift_c);
-  args.out = out.data_ptr();
-  args.rows = x_rows.size(0);
-  args.out_features = w.size(0);
-  args.in_features = w.size(1);
+  cuda::SkinnyCall call;
+  call.type = detail::element_type_of(x);
+  call.products = products == "bf16x3" ? cuda::SkinnyProducts::kBf16x3
+                  : products == "bf16" ? cuda::SkinnyProducts::kBf16
+                                       : cuda::SkinnyProducts::kAsInput;
+  call.x = x_rows.data_ptr();
+  call.w = weight.data_ptr();
+  call.w_lo = lo.defined() ? lo.data_ptr() : nullptr;
+  call.bias = columns.bias_data;
+  call.terms = columns.terms;
+  call.out = out.data_ptr();
+  call.rows = x_rows.size(0);
+  call.out_features = w.size(0);
+  call.in_features = w.size(1);
   const auto view = detail::linear_output_shape(x, w.size(0));
-  if (args.rows == 0 || args.out_features == 0) return out.view(view);
-  int64_t workspace_floats = 0;
-  const cudaError_t planned = plan_skinny_linear(args, workspace_floats);
-  TORCH_CHECK(planned != cudaErrorInvalidConfiguration, op,
-              ": too many rows for the skinny kernel's grid (", args.rows,
-              "; it takes up to 16 * 65535, 64 * 65535 on the tensor cores)");
-  check_launch(op, planned);
+  if (call.rows == 0 || call.out_features == 0) return out.view(view);
+  cuda::SkinnyPlan plan;
+  const cudaError_t planned = cuda::plan_skinny_linear(call, plan);
+  TORCH_CHECK(planned != cudaErrorInvalidConfiguration, kLinearEpilogue,
+              ": too many rows for the small-batch kernels' grid (", call.rows,
+              "; they take up to 65535 tiles of 8 to 64 rows)");
+  check_launch(kLinearEpilogue, planned);
   torch::Tensor workspace;
-  if (workspace_floats > 0)
-    workspace = torch::empty({workspace_floats}, x.options().dtype(torch::kFloat32));
-  check_launch(
-      op, launch_skinny_linear(args, workspace_floats > 0 ? workspace.data_ptr<float>() : nullptr,
-                               at::cuda::getCurrentCUDAStream()));
+  if (plan.workspace_floats() > 0) {
+    workspace = torch::empty({plan.workspace_floats()}, x.options().dtype(torch::kFloat32));
+  }
+  const cuda::CudaSkinnyFn launch = entry.kernels.cuda.skinny[int(cuda::family_of(plan.variant))];
+  check_launch(kLinearEpilogue, launch(entry.program, call, plan,
+                                       workspace.defined() ? workspace.data_ptr<float>() : nullptr,
+                                       at::cuda::getCurrentCUDAStream()));
   return out.view(view);
-}
-
-torch::Tensor linear_swish_chain_cuda(const torch::Tensor& x, const torch::Tensor& w,
-                                      const c10::optional<torch::Tensor>& w_lo,
-                                      const c10::optional<torch::Tensor>& bias,
-                                      const torch::Tensor& add_value) {
-  return fused_linear_cuda("fusedlinear::linear_swish_chain", EpilogueKind::kSwishChain, x, w, w_lo,
-                           bias, add_value);
-}
-
-torch::Tensor linear_mish_mish_cuda(const torch::Tensor& x, const torch::Tensor& w,
-                                    const c10::optional<torch::Tensor>& w_lo,
-                                    const c10::optional<torch::Tensor>& bias) {
-  return fused_linear_cuda("fusedlinear::linear_mish_mish", EpilogueKind::kMishMish, x, w, w_lo,
-                           bias, c10::nullopt);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
-  m.impl("swish_chain", &swish_chain_cuda);
-  m.impl("mish_mish", &mish_mish_cuda);
+  m.impl("epilogue", &epilogue_cuda);
   m.impl("split_bf16", &split_bf16_cuda);
   m.impl("linear_bf16x3", &linear_bf16x3_cuda);
   m.impl("linear_bf16", &linear_bf16_cuda);
   m.impl("linear_tf32", &linear_tf32_cuda);
-  m.impl("linear_swish_chain", &linear_swish_chain_cuda);
-  m.impl("linear_mish_mish", &linear_mish_mish_cuda);
+  m.impl("linear_epilogue", &linear_epilogue_cuda);
 }
 
 }  // namespace fusedlinear

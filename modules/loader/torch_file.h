@@ -8,6 +8,7 @@
 
 #include <torch/types.h>
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -25,6 +26,11 @@ struct NamedTensors {
   // One line each for anything the reader changed or chose that the user should hear about
   // (e.g. "took the state dict under key 'model_state_dict'", "stripped prefix 'module.'").
   std::vector<std::string> notices;
+  // Text the file carries for fusedlinear beside the tensors: from a torch.save'd state dict (an
+  // OrderedDict) the string entries of its _metadata["fusedlinear"] dict; from a .safetensors
+  // file, the __metadata__ entries named "fusedlinear.<key>" (prefix removed). E.g. "chain",
+  // "linear".
+  std::map<std::string, std::string> metadata;
 };
 
 // Reads a state dict from `path`: a torch.save archive (dict or OrderedDict of tensors, or a

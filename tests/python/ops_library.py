@@ -2,10 +2,11 @@
 
     python3 tests/python/ops_library.py LIBRARY [--script OUT_FOLDER]
 
-Checks every op against eager PyTorch on the CPU (and CUDA where available), that the ops refuse
-tensors that require grad in grad mode, and with --script writes a TorchScript module that calls
-an op (mish_mish.ts), its input and its output (mish_mish_ts_input.pt, mish_mish_ts_output.pt)
-for the C++ side to load. Exits non-zero on the first failure.
+Checks every op against eager PyTorch on the CPU (and CUDA where available), on meta tensors, that
+None is refused for a required tensor, that the ops run in grad mode and refuse a backward, and
+with --script writes a TorchScript module that calls an op (mish_mish.ts), its input and its output
+(mish_mish_ts_input.pt, mish_mish_ts_output.pt) for the C++ side to load. Exits non-zero on the
+first failure.
 """
 import argparse
 import os
@@ -27,11 +28,18 @@ def check_ops(device):
     torch.manual_seed(0)
     y = torch.randn(37, 200, device=device) * 3
     bias, add_value = torch.randn(200, device=device), torch.randn(200, device=device)
-    check(device + " mish_mish", ops.mish_mish(y, bias), F.mish(F.mish(y + bias)), 1e-5)
-    check(device + " mish_mish without bias", ops.mish_mish(y, None), F.mish(F.mish(y)), 1e-5)
+    check(device + " mish_mish", ops.epilogue(y, bias, [], "mish_mish"),
+          F.mish(F.mish(y + bias)), 1e-5)
+    check(device + " mish_mish without bias", ops.epilogue(y, None, [], "mish_mish"),
+          F.mish(F.mish(y)), 1e-5)
     t = y + bias + add_value
     want = F.hardtanh(F.gelu(torch.tanh(torch.sigmoid(t) * t)), -1, 1)
-    check(device + " swish_chain", ops.swish_chain(y, bias, add_value), want, 1e-5)
+    check(device + " swish_chain", ops.epilogue(y, bias, [add_value], "swish_chain"), want, 1e-5)
+    check(device + " swish_chain's spec", ops.epilogue(
+        y, bias, [add_value], "add(add_value),swish,tanh,gelu,hardtanh(-1,1)"), want, 1e-5)
+    t = y + bias
+    check(device + " a chain spec", ops.epilogue(y, bias, [], "gelu(tanh),silu,clamp(-2,2)"),
+          torch.clamp(F.silu(F.gelu(t, approximate="tanh")), -2, 2), 1e-5)
 
     w = (torch.rand(48, 256, device=device) * 2 - 1) / 16
     x = torch.rand(9, 256, device=device)
@@ -44,28 +52,49 @@ def check_ops(device):
     check(device + " linear_tf32", ops.linear_tf32(x, w), exact, 1e-2)
     check(device + " linear_bf16", ops.linear_bf16(x, hi), exact, 5e-2)
 
-    # The whole forward for few rows (the skinny kernel on CUDA), from W or its parts.
+    # The whole forward for few rows (the small-batch kernels on CUDA), from W or its parts.
     b, shift = torch.randn(48, device=device) / 16, torch.randn(48, device=device)
     linear_out = (exact + b.double()).float()
-    check(device + " linear_mish_mish", ops.linear_mish_mish(x, w, None, b),
+    check(device + " linear_epilogue", ops.linear_epilogue(x, w, None, b, [], "mish_mish", "ieee"),
           F.mish(F.mish(linear_out)), 1e-5)
-    check(device + " linear_mish_mish from hi and lo", ops.linear_mish_mish(x, hi, lo, b),
+    check(device + " linear_epilogue from hi and lo",
+          ops.linear_epilogue(x, hi, lo, b, [], "mish_mish", "bf16x3"),
           F.mish(F.mish(linear_out)), 1e-5)
     t = linear_out + shift
-    check(device + " linear_swish_chain", ops.linear_swish_chain(x, w, None, b, shift),
+    check(device + " linear_epilogue of swish_chain",
+          ops.linear_epilogue(x, w, None, b, [shift], "swish_chain", "ieee"),
           F.hardtanh(F.gelu(torch.tanh(torch.sigmoid(t) * t)), -1, 1), 1e-5)
 
-    # Inference-only: refused in grad mode on a tensor that requires grad, fine under no_grad.
+    # On meta tensors: the outputs' shapes and dtypes, no data.
+    meta = ops.epilogue(y.to("meta"), bias.to("meta"), [], "mish_mish")
+    assert meta.device.type == "meta" and meta.shape == y.shape and meta.dtype == y.dtype
+    meta = ops.linear_epilogue(x.to("meta"), w.to("meta"), None, None, [], "mish_mish", "ieee")
+    assert meta.device.type == "meta" and meta.shape == (9, 48)
+
+    # A required tensor is required: None only where the schema says Tensor?.
+    for call in (lambda: ops.epilogue(None, bias, [], "mish_mish"),
+                 lambda: ops.epilogue(y, bias, [None], "swish_chain"),
+                 lambda: ops.linear_epilogue(x, None, None, b, [], "mish_mish", "ieee")):
+        try:
+            call()
+            raise SystemExit("FAIL  %s: an op took None for a required tensor" % device)
+        except (RuntimeError, TypeError):
+            pass
+
+    # No backward: in grad mode on tensors that require grad the ops compute their outputs; a
+    # backward through them fails naming the op.
     needs_grad = y.clone().requires_grad_()
+    out = ops.epilogue(needs_grad, bias, [], "mish_mish")
+    check(device + " mish_mish in grad mode", out.detach(), F.mish(F.mish(y + bias)), 1e-5)
     try:
-        ops.mish_mish(needs_grad, bias)
-        raise SystemExit("FAIL  %s: mish_mish ran on a tensor that requires grad" % device)
+        out.sum().backward()
+        raise SystemExit("FAIL  %s: a backward through the op ran" % device)
     except RuntimeError as error:
-        assert "inference-only" in str(error), error
+        assert "fusedlinear::epilogue" in str(error), error
     with torch.no_grad():
-        check(device + " mish_mish under no_grad", ops.mish_mish(needs_grad, bias),
+        check(device + " mish_mish under no_grad", ops.epilogue(needs_grad, bias, [], "mish_mish"),
               F.mish(F.mish(y + bias)), 1e-5)
-    print("ok    %s: refused in grad mode, ran under no_grad" % device)
+    print("ok    %s: ran in grad mode, its backward refused, ran under no_grad" % device)
 
 
 class ScriptedMishMish(torch.nn.Module):
@@ -77,7 +106,7 @@ class ScriptedMishMish(torch.nn.Module):
 
     def forward(self, x):
         y = torch.nn.functional.linear(x, self.linear.weight)
-        return torch.ops.fusedlinear.mish_mish(y, self.linear.bias)
+        return torch.ops.fusedlinear.epilogue(y, self.linear.bias, [], "mish_mish")
 
 
 def main():
@@ -93,10 +122,11 @@ def main():
         torch.manual_seed(1)
         module = torch.jit.script(ScriptedMishMish(64, 48).eval())
         x = torch.rand(5, 64)
+        y = module(x)  # in the default grad mode: the Linear's parameters require grad
         with torch.no_grad():
-            y = module(x)
-            check("TorchScript module against eager", y,
+            check("TorchScript module against eager", y.detach(),
                   F.mish(F.mish(F.linear(x, module.linear.weight, module.linear.bias))), 1e-5)
+        y = y.detach()
         os.makedirs(args.script, exist_ok=True)
         torch.jit.save(module, os.path.join(args.script, "mish_mish.ts"))
         torch.save(x, os.path.join(args.script, "mish_mish_ts_input.pt"))

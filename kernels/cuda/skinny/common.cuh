@@ -44,20 +44,13 @@ struct KWalk {
   }
 };
 
-template <typename T, class Activations>
-__device__ __forceinline__ T finish(float sum, const T* bias, const T* shift, int64_t n) {
-  if (bias) sum += to_float(bias[n]);
-  if (shift) sum += to_float(shift[n]);
-  return from_float<T>(Activations{}(sum));
-}
-
 // Stores a block's totals for rows m0... of x and n0... of W, total_of(m, r) that of rows m0 + m
 // and n0 + r: the epilogue and the output, or with several splits of k the partial sums of split
 // blockIdx.y. Consecutive threads take consecutive outputs.
-template <typename T, class Activations, int kRowsX, int kRowsW, int kThreads, class TotalOf>
+template <int kRowsX, int kRowsW, int kThreads, typename T, class TotalOf, class Epilogue>
 __device__ __forceinline__ void store_totals(TotalOf&& total_of, int64_t m0, int64_t n0,
-                                             int64_t rows, int64_t n_out, const T* bias,
-                                             const T* shift, T* out, float* partial) {
+                                             int64_t rows, int64_t n_out, const Epilogue& epilogue,
+                                             T* out, float* partial) {
   for (int index = threadIdx.x; index < kRowsX * kRowsW; index += kThreads) {
     const int m = index / kRowsW, r = index % kRowsW;
     const int64_t row = m0 + m, n = n0 + r;
@@ -66,7 +59,7 @@ __device__ __forceinline__ void store_totals(TotalOf&& total_of, int64_t m0, int
     if (partial) {
       partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = total;
     } else {
-      out[row * n_out + n] = finish<T, Activations>(total, bias, shift, n);
+      out[row * n_out + n] = epilogue(total, n);
     }
   }
 }
@@ -175,16 +168,16 @@ struct NoTileSource {
 
 // out[i] = epilogue(sum over the splits, in order, of partial[split][i]) for i < count. Launched
 // with launch_dependent after the kernel that writes partial.
-template <typename T, class Activations>
+template <typename T, class ChainT>
 __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int splits,
-                                     const T* __restrict__ bias, const T* __restrict__ shift,
-                                     T* __restrict__ out, int64_t count, int64_t n_out) {
+                                     T* __restrict__ out, int64_t count, int64_t n_out,
+                                     const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
   wait_for_previous_kernel();  // launched as the skinny kernel's dependent: its partial sums
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     float sum = partial[i];
     for (int s = 1; s < splits; ++s) sum += partial[s * count + i];
-    out[i] = finish<T, Activations>(sum, bias, shift, i % n_out);
+    out[i] = epilogue(sum, i % n_out);
   }
 }
 

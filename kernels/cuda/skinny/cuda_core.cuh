@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/math/bf16_split.h"
 #include "kernels/cuda/skinny/common.cuh"
+#include "kernels/math/bf16_split.h"
 
 namespace fusedlinear {
 namespace cuda {
@@ -66,17 +66,17 @@ __device__ __forceinline__ float x_part(float v, float& lo) {
 }
 
 // x [rows, k_in], W [n_out, k_in] (and W's lo part, bfloat16, where kHasLo), out [rows, n_out];
-// T is x's, bias's, shift's and out's type. Block (x, y, z): kWarps * kWarpRows rows of W, the
+// T is x's, the epilogue's and out's type. Block (x, y, z): kWarps * kWarpRows rows of W, the
 // y-th split of k (k_per_split values, a multiple of kChunk), kRows rows of x. With one split the
 // block applies the epilogue and writes out; with several it writes its sums to
 // partial[split][row][n] for skinny_reduce_kernel.
-template <typename T, typename WT, bool kHasLo, class Shape, class Activations>
+template <typename T, typename WT, bool kHasLo, class Shape, class ChainT>
 __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
     skinny_cuda_core_kernel(const T* __restrict__ x, const WT* __restrict__ w,
-                            const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
-                            const T* __restrict__ shift, T* __restrict__ out,
+                            const __nv_bfloat16* __restrict__ w_lo, T* __restrict__ out,
                             float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
-                            int64_t k_per_split) {
+                            int64_t k_per_split,
+                            const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
   constexpr int kVec = Shape::kVec, kRows = Shape::kRows, kWarpRows = Shape::kWarpRows;
   constexpr int kSteps = Shape::kSteps, kChunk = Shape::kChunk;
   using Pack = Packed<WT, kVec>;
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
     if (partial) {
       partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = sums[j];
     } else {
-      out[row * n_out + n] = finish<T, Activations>(sums[j], bias, shift, n);
+      out[row * n_out + n] = epilogue(sums[j], n);
     }
   }
 }

@@ -63,14 +63,14 @@ struct LaneRowsShape {
 // Shape::kK), Shape::kRows rows of x; out and partial as skinny_cuda_core_kernel. kTileCopies: W
 // and x staged by the TMA from w_map and x_map (describe_matrix: tiles of kRowsW and kRows rows),
 // where the kernel is built for sm_90 on; otherwise the maps are not read.
-template <class Shape, class Activations, bool kTileCopies>
+template <class Shape, class ChainT, bool kTileCopies>
 __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
     skinny_lane_rows_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                            const float* __restrict__ bias, const float* __restrict__ shift,
                             float* __restrict__ out, float* __restrict__ partial, int64_t rows,
                             int64_t n_out, int64_t k_in, int64_t k_per_split,
                             const __grid_constant__ CUtensorMap w_map,
-                            const __grid_constant__ CUtensorMap x_map) {
+                            const __grid_constant__ CUtensorMap x_map,
+                            const __grid_constant__ ColumnEpilogue<float, ChainT> epilogue) {
   constexpr int kRows = Shape::kRows, kRowsW = Shape::kRowsW, kWarps = Shape::kWarps;
   constexpr int kLaneRowsW = Shape::kLaneRowsW, kLaneRowsX = Shape::kLaneRowsX;
   constexpr int kK = Shape::kK, kStride = Shape::kStride, kStages = Shape::kStages;
@@ -183,14 +183,14 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
 #pragma unroll
   for (int s = 0; s < kSums; ++s) sums[(warp * kSums + s) * 32 + lane] = (&acc[0][0])[s];
   __syncthreads();
-  store_totals<float, Activations, kRows, kRowsW, kThreads>(
+  store_totals<kRows, kRowsW, kThreads>(
       [&](int m, int r) {
         const int at = ((r / 8) * kLaneRowsX + m / 4) * 32 + r % 8 + 8 * (m % 4);
         float total = sums[at];
         for (int v = 1; v < kWarps; ++v) total += sums[v * kSums * 32 + at];
         return total;
       },
-      m0, n0, rows, n_out, bias, shift, out, partial);
+      m0, n0, rows, n_out, epilogue, out, partial);
 }
 
 }  // namespace skinny

@@ -145,19 +145,19 @@ struct StagedMaps {
 };
 
 // x_hi, x_lo [rows, k_in]: float32 x's bfloat16 parts (split_bf16); w_hi, w_lo [n_out, k_in]: W's;
-// bias, shift, out float32. Block (x, y, z): kRowsW rows of W, the y-th split of k, kRows
+// the epilogue and out float32. Block (x, y, z): kRowsW rows of W, the y-th split of k, kRows
 // rows of x; out and partial as skinny_tensor_core_kernel. kTileCopies (Shape::kTmaTiles only): the
 // stages copied by the TMA from the maps of the four (tiles of kRowsW and kRows rows), where the
 // kernel is built for sm_90 on; otherwise the maps are not read.
-template <class Shape, class Activations, bool kTileCopies>
+template <class Shape, class ChainT, bool kTileCopies>
 __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiprocessor)
     skinny_staged_kernel(const __nv_bfloat16* __restrict__ x_hi,
                          const __nv_bfloat16* __restrict__ x_lo,
                          const __nv_bfloat16* __restrict__ w_hi,
-                         const __nv_bfloat16* __restrict__ w_lo, const float* __restrict__ bias,
-                         const float* __restrict__ shift, float* __restrict__ out,
+                         const __nv_bfloat16* __restrict__ w_lo, float* __restrict__ out,
                          float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
-                         int64_t k_per_split, const __grid_constant__ StagedMaps maps) {
+                         int64_t k_per_split, const __grid_constant__ StagedMaps maps,
+                         const __grid_constant__ ColumnEpilogue<float, ChainT> epilogue) {
   constexpr int kTilesX = Shape::kTilesX, kRows = Shape::kRows, kStages = Shape::kStages;
   constexpr int kK = Shape::kK, kRowsW = Shape::kRowsW, kKGroups = Shape::kKGroups;
   // Warpgroup MMA where the GPU code has it and the tiles are its 128-byte swizzled rows: each
@@ -343,8 +343,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
     }
   }
   __syncthreads();
-  store_totals<float, Activations, kRows, kRowsW, kStagedWarps * 32>(
-      [&](int m, int r) { return totals[m][r]; }, m0, n0, rows, n_out, bias, shift, out, partial);
+  store_totals<kRows, kRowsW, kStagedWarps * 32>([&](int m, int r) { return totals[m][r]; }, m0, n0,
+                                                 rows, n_out, epilogue, out, partial);
 }
 
 }  // namespace skinny

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/math/bf16_split.h"
 #include "kernels/cuda/skinny/common.cuh"
+#include "kernels/math/bf16_split.h"
 
 namespace fusedlinear {
 namespace cuda {
@@ -111,13 +111,13 @@ __device__ __forceinline__ void x_pairs(const T* p, bool inside, Words& hi, Word
 // n_out]. Block (x, y, z): kMmaRowsW rows of W, the y-th split of k (a multiple of kChunk), kRows
 // rows of x; its warps take the split's chunks in turn. With one split the block applies the
 // epilogue and writes out; with several it writes its sums to partial[split][row][n].
-template <typename T, typename WT, bool kHasLo, class Shape, class Activations>
+template <typename T, typename WT, bool kHasLo, class Shape, class ChainT>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     skinny_tensor_core_kernel(const T* __restrict__ x, const WT* __restrict__ w,
-                              const __nv_bfloat16* __restrict__ w_lo, const T* __restrict__ bias,
-                              const T* __restrict__ shift, T* __restrict__ out,
+                              const __nv_bfloat16* __restrict__ w_lo, T* __restrict__ out,
                               float* __restrict__ partial, int64_t rows, int64_t n_out,
-                              int64_t k_in, int64_t k_per_split) {
+                              int64_t k_in, int64_t k_per_split,
+                              const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
   constexpr int kTilesX = Shape::kTilesX, kSteps = Shape::kSteps, kChunk = Shape::kChunk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;  // the fragment's row, and its 8 k of a step
@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
           totals[8 * j + 2 * quad + c % 2][16 * i + group + 8 * (c / 2)] = acc[i][j][c];
   }
   __syncthreads();
-  store_totals<T, Activations, Shape::kRows, kMmaRowsW, kMmaWarps * 32>(
-      [&](int m, int r) { return totals[m][r]; }, m0, n0, rows, n_out, bias, shift, out, partial);
+  store_totals<Shape::kRows, kMmaRowsW, kMmaWarps * 32>(
+      [&](int m, int r) { return totals[m][r]; }, m0, n0, rows, n_out, epilogue, out, partial);
 }
 
 }  // namespace skinny

@@ -1,18 +1,17 @@
-// The primitives of activations.h for SIMD vectors of floats (at::vec::Vectorized<float>), so
-// that the same functors run on the CPU a vector at a time. CPU only: the CUDA kernels include
-// activations.h alone and stay free of torch.
+// The primitives of primitives.h for SIMD vectors of floats (at::vec::Vectorized<float>), so that
+// the same functors run on the CPU a vector at a time. CPU only: the CUDA kernels include
+// primitives.h alone and stay free of torch.
 //
-// Compiled once per instruction set (kernels/fused_epilogue_cpu_isa.h): with CPU_CAPABILITY_AVX2
-// or CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats and its exp is
-// Sleef's (1.0 ulp); tanh is computed from it (tanh_from_exp, 1.7 ulp), where the float forms use
-// libm (host) or the GPU's instructions. The CPU and CUDA results agree within the bounds the
-// tests hold both to (1e-6 relative against float64). Division is exact, as on the host;
+// Compiled once per instruction set (kernels/cpu/epilogue_isa.h): with CPU_CAPABILITY_AVX2 or
+// CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats and its exp, expm1, log1p
+// and erf are Sleef's (1.0 ulp); tanh is computed from exp (tanh_from_exp, 1.7 ulp), where the
+// float forms use libm (host) or the GPU's instructions. Division is exact, as on the host;
 // comparisons and blends keep NaN where the float forms do.
 #pragma once
 
 #include <ATen/cpu/vec/vec.h>
 
-#include "kernels/math/functors.h"
+#include "kernels/math/primitives.h"
 
 namespace fusedlinear {
 namespace act {
@@ -34,6 +33,11 @@ inline FloatVec negate(FloatVec x) {
   return x.neg();
 }
 
+template <>
+inline FloatVec absolute(FloatVec x) {
+  return x.abs();
+}
+
 // Lanes where x < bound keep x; the others, NaN among them, take the bound (as fminf does).
 template <>
 inline FloatVec min_or_bound(FloatVec x, float bound) {
@@ -45,6 +49,36 @@ template <>
 inline FloatVec clamp_keep_nan(FloatVec x, float lo, float hi) {
   const FloatVec at_least_lo = FloatVec::blendv(x, FloatVec(lo), x < FloatVec(lo));
   return FloatVec::blendv(at_least_lo, FloatVec(hi), at_least_lo > FloatVec(hi));
+}
+
+template <>
+inline FloatVec if_positive(FloatVec x, FloatVec then, FloatVec otherwise) {
+  return FloatVec::blendv(otherwise, then, x > FloatVec(0.0f));
+}
+
+template <>
+inline FloatVec if_negative(FloatVec x, FloatVec then, FloatVec otherwise) {
+  return FloatVec::blendv(otherwise, then, x < FloatVec(0.0f));
+}
+
+template <>
+inline FloatVec accurate_exp(FloatVec x) {
+  return x.exp();
+}
+
+template <>
+inline FloatVec accurate_expm1(FloatVec x) {
+  return x.expm1();
+}
+
+template <>
+inline FloatVec accurate_log1p(FloatVec x) {
+  return x.log1p();
+}
+
+template <>
+inline FloatVec accurate_erf(FloatVec x) {
+  return x.erf();
 }
 
 // tanh a vector at a time in about half the instructions of Sleef's (FloatVec::tanh, 1.0 ulp,
@@ -80,6 +114,11 @@ inline FloatVec half_precision_tanh(FloatVec x) {
 template <class F>
 inline FloatVec x_where_at_least(float bound, FloatVec x, F otherwise) {
   return FloatVec::blendv(otherwise(), x, x >= FloatVec(bound));
+}
+
+template <class F>
+inline FloatVec where_above(FloatVec test, float bound, FloatVec then, F otherwise) {
+  return FloatVec::blendv(otherwise(), then, test > FloatVec(bound));
 }
 
 }  // namespace act

@@ -1,0 +1,75 @@
+// A model declaration: what the library needs to know of a Linear -> activation-chain model to
+// build every path for it (the CUDA epilogue in float32, bfloat16 and float16, the small-batch
+// kernels' epilogue, the CPU's SIMD loops, the ops, the module, the CLI and the tests). Torch-free,
+// so that CUDA files compile it. A declaration is a struct:
+//
+//   struct SwishChain {
+//     static constexpr const char* kName = "swish_chain";   // as the CLI and Python call it
+//     static constexpr const char* kLinear = "matmul";      // the nn.Linear's attribute name
+//     static constexpr auto kChain =                        // the ops after it, in order
+//         act::Chain(act::AddParam{"add_value"}, act::Swish{}, act::Tanh{}, act::Gelu{},
+//                    act::Hardtanh{-1.0f, 1.0f});
+//     static constexpr HalfLaunch kHalfLaunch{2, 128, 1};   // optional: see below
+//   };
+//
+// A parameter of the chain (AddParam{"add_value"}, ...) is a tensor of the model under that
+// state-dict key, [out_features] or of one element, drawn from a standard normal at
+// initialisation (after the Linear's weight and bias, as `nn.Parameter(torch.randn(...))` in
+// the Python constructor). Registration: kernels/instantiate_models.cmake's
+// fusedlinear_add_models, which compiles each path for the declarations of a header.
+#pragma once
+
+#include <tuple>
+#include <type_traits>
+
+#include "kernels/math/chain.h"
+#include "kernels/math/program.h"
+
+namespace fusedlinear {
+
+// How the CUDA epilogue kernel runs a chain for 16-bit results (float32 results all take one
+// shape): rows per thread per step, threads per block, the grid capped at that many waves of
+// resident blocks. The 16-bit kernels are bound by arithmetic, so the best shape depends on the
+// chain; the default suits chains of a few special functions (mish_mish's, measured on an H200).
+struct HalfLaunch {
+  int rows, threads, waves;
+};
+inline constexpr HalfLaunch kDefaultHalfLaunch{1, 128, 2};
+
+template <class M, class = void>
+struct HalfLaunchOf {
+  static constexpr HalfLaunch value = kDefaultHalfLaunch;
+};
+template <class M>
+struct HalfLaunchOf<M, std::void_t<decltype(M::kHalfLaunch)>> {
+  static constexpr HalfLaunch value = M::kHalfLaunch;
+};
+
+// The run-time chains' pseudo-declaration: its kernels interpret a Program (program.h).
+struct RuntimeChain {};
+
+template <class M>
+inline constexpr bool kIsRuntimeChain = std::is_same_v<M, RuntimeChain>;
+
+// The chain the kernels run for declaration M at precision P: the declaration's own, rewritten
+// (chain.h); for RuntimeChain the interpreter of `program`, which compiled chains ignore.
+template <class M, act::ResultPrecision P>
+inline auto device_chain(const act::Program& program) {
+  if constexpr (kIsRuntimeChain<M>) {
+    return act::ProgramChain<P>{program};
+  } else {
+    return act::rewrite<P>(M::kChain);
+  }
+}
+
+// The declarations of a registration: a tuple of them, or one.
+template <class M>
+struct ModelList {
+  using type = std::tuple<M>;
+};
+template <class... Ms>
+struct ModelList<std::tuple<Ms...>> {
+  using type = std::tuple<Ms...>;
+};
+
+}  // namespace fusedlinear

@@ -1,0 +1,171 @@
+// Chains on the host: the vocabulary as the spec parser knows it, chain specs parsed and printed
+// (docs/CHAINS.md has the grammar), a declaration's chain as the same description, and what a
+// description gives: the op list the interpreter runs (kernels/math/program.h), the eager
+// libtorch expression and the float64 reference, each op's from its functor's own `eager` and
+// `reference` (kernels/math/functors.h).
+#pragma once
+
+#include <torch/types.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/math/chain.h"
+#include "kernels/math/program.h"
+
+namespace fusedlinear {
+
+// A malformed chain spec, an unknown op, a wrong argument: one line naming the token and what
+// was expected.
+struct ChainSpecError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// One op: a functor of the vocabulary, or one a declaration brings (compiled chains only).
+struct OpInfo {
+  std::string name;    // the spec's token, "leaky_relu"
+  std::string choice;  // gelu's approximate: "" (none) or "tanh"
+  std::vector<act::Arg> args;
+  bool takes_param = false;  // add/sub/mul/div by a parameter, named by its state-dict key
+  bool output_in_unit_interval = false;
+  int code = -1;  // its act::OpCode; -1 outside the vocabulary
+  // The functor with these arguments on a tensor (`term`: a column op's parameter, broadcast
+  // over the rows) and on a double.
+  torch::Tensor (*eager)(const float* args, const torch::Tensor& x,
+                         const torch::Tensor& term) = nullptr;
+  double (*reference)(const float* args, double x, double term) = nullptr;
+};
+
+// An op of a chain: what it is, its arguments, and for a column op its parameter's key.
+struct ChainOp {
+  const OpInfo* op = nullptr;
+  float args[2] = {0, 0};
+  std::string param;
+};
+
+// A chain as the host knows it.
+struct ParsedChain {
+  std::vector<ChainOp> ops;
+  // The column ops' keys in slot order (the k-th column op's in slot k; a key may repeat).
+  std::vector<std::string> slot_params() const;
+  // Each parameter's key once, in the order of first use.
+  std::vector<std::string> params() const;
+  // The canonical spec: no spaces, every argument written, numbers as the shortest decimal that
+  // reads back to the same float ("add(add_value),swish,tanh,gelu,hardtanh(-1,1)").
+  std::string to_string() const;
+  // "Linear -> add(add_value) -> swish -> ...".
+  std::string description() const;
+};
+
+// The vocabulary, in functors.h's order.
+const std::vector<OpInfo>& vocabulary();
+// The names of the vocabulary, comma-separated, for messages.
+std::string vocabulary_names();
+
+// Parses a spec. Throws ChainSpecError naming the faulty token and what was expected (the
+// vocabulary for an unknown name, the arguments an op takes for a wrong count or name).
+ParsedChain parse_chain(const std::string& spec);
+
+// The op list the interpreter runs for `chain`, with chain.h's rewrites (GELU after an op whose
+// results lie in [-1, 1] as GeluOnUnitInterval). Throws ChainSpecError for an op outside the
+// vocabulary or more ops or parameters than the interpreter takes.
+act::Program program_of(const ParsedChain& chain);
+
+// The chain as libtorch's eager ops, op by op as the Python model runs them; `slot_params` in
+// slot order (each broadcast against x's last dimension).
+torch::Tensor eager_chain(const ParsedChain& chain, torch::Tensor x,
+                          const std::vector<torch::Tensor>& slot_params);
+// The chain in float64 from the functors' `reference` forms, element by element: y [..., n] and
+// each parameter [n] or of one element, any floating dtype. Returns a float64 tensor shaped as y.
+torch::Tensor reference_chain(const ParsedChain& chain, const torch::Tensor& y,
+                              const std::vector<torch::Tensor>& slot_params);
+
+// --- a declaration's chain as a ParsedChain -----------------------------------------------------
+
+// The op code of functor F, or -1 when F is not in the vocabulary.
+template <class F>
+constexpr int op_code_of() {
+  int code = -1;
+  // clang-format off
+#define FUSEDLINEAR_CODE_OF(G) \
+  if (std::is_same_v<F, act::G>) code = int(act::OpCode::k##G);
+  FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_CODE_OF)
+  FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_CODE_OF)
+#undef FUSEDLINEAR_CODE_OF
+  // clang-format on
+  return code;
+}
+
+template <class F, class = void>
+struct ChoiceOf {
+  static constexpr const char* value = "";
+};
+template <class F>
+struct ChoiceOf<F, std::void_t<decltype(F::kChoice)>> {
+  static constexpr const char* value = F::kChoice;
+};
+
+// The OpInfo of functor F (its name, arguments, eager and float64 forms).
+template <class F>
+OpInfo op_info_of() {
+  OpInfo info;
+  info.name = F::kName;
+  info.choice = ChoiceOf<F>::value;
+  if constexpr (act::kArgCount < F >> 0) info.args.assign(std::begin(F::kArgs), std::end(F::kArgs));
+  info.takes_param = act::kTakesColumnTerm<F>;
+  info.output_in_unit_interval = act::kOutputInUnitInterval<F>;
+  info.code = op_code_of<F>();
+  if constexpr (act::kTakesColumnTerm<F>) {
+    info.eager = [](const float*, const torch::Tensor& x, const torch::Tensor& term) {
+      return F::eager(x, term);
+    };
+    info.reference = [](const float*, double x, double term) { return F::reference(x, term); };
+  } else {
+    info.eager = [](const float* args, const torch::Tensor& x, const torch::Tensor&) {
+      return act::with_args<F>(args).eager(x);
+    };
+    info.reference = [](const float* args, double x, double) {
+      return act::with_args<F>(args).reference(x);
+    };
+  }
+  return info;
+}
+
+// The OpInfo of F, kept for the program's life: the vocabulary's own entry for its functors.
+template <class F>
+const OpInfo* op_info_for() {
+  if constexpr (op_code_of<F>() >= 0) {
+    for (const OpInfo& info : vocabulary()) {
+      if (info.code == op_code_of<F>()) return &info;
+    }
+  }
+  static const OpInfo info = op_info_of<F>();
+  return &info;
+}
+
+// A declaration's kChain (kernels/math/model.h) as a ParsedChain.
+template <class... Fs>
+ParsedChain chain_of(const act::Chain<Fs...>& chain) {
+  ParsedChain parsed;
+  chain.for_each([&](const auto& functor) {
+    using F = std::decay_t<decltype(functor)>;
+    ChainOp op;
+    op.op = op_info_for<F>();
+    if constexpr (act::kTakesColumnTerm<F>) {
+      op.param = functor.key ? functor.key : "";
+    } else if constexpr (act::kArgCount<F> == 1) {
+      const auto [a0] = functor;
+      op.args[0] = a0;
+    } else if constexpr (act::kArgCount<F> == 2) {
+      const auto [a0, a1] = functor;
+      op.args[0] = a0;
+      op.args[1] = a1;
+    }
+    parsed.ops.push_back(op);
+  });
+  return parsed;
+}
+
+}  // namespace fusedlinear

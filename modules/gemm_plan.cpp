@@ -1,0 +1,116 @@
+// plan_gemm (gemm_plan.h): what a fused forward's GEMM runs, from the mode, the kernel asked for,
+// the rows, the model's dtype and the device; the thresholds in one table per architecture.
+#include "modules/gemm_plan.h"
+
+#include <algorithm>
+
+namespace fusedlinear {
+
+const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
+  // The small-batch kernels against cuBLAS at 8192 -> 8192 on an H200, both forced, CUDA-graph
+  // replays (docs/RESULTS.md): float32 W on the CUDA cores 1.05x at 1 row, 1.8x at 2-8, 1.9x at
+  // 9-16, 1.35x at 17-32 and slower from 33; faster than tf32's cuBLAS kernel at 1 row only;
+  // bf16x3's parts 1.5x at 9-32 and 1.4x at 48-64 (ieee's kernel 1.55-1.65x at 2-8, and more
+  // accurate); the bf16 mode's hi part 1.09-1.14x at 1-8; 16-bit models 0.92-0.98x (cuBLAS's
+  // 16-bit GEMM reads W as fast).
+  static const SkinnyThresholds kMeasured[] = {
+      {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
+       /*bf16x3_as_ieee*/ 8},
+  };
+  if (!device.gpu) return nullptr;
+  for (const SkinnyThresholds& t : kMeasured) {
+    if (t.compute_major == device.compute_major) return &t;
+  }
+  return nullptr;
+}
+
+int64_t skinny_max_rows(const GemmQuery& query, Precision precision) {
+  if (query.skinny_max_rows >= 0) return query.skinny_max_rows;
+  const SkinnyThresholds* t = skinny_thresholds(query.device);
+  if (!t) return 0;
+  if (!query.float32_model) return t->half_models;
+  switch (precision) {
+    case Precision::kIeee:
+      return t->ieee;
+    case Precision::kBf16x3:
+      return t->bf16x3;
+    case Precision::kTf32:
+      return t->tf32;
+    case Precision::kBf16:
+      return t->bf16;
+  }
+  return 0;
+}
+
+GemmPlan plan_gemm(const GemmQuery& query) {
+  const std::string gemm = query.device.gpu ? "cuBLAS" : "CPU GEMM";
+  const std::string mode = precision_name(query.precision);
+  GemmPlan plan;
+  // `from_rows`: where the products differ from the mode's, the rows from which the mode's own run.
+  const auto finish = [&](Precision products, bool skinny, const std::string& reason,
+                          int64_t from_rows) {
+    plan.products = products;
+    plan.skinny = skinny;
+    plan.reason = reason;
+    plan.description = std::string(precision_name(products)) + ", " + (skinny ? "skinny" : gemm);
+    if (products != query.precision) {
+      plan.description += " (" + mode +
+                          (from_rows > 0 ? " from " + std::to_string(from_rows) + " rows)"
+                                         : " runs ieee's kernel)");
+    }
+    return plan;
+  };
+  // The small-batch kernels form tf32's products as float32's: more accurate, and no slower there.
+  const auto skinny_products = [&](Precision p) {
+    return p == Precision::kTf32 ? Precision::kIeee : p;
+  };
+  // cuBLAS (or the CPU's GEMM): bf16x3 runs ieee below bf16x3_min_rows.
+  const bool bf16x3_as_ieee =
+      query.precision == Precision::kBf16x3 && query.rows < query.bf16x3_min_rows;
+  const auto library = [&](const std::string& reason) {
+    return finish(bf16x3_as_ieee ? Precision::kIeee : query.precision, false,
+                  bf16x3_as_ieee ? reason +
+                                       "; bf16x3's three products are slower than one "
+                                       "float32 GEMM below " +
+                                       std::to_string(query.bf16x3_min_rows) + " rows"
+                                 : reason,
+                  query.bf16x3_min_rows);
+  };
+  if (query.kernel == GemmKernel::kCublas) return library("asked for");
+  if (query.kernel == GemmKernel::kSkinny) {
+    return finish(skinny_products(query.precision), true, "asked for", 0);
+  }
+  if (!query.device.gpu) return library("the small-batch kernels run on a GPU only under auto");
+  const SkinnyThresholds* table = skinny_thresholds(query.device);
+  if (!table && query.skinny_max_rows < 0) {
+    return library("no small-batch thresholds measured for sm_" +
+                   std::to_string(query.device.compute_major * 10 + query.device.compute_minor));
+  }
+  const auto reads_weight = [](Precision p) {
+    return p == Precision::kIeee || p == Precision::kTf32;
+  };
+  const int64_t ieee_max = skinny_max_rows(query, Precision::kIeee);
+  if (query.precision == Precision::kBf16x3 && query.weight_output_major) {
+    const int64_t as_ieee = std::min(table ? table->bf16x3_as_ieee : ieee_max, ieee_max);
+    if (query.rows <= as_ieee) {
+      return finish(Precision::kIeee, true,
+                    "at up to " + std::to_string(as_ieee) +
+                        " rows ieee's small-batch kernel is faster than bf16x3's and more accurate",
+                    as_ieee + 1);
+    }
+  }
+  const int64_t max_rows = skinny_max_rows(query, query.precision);
+  if (query.rows > max_rows) {
+    return library("auto: above the " + std::to_string(max_rows) + " rows up to which the " + mode +
+                   " small-batch kernel measured faster");
+  }
+  if (reads_weight(query.precision) && !query.weight_output_major) {
+    return library("auto: W lies input-major, and the small-batch kernels read it output-major");
+  }
+  return finish(skinny_products(query.precision), true,
+                "auto: up to " + std::to_string(max_rows) + " rows the " + mode +
+                    " small-batch kernel measured faster than cuBLAS",
+                max_rows + 1);
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,301 @@
+#include "modules/linear_chain.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/ops/ops.h"
+#include "modules/loader/state_dict.h"
+
+#ifdef FUSEDLINEAR_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace fusedlinear {
+namespace {
+
+// nn.Linear(in_features, out_features) with its parameters drawn from `generator` exactly as
+// reset_parameters() draws them from the global one: kaiming_uniform_(weight, a=sqrt(5)), i.e.
+// uniform in +-sqrt(3) * gain / sqrt(fan_in), then the bias uniform in +-1/sqrt(fan_in) (the
+// bounds computed as libtorch and Python compute them, so the values are the same bits).
+// libtorch's constructor always draws from the global generator, so the Linear is constructed
+// empty (a [0, 1] weight: no draws) and then given its size.
+torch::nn::Linear make_linear(int64_t in_features, int64_t out_features, bool bias,
+                              at::Generator& generator) {
+  torch::nn::Linear linear(torch::nn::LinearOptions(1, 0).bias(bias));
+  linear->options.in_features(in_features).out_features(out_features);
+  torch::NoGradGuard no_grad;
+  linear->weight.set_data(torch::empty({out_features, in_features}));
+  const int64_t fan_in = in_features;
+  const double gain = torch::nn::init::calculate_gain(torch::kLeakyReLU, std::sqrt(5));
+  const double stddev = gain / std::sqrt(fan_in);
+  const double weight_bound = std::sqrt(3.0) * stddev;
+  linear->weight.uniform_(-weight_bound, weight_bound, generator);
+  if (bias) {
+    linear->bias.set_data(torch::empty({out_features}));
+    const double bias_bound = 1 / std::sqrt(fan_in);
+    linear->bias.uniform_(-bias_bound, bias_bound, generator);
+  }
+  return linear;
+}
+
+// The module at `path` ("block.0") below `root`, made (empty) where missing: libtorch's names may
+// not hold dots, so a dotted Python path is a chain of modules, as in Python.
+torch::nn::Module& module_at(torch::nn::Module& root, const std::string& path) {
+  torch::nn::Module* module = &root;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    if (dot == std::string::npos) return *module;
+    const std::string name = path.substr(start, dot - start);
+    std::shared_ptr<torch::nn::Module> child;
+    for (const auto& item : module->named_children()) {
+      if (item.key() == name) child = item.value();
+    }
+    if (!child) child = module->register_module(name, std::make_shared<torch::nn::Module>());
+    module = child.get();
+    start = dot + 1;
+  }
+}
+
+std::string last_component(const std::string& path) {
+  const size_t dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+GemmDevice gemm_device_of(const torch::Tensor& x) {
+  GemmDevice device;
+#ifdef FUSEDLINEAR_WITH_CUDA
+  if (x.is_cuda()) {
+    const cudaDeviceProp* props = at::cuda::getDeviceProperties(x.device().index());
+    device.gpu = true;
+    device.compute_major = props->major;
+    device.compute_minor = props->minor;
+  }
+#else
+  (void)x;
+#endif
+  return device;
+}
+
+int64_t rows_of(const torch::Tensor& x) {
+  return x.dim() > 0 && x.size(-1) > 0 ? x.numel() / x.size(-1) : 0;
+}
+
+}  // namespace
+
+LinearChainImpl::LinearChainImpl(ModelSpec spec, int64_t in_features, int64_t out_features,
+                                 at::Generator generator)
+    : spec_(std::move(spec)), chain_(parse_chain(spec_.chain)), chain_name_(spec_.op_chain()) {
+  // As the Python constructors draw: the Linear first, then the chain's parameters.
+  torch::nn::Linear linear = make_linear(in_features, out_features, spec_.linear_bias, generator);
+  std::vector<std::pair<std::string, torch::Tensor>> drawn;
+  for (const std::string& key : chain_.params()) {
+    const auto shape = spec_.param_shapes.find(key);
+    const std::vector<int64_t> sizes =
+        shape != spec_.param_shapes.end() ? shape->second : std::vector<int64_t>{out_features};
+    drawn.emplace_back(key, torch::randn(sizes, generator));
+  }
+  // Registered as Python orders the keys: each module's own parameters before its children's.
+  for (const auto& [key, value] : drawn) {
+    params_[key] = module_at(*this, key).register_parameter(last_component(key), value);
+  }
+  linear_ = module_at(*this, spec_.linear).register_module(last_component(spec_.linear), linear);
+  slot_keys_ = chain_.slot_params();
+}
+
+std::vector<torch::Tensor> LinearChainImpl::slot_params() const {
+  std::vector<torch::Tensor> tensors;
+  for (const std::string& key : slot_keys_) tensors.push_back(params_.at(key));
+  return tensors;
+}
+
+torch::Tensor& LinearChainImpl::param(const std::string& key) { return params_.at(key); }
+
+torch::Tensor LinearChainImpl::chain_eager(const torch::Tensor& linear_out) {
+  return eager_chain(chain_, linear_out, slot_params());
+}
+
+torch::Tensor LinearChainImpl::chain_fused(const torch::Tensor& y,
+                                           const c10::optional<torch::Tensor>& bias) {
+  return fused_epilogue(y, bias, slot_params(), chain_name_);
+}
+
+torch::Tensor LinearChainImpl::reference(const torch::Tensor& x) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x64 = x.detach().to(torch::kCPU, torch::kFloat64);
+  const torch::Tensor w64 = linear_->weight.detach().to(torch::kCPU, torch::kFloat64);
+  torch::Tensor y64 = torch::matmul(x64, w64.t());
+  if (linear_->bias.defined()) y64 += linear_->bias.detach().to(torch::kCPU, torch::kFloat64);
+  return reference_chain(chain_, y64, slot_params());
+}
+
+GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
+  GemmQuery query;
+  query.precision = precision_;
+  query.kernel = gemm_kernel_;
+  query.rows = rows_of(x);
+  query.float32_model = linear_->weight.scalar_type() == torch::kFloat32;
+  query.device = gemm_device_of(x);
+  query.weight_output_major = linear_->weight.is_contiguous();
+  query.skinny_max_rows = skinny_max_rows_;
+  query.bf16x3_min_rows = bf16x3_min_rows_;
+  return query;
+}
+
+GemmPlan LinearChainImpl::gemm_plan(const torch::Tensor& x) { return plan_gemm(gemm_query(x)); }
+
+torch::Tensor LinearChainImpl::matmul_without_bias(const torch::Tensor& x) {
+  GemmQuery query = gemm_query(x);
+  query.kernel = GemmKernel::kCublas;  // the products cuBLAS (or the CPU) runs
+  switch (plan_gemm(query).products) {
+    case Precision::kIeee:
+      break;
+    case Precision::kBf16x3: {
+      const SplitWeight parts = split_weight();
+      return linear_bf16x3(x, parts.hi, parts.lo);
+    }
+    case Precision::kTf32:
+      return linear_tf32(x, linear_->weight);
+    case Precision::kBf16:
+      return linear_bf16(x, split_weight().hi);
+  }
+  return torch::matmul(x, linear_->weight.t());
+}
+
+torch::Tensor LinearChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
+  return chain_fused(matmul_out, linear_->bias);
+}
+
+torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) {
+  const GemmPlan plan = gemm_plan(x);
+  if (!plan.skinny) return epilogue_fused(matmul_without_bias(x));
+  const c10::optional<torch::Tensor> bias = linear_->bias;
+  switch (plan.products) {
+    case Precision::kIeee:
+    case Precision::kTf32:
+      return fused_linear_epilogue(x, linear_->weight, c10::nullopt, bias, slot_params(),
+                                   chain_name_, "ieee");
+    case Precision::kBf16x3: {
+      const SplitWeight parts = split_weight();
+      return fused_linear_epilogue(x, parts.hi, parts.lo, bias, slot_params(), chain_name_,
+                                   "bf16x3");
+    }
+    case Precision::kBf16:
+      return fused_linear_epilogue(x, split_weight().hi, c10::nullopt, bias, slot_params(),
+                                   chain_name_, "bf16");
+  }
+  return torch::Tensor();
+}
+
+torch::Tensor LinearChainImpl::forward_eager(const torch::Tensor& x) {
+  return chain_eager(linear_->forward(x));
+}
+
+void LinearChainImpl::set_skinny_max_rows(int64_t rows) {
+  TORCH_CHECK(rows >= 0, "set_skinny_max_rows: expected a count >= 0, got ", rows);
+  skinny_max_rows_ = rows;
+}
+
+void LinearChainImpl::set_precision(Precision precision) {
+  const torch::Tensor& weight = linear_->weight;
+  TORCH_CHECK(precision == Precision::kIeee || weight.scalar_type() == torch::kFloat32,
+              "set_precision(", precision_name(precision), "): needs a float32 model (it splits ",
+              "or rounds float32 operands), this one holds ", weight.scalar_type(), "; use ieee");
+  {
+    const std::lock_guard<std::mutex> lock(split_mutex_);
+    precision_ = precision;
+    split_ = SplitWeight{};
+  }
+  if (precision == Precision::kBf16x3 || precision == Precision::kBf16) split_weight();
+}
+
+void LinearChainImpl::set_bf16x3_min_rows(int64_t rows) {
+  TORCH_CHECK(rows >= 0, "set_bf16x3_min_rows: expected a count >= 0, got ", rows);
+  bf16x3_min_rows_ = rows;
+}
+
+int64_t LinearChainImpl::split_weight_bytes() {
+  if (precision_ != Precision::kBf16x3 && precision_ != Precision::kBf16) return 0;
+  const SplitWeight parts = split_weight();
+  return int64_t(parts.hi.nbytes()) + (parts.lo.defined() ? int64_t(parts.lo.nbytes()) : 0);
+}
+
+LinearChainImpl::SplitWeight LinearChainImpl::split_weight() {
+  const torch::Tensor& weight = linear_->weight;
+  // Inference tensors keep no version counter; they cannot be changed in place either.
+  const int64_t version = weight.is_inference() ? 0 : weight._version();
+  const std::lock_guard<std::mutex> lock(split_mutex_);
+  const bool current = split_.source.defined() && split_.source.data_ptr() == weight.data_ptr() &&
+                       split_.source.strides() == weight.strides() &&
+                       split_.source_version == version;
+  if (!current) {
+    TORCH_CHECK(weight.scalar_type() == torch::kFloat32, precision_name(precision_),
+                " GEMM: needs a float32 weight, the model now holds ", weight.scalar_type(),
+                "; call set_precision(Precision::kIeee) before converting it");
+    torch::NoGradGuard no_grad;
+    auto [hi, lo] = split_bf16(weight.detach());
+    split_.hi = hi;
+    split_.lo = precision_ == Precision::kBf16x3 ? lo : torch::Tensor();
+    split_.source = weight.detach();  // holds the storage: its address stays this weight's
+    split_.source_version = version;
+  }
+  return split_;
+}
+
+torch::Tensor LinearChainImpl::weight_in(WeightLayout layout) {
+  const torch::Tensor& weight = linear_->weight;
+  const bool already = layout == WeightLayout::kInputMajor
+                           ? weight_layout() == WeightLayout::kInputMajor
+                           : weight.is_contiguous();
+  if (already) return weight;
+  torch::NoGradGuard no_grad;
+  return layout == WeightLayout::kInputMajor ? weight.t().contiguous().t() : weight.contiguous();
+}
+
+void LinearChainImpl::store_weight(const torch::Tensor& weight) {
+  torch::Tensor& current = linear_->weight;
+  TORCH_CHECK(weight.sizes() == current.sizes() && weight.dtype() == current.dtype() &&
+                  weight.device() == current.device(),
+              "store_weight: expected a ", current.sizes(), " ", current.dtype(), " tensor on ",
+              current.device(), " (the weight's), got ", weight.sizes(), " ", weight.dtype(),
+              " on ", weight.device());
+  torch::NoGradGuard no_grad;
+  current.set_data(weight);
+}
+
+WeightLayout LinearChainImpl::weight_layout() {
+  const torch::Tensor& weight = linear_->weight;
+  const bool input_major =
+      weight.dim() == 2 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0);
+  return input_major ? WeightLayout::kInputMajor : WeightLayout::kOutputMajor;
+}
+
+int64_t LinearChainImpl::in_features() { return linear_->weight.size(1); }
+int64_t LinearChainImpl::out_features() { return linear_->weight.size(0); }
+
+std::shared_ptr<LinearChainImpl> make_model(const std::string& name, int64_t in_features,
+                                            int64_t out_features, at::Generator generator) {
+  return std::make_shared<LinearChainImpl>(find_model(name), in_features, out_features, generator);
+}
+
+std::shared_ptr<LinearChainImpl> make_model(const std::string& name, int64_t in_features,
+                                            int64_t out_features, uint64_t seed) {
+  return make_model(name, in_features, out_features, at::detail::createCPUGenerator(seed));
+}
+
+std::shared_ptr<LinearChainImpl> make_model(const ModelSpec& spec, int64_t in_features,
+                                            int64_t out_features, uint64_t seed) {
+  return std::make_shared<LinearChainImpl>(spec, in_features, out_features,
+                                           at::detail::createCPUGenerator(seed));
+}
+
+std::vector<std::string> model_keys(const ModelSpec& spec) {
+  LinearChainImpl model(spec, 1, 1, at::detail::createCPUGenerator(0));
+  return state_dict_keys(model);
+}
+
+std::vector<std::string> model_keys(const std::string& name) {
+  return model_keys(find_model(name));
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,70 @@
+// The models fusedlinear knows (registry.h).
+#include "modules/registry.h"
+
+#include <mutex>
+#include <stdexcept>
+
+#include "kernels/ops/chain_spec.h"
+
+namespace fusedlinear {
+namespace {
+
+struct Models {
+  std::mutex mutex;
+  std::vector<ModelSpec> specs;
+};
+
+Models& models() {
+  static Models m;
+  return m;
+}
+
+}  // namespace
+
+std::string ModelSpec::description() const { return parse_chain(chain).description(); }
+
+void register_model(const ModelSpec& spec) {
+  Models& m = models();
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  for (const ModelSpec& known : m.specs) {
+    if (known.name == spec.name) {
+      throw std::invalid_argument("fusedlinear: a model named '" + spec.name +
+                                  "' is registered twice");
+    }
+  }
+  m.specs.push_back(spec);
+}
+
+std::vector<ModelSpec> registered_models() {
+  Models& m = models();
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  return m.specs;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelSpec& spec : registered_models()) names.push_back(spec.name);
+  return names;
+}
+
+ModelSpec find_model(const std::string& name) {
+  std::string known;
+  for (const ModelSpec& spec : registered_models()) {
+    if (spec.name == name) return spec;
+    known += (known.empty() ? "" : ", ") + spec.name;
+  }
+  throw std::invalid_argument("unknown model '" + name + "' (expected one of: " + known + ")");
+}
+
+ModelSpec runtime_model(const std::string& spec, const std::string& linear, bool linear_bias) {
+  const ParsedChain chain = parse_chain(spec);
+  program_of(chain);  // refuses what the interpreter cannot run, now rather than at the first call
+  ModelSpec model;
+  model.name = chain.to_string();
+  model.linear = linear;
+  model.linear_bias = linear_bias;
+  model.chain = chain.to_string();
+  return model;
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,203 @@
+// Chain specs (kernels/ops/chain_spec.h, docs/CHAINS.md): the grammar, the canonical form, the
+// messages of refused specs, the interpreter's op lists; and 200 seeded random specs run by the
+// fused op against the eager chain of the same spec and against float64, on the CPU (each loop)
+// and on CUDA.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/epilogue.h"
+#include "kernels/ops/chain_registry.h"
+#include "kernels/ops/ops.h"
+#include "modules/linear_chain.h"
+#include "tests/test_support.h"
+
+namespace fusedlinear {
+namespace {
+
+using testing_support::message_of;
+
+TEST(ChainSpecs, CanonicalForm) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"gelu(tanh),silu,clamp(-2,2)", "gelu(tanh),silu,clamp(-2,2)"},
+      {" leaky_relu( negative_slope = 0.2 ) , gelu(approximate=tanh), gelu(none)",
+       "leaky_relu(0.2),gelu(tanh),gelu"},
+      {"add(add_value),swish,tanh,gelu,hardtanh", "add(add_value),swish,tanh,gelu,hardtanh(-1,1)"},
+      {"softplus(beta=2),elu,celu(alpha=0.5)", "softplus(2,20),elu(1),celu(0.5)"},
+      {"clamp(min=0,max=inf),clamp(-inf,1)", "clamp(0,inf),clamp(-inf,1)"},
+      {"div(2.50),sub(-0.20000000298023224),mul(1e-5),add(100000)",
+       "div(2.5),sub(-0.2),mul(1e-5),add(100000)"},
+      {"mul(block.scale),relu6,selu,hardsigmoid,hardswish,softsign,tanhshrink,logsigmoid",
+       "mul(block.scale),relu6,selu,hardsigmoid,hardswish,softsign,tanhshrink,logsigmoid"},
+      {"add(0.33333334),mul(3.4028235e38)", "add(0.33333334),mul(3.4028235e38)"},
+  };
+  for (const auto& [spec, canonical] : cases) {
+    const ParsedChain chain = parse_chain(spec);
+    EXPECT_EQ(chain.to_string(), canonical) << spec;
+    EXPECT_EQ(parse_chain(canonical).to_string(), canonical) << "reads back: " << canonical;
+  }
+  EXPECT_EQ(parse_chain("add(a),mul(b),add(a)").slot_params(),
+            (std::vector<std::string>{"a", "b", "a"}));
+  EXPECT_EQ(parse_chain("add(a),mul(b),add(a)").params(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(parse_chain("mish,mish").description(), "Linear -> mish -> mish");
+}
+
+// One line naming the token and what was expected: the vocabulary for an unknown name, the
+// arguments an op takes for a wrong count or name.
+TEST(ChainSpecs, RefusedWithOneLineNamingTheToken) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"",
+       "expected an op (the vocabulary: relu, relu6, leaky_relu, elu, selu, celu, gelu, "
+       "gelu(tanh), silu, swish, mish, sigmoid, tanh, hardtanh, clamp, hardsigmoid, "
+       "hardswish, softplus, softsign, tanhshrink, logsigmoid, add, sub, mul, div), got the "
+       "end"},
+      {"gelu,mesh", "unknown op 'mesh' (the vocabulary: relu"},
+      {"relu(1)", "relu takes no arguments, got 1 argument"},
+      {"leaky_relu(0.1,0.2)", "leaky_relu takes 1 argument (negative_slope), got 2 arguments"},
+      {"softplus(gamma=2)", "softplus takes 2 arguments (beta, threshold), not 'gamma'"},
+      {"softplus(beta=2,1)", "a positional argument after a keyword one"},
+      {"hardtanh(min_val=1,min_val=2)", "hardtanh's min_val given twice"},
+      {"clamp(1)", "clamp needs max"},
+      {"leaky_relu(x)", "expected a number for leaky_relu's negative_slope, got 'x'"},
+      {"add", "add takes one argument: a number, or a parameter's state-dict key"},
+      {"gelu(exact)", "gelu's approximate is none or tanh, got 'exact'"},
+      {"relu,,tanh", "expected an op"},
+      {"relu tanh", "expected ',' between ops or the end of the spec, got 'tanh'"},
+      {"relu(", "expected an argument, got the end"},
+      {"elu(1 2)", "expected ',' or ')' after an argument, got '2'"},
+  };
+  for (const auto& [spec, expected] : cases) {
+    const std::string message = message_of<ChainSpecError>([&] { parse_chain(spec); }, "(none)");
+    EXPECT_NE(message.find(expected), std::string::npos) << spec << ": " << message;
+    EXPECT_NE(message.find(std::string("chain '") + spec + "'"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  // What the interpreter cannot take.
+  std::string many = "relu";
+  for (int i = 0; i < act::kMaxProgramOps; ++i) many += ",relu";
+  EXPECT_NE(message_of<ChainSpecError>([&] { program_of(parse_chain(many)); }).find("at most 16"),
+            std::string::npos);
+  EXPECT_NE(message_of<ChainSpecError>([&] {
+              program_of(parse_chain("add(a),add(b),add(c),add(d),add(e)"));
+            }).find("more than 4 parameter terms"),
+            std::string::npos);
+}
+
+TEST(ChainSpecs, ProgramsNumberTheSlots) {
+  const act::Program program =
+      program_of(parse_chain("add(a),sigmoid,gelu,mul(b),leaky_relu(0.5)"));
+  ASSERT_EQ(program.count, 5);
+  EXPECT_EQ(program.terms, 2);
+  EXPECT_EQ(program.ops[0].code, act::OpCode::kAddParam);
+  EXPECT_EQ(program.ops[0].slot, 0);
+  EXPECT_EQ(program.ops[2].code, act::OpCode::kGeluOnUnitInterval);  // after sigmoid
+  EXPECT_EQ(program.ops[3].slot, 1);
+  EXPECT_EQ(program.ops[4].args[0], 0.5f);
+  // A spec is kept once found, under its text and its canonical form.
+  const ChainEntry& a = find_chain("leaky_relu( 0.5 )");
+  EXPECT_EQ(&a, &find_chain("leaky_relu(0.5)"));
+  EXPECT_FALSE(a.compiled);
+  EXPECT_TRUE(find_chain("mish_mish").compiled);
+}
+
+// A spec of 1 to 8 ops drawn from the vocabulary, arguments drawn in range, parameters named
+// p0... (a parameter may be used twice).
+std::string random_spec(std::mt19937& rng) {
+  const std::vector<std::string> ops = {
+      "relu",       "relu6",       "leaky_relu", "elu",      "selu",     "celu",       "gelu",
+      "gelu(tanh)", "silu",        "swish",      "mish",     "sigmoid",  "tanh",       "hardtanh",
+      "clamp",      "hardsigmoid", "hardswish",  "softplus", "softsign", "tanhshrink", "logsigmoid",
+      "add",        "sub",         "mul",        "div"};
+  std::uniform_int_distribution<int> count(1, 8), pick(0, int(ops.size()) - 1), param(0, 2);
+  std::uniform_real_distribution<float> slope(0.01f, 0.5f), alpha(0.25f, 2.0f), lo(-3.0f, 0.0f),
+      width(0.5f, 4.0f), scalar(0.5f, 2.0f), coin(0, 1);
+  const auto number = [](float v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", double(v));
+    return std::string(b);
+  };
+  std::string spec;
+  const int n = count(rng);
+  for (int i = 0; i < n; ++i) {
+    const std::string op = ops[size_t(pick(rng))];
+    std::string text = op;
+    if (op == "leaky_relu") text += "(" + number(slope(rng)) + ")";
+    if (op == "elu" || op == "celu") text += "(" + number(alpha(rng)) + ")";
+    if (op == "hardtanh" || op == "clamp") {
+      const float a = lo(rng);
+      text += "(" + number(a) + "," + number(a + width(rng)) + ")";
+    }
+    if (op == "softplus") text += "(" + number(alpha(rng)) + "," + number(5 + 15 * coin(rng)) + ")";
+    if (op == "add" || op == "sub" || op == "mul" || op == "div") {
+      text += coin(rng) < 0.5f ? "(p" + std::to_string(param(rng)) + ")"
+                               : "(" + number(scalar(rng)) + ")";
+    }
+    spec += (spec.empty() ? "" : ",") + text;
+  }
+  return spec;
+}
+
+// Each random spec's fused chain (the interpreter) against the eager chain of the same spec and
+// against float64, in float32 (float16 and bfloat16 against float64 at their rounding), with
+// per-feature and one-element parameters drawn away from zero.
+void check_random_specs(const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 200; ++i) {
+    const std::string spec = random_spec(rng);
+    const ParsedChain chain = parse_chain(spec);
+    ModelSpec model = runtime_model(spec);
+    for (const std::string& key : chain.params()) {
+      if (key == "p2") model.param_shapes[key] = {};  // one value for every column
+    }
+    auto m = make_model(model, 3, 37, uint64_t(i));
+    for (const std::string& key : chain.params()) {
+      m->param(key).copy_(m->param(key).abs() + 0.5);  // away from zero: div's parameter
+    }
+    m->to(device);
+    const torch::Tensor y = (torch::randn({9, 37}) * 3).to(device);
+    const torch::Tensor fused = m->chain_fused(y, c10::nullopt);
+    const torch::Tensor eager = m->chain_eager(y);
+    EXPECT_TRUE(torch::allclose(fused, eager, 1e-5, 1e-5, /*equal_nan=*/true))
+        << spec << " on " << device << ": max abs diff "
+        << (fused - eager).abs().nan_to_num(0).max().item<double>();
+    const torch::Tensor reference = reference_chain(m->chain(), y.cpu(), m->slot_params());
+    const torch::Tensor error = (fused.cpu().to(torch::kFloat64) - reference).abs().nan_to_num(0);
+    EXPECT_LE((error / reference.abs().clamp_min(1.0)).max().item<double>(), 1e-5)
+        << spec << " on " << device << " against float64";
+    for (const auto dtype : {torch::kFloat16, torch::kBFloat16}) {
+      m->to(device, dtype);
+      const torch::Tensor half = m->chain_fused(y.to(dtype), c10::nullopt).cpu();
+      const torch::Tensor want = reference_chain(m->chain(), y.to(dtype).cpu(), m->slot_params());
+      const double ulp = dtype == torch::kFloat16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+      // Where the value is past float16's range, the fused result is inf, as it must be.
+      const torch::Tensor in_range = want.abs() < 6e4;
+      const torch::Tensor off =
+          torch::where(in_range, (half.to(torch::kFloat64) - want).abs(), torch::zeros_like(want))
+              .nan_to_num(0) /
+          (want.abs().clamp_min(1e-3) * ulp);
+      EXPECT_LE(off.max().item<double>(), 1.0) << spec << " " << dtype << " on " << device;
+      m->to(device, torch::kFloat32);
+    }
+  }
+}
+
+TEST(ChainSpecs, RandomSpecsMatchEagerOnEveryCpuLoop) {
+  const cpu::Capability previous = cpu::capability();
+  for (const auto capability : cpu::supported_capabilities()) {
+    SCOPED_TRACE(cpu::capability_name(capability));
+    cpu::set_capability(capability);
+    check_random_specs(torch::kCPU);
+  }
+  cpu::set_capability(previous);
+}
+
+TEST(ChainSpecs, RandomSpecsMatchEagerOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: CUDA tests skipped";
+  check_random_specs(torch::kCUDA);
+}
+
+}  // namespace
+}  // namespace fusedlinear
