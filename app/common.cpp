@@ -212,7 +212,7 @@ ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
   const NamedTensors& file = weights_file(settings);
   const std::string linear = linear_path(file, settings);
   ModelSpec model = runtime_model(spec, linear, find_tensor(file, linear + ".bias") != nullptr);
-  for (const std::string& key : parse_chain(model.chain).params()) {
+  for (const std::string& key : model.parsed_chain().params()) {
     const torch::Tensor* tensor = find_tensor(file, key);
     if (!tensor) {
       throw UsageError(from + ": the chain's parameter '" + key + "' is not in --weights " +
@@ -253,7 +253,7 @@ ModelSpec detect_model(const Settings& settings) {
   }
   if (fits.size() == 1) {
     const ModelSpec spec = find_model(fits.front());
-    if (!parse_chain(spec.chain).params().empty()) return spec;
+    if (!spec.parsed_chain().params().empty()) return spec;
     throw UsageError("--weights " + settings.weights + ": its keys (" + keys_of(file) +
                      ") are a Linear's, which any chain may follow: say which with --model (" +
                      joined(model_names()) +

@@ -85,7 +85,7 @@ int64_t rows_of(const torch::Tensor& x) {
 
 LinearChainImpl::LinearChainImpl(ModelSpec spec, int64_t in_features, int64_t out_features,
                                  at::Generator generator)
-    : spec_(std::move(spec)), chain_(parse_chain(spec_.chain)), chain_name_(spec_.op_chain()) {
+    : spec_(std::move(spec)), chain_(spec_.parsed_chain()), chain_name_(spec_.op_chain()) {
   // As the Python constructors draw: the Linear first, then the chain's parameters.
   torch::nn::Linear linear = make_linear(in_features, out_features, spec_.linear_bias, generator);
   std::vector<std::pair<std::string, torch::Tensor>> drawn;

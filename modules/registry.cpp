@@ -4,7 +4,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "kernels/ops/chain_spec.h"
+#include "kernels/ops/chain_registry.h"
 
 namespace fusedlinear {
 namespace {
@@ -21,7 +21,11 @@ Models& models() {
 
 }  // namespace
 
-std::string ModelSpec::description() const { return parse_chain(chain).description(); }
+ParsedChain ModelSpec::parsed_chain() const {
+  return compiled ? find_chain(name).chain : parse_chain(chain);
+}
+
+std::string ModelSpec::description() const { return parsed_chain().description(); }
 
 void register_model(const ModelSpec& spec) {
   Models& m = models();

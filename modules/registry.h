@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops/chain_spec.h"
+
 namespace fusedlinear {
 
 struct ModelSpec {
@@ -21,6 +23,9 @@ struct ModelSpec {
   // A parameter's shape where it is not [out_features]: [] or [1] (one value for every column).
   std::map<std::string, std::vector<int64_t>> param_shapes;
 
+  // What the chain computes: a compiled model's from its declaration (which may hold functors of
+  // its own, outside the vocabulary the spec parser knows), a run-time chain's from its spec.
+  ParsedChain parsed_chain() const;
   // "Linear -> add(add_value) -> swish -> ...".
   std::string description() const;
   // The key the ops take as their chain argument: the name where compiled, else the spec.

@@ -294,7 +294,7 @@ TEST_P(FusedOpsCpu, VectorTailsAccurateAndIndependentOfPosition) {
         expect_fused_matches_eager(spec, y);
         // The same values one element further on in a longer row: other lanes, other vectors.
         // The parameters, per feature, are laid out alike.
-        const ParsedChain chain = parse_chain(spec.chain);
+        const ParsedChain chain = spec.parsed_chain();
         std::vector<torch::Tensor> params, shifted_params;
         for (size_t j = 0; j < chain.slot_params().size(); ++j) {
           params.push_back((torch::rand({cols}) + 0.5).to(dtype));

@@ -68,7 +68,7 @@ Problem make_problem(const ModelSpec& spec, int64_t rows, int64_t out, int64_t i
   p.x = torch::rand({rows, in}).to(device, dtype);
   p.w = ((torch::rand({out, in}) * 2 - 1) * bound).to(device, dtype);
   p.bias = ((torch::rand({out}) * 2 - 1) * bound).to(device, dtype);
-  for (size_t j = 0; j < parse_chain(spec.chain).slot_params().size(); ++j) {
+  for (size_t j = 0; j < spec.parsed_chain().slot_params().size(); ++j) {
     p.params.push_back((torch::rand({out}) + 0.5).to(device, dtype));
   }
   return p;
@@ -92,7 +92,7 @@ torch::Tensor reference(const Problem& p, const torch::Tensor& shift = torch::Te
   torch::Tensor y = torch::addmm(p.bias.to(torch::kCPU, torch::kFloat64), x,
                                  p.w.to(torch::kCPU, torch::kFloat64).t());
   if (shift.defined()) y = y + shift;
-  return reference_chain(parse_chain(p.spec.chain), y, p.params);
+  return reference_chain(p.spec.parsed_chain(), y, p.params);
 }
 
 // The largest fraction of its bound an output uses: the GEMM's error (per product, plus a

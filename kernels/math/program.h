@@ -38,6 +38,79 @@ struct Program {
   ProgramOp ops[kMaxProgramOps];
 };
 
+// The op code of functor F, or -1 when F is not in the vocabulary (a functor a declaration brings).
+template <class F>
+constexpr int op_code_of() {
+  int code = -1;
+  // clang-format off
+#define FUSEDLINEAR_CODE_OF(G) \
+  if (std::is_same_v<F, G>) code = int(OpCode::k##G);
+  FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_CODE_OF)
+  FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_CODE_OF)
+#undef FUSEDLINEAR_CODE_OF
+  // clang-format on
+  return code;
+}
+
+// Why append_op refused an op.
+enum class AppendError { kNone, kNotInVocabulary, kTooManyOps, kTooManyTerms };
+
+// Appends op `code` (an OpCode, or -1) with its arguments to `program`; a column op (`takes_term`)
+// takes the next slot. GELU after an op whose results lie in [-1, 1] becomes GeluOnUnitInterval,
+// as chain.h's rewrite does for compiled chains.
+inline AppendError append_op(Program& program, int code, const float* args, bool takes_term,
+                             bool after_unit_interval) {
+  if (code < 0) return AppendError::kNotInVocabulary;
+  if (program.count == kMaxProgramOps) return AppendError::kTooManyOps;
+  if (takes_term && program.terms == kMaxColumnTerms) return AppendError::kTooManyTerms;
+  ProgramOp& op = program.ops[program.count++];
+  op.code = OpCode(code);
+  if (op.code == OpCode::kGelu && after_unit_interval) op.code = OpCode::kGeluOnUnitInterval;
+  op.args[0] = args[0];
+  op.args[1] = args[1];
+  if (takes_term) op.slot = uint8_t(program.terms++);
+  return AppendError::kNone;
+}
+
+// A compiled chain of the vocabulary's functors as the interpreter's op list (host only; for the
+// kernel benchmark's side-by-side runs).
+template <class... Fs>
+Program program_of(const Chain<Fs...>& chain) {
+  Program program;
+  bool after_unit_interval = false;
+  chain.for_each([&](const auto& functor) {
+    using F = std::decay_t<decltype(functor)>;
+    float args[2] = {0, 0};
+    if constexpr (kArgCount<F> == 1) {
+      const auto [a0] = functor;
+      args[0] = a0;
+    } else if constexpr (kArgCount<F> == 2) {
+      const auto [a0, a1] = functor;
+      args[0] = a0;
+      args[1] = a1;
+    }
+    append_op(program, op_code_of<F>(), args, kTakesColumnTerm<F>, after_unit_interval);
+    after_unit_interval = kOutputInUnitInterval<F>;
+  });
+  return program;
+}
+
+// A compiled chain's float64 form from its functors' own (host only): x, and terms[k] the k-th
+// column functor's term.
+template <class... Fs>
+double reference_of(const Chain<Fs...>& chain, double x, const double* terms) {
+  int slot = 0;
+  chain.for_each([&](const auto& functor) {
+    using F = std::decay_t<decltype(functor)>;
+    if constexpr (kTakesColumnTerm<F>) {
+      x = functor.reference(x, terms[slot++]);
+    } else {
+      x = functor.reference(x);
+    }
+  });
+  return x;
+}
+
 // The interpreter, as a chain for results of precision P.
 template <ResultPrecision P>
 struct ProgramChain {

@@ -350,31 +350,25 @@ std::string ParsedChain::description() const {
 
 act::Program program_of(const ParsedChain& chain) {
   act::Program program;
-  const std::string spec = chain.to_string();
-  if (chain.ops.size() > size_t(act::kMaxProgramOps)) {
-    throw ChainSpecError("chain '" + spec + "': " + std::to_string(chain.ops.size()) +
-                         " ops; a run-time chain takes at most " +
-                         std::to_string(act::kMaxProgramOps));
-  }
   const OpInfo* previous = nullptr;
   for (const ChainOp& op : chain.ops) {
-    if (op.op->code < 0) {
-      throw ChainSpecError("chain '" + spec + "': op '" + op.op->name +
-                           "' is not in the vocabulary: it runs in compiled chains only");
-    }
-    act::ProgramOp& out = program.ops[program.count++];
-    out.code = act::OpCode(op.op->code);
-    if (out.code == act::OpCode::kGelu && previous && previous->output_in_unit_interval) {
-      out.code = act::OpCode::kGeluOnUnitInterval;
-    }
-    out.args[0] = op.args[0];
-    out.args[1] = op.args[1];
-    if (op.op->takes_param) {
-      if (program.terms == act::kMaxColumnTerms) {
-        throw ChainSpecError("chain '" + spec + "': more than " +
-                             std::to_string(act::kMaxColumnTerms) + " parameter terms");
-      }
-      out.slot = uint8_t(program.terms++);
+    const act::AppendError error =
+        act::append_op(program, op.op->code, op.args, op.op->takes_param,
+                       previous && previous->output_in_unit_interval);
+    const std::string what = "chain '" + chain.to_string() + "': ";
+    switch (error) {
+      case act::AppendError::kNone:
+        break;
+      case act::AppendError::kNotInVocabulary:
+        throw ChainSpecError(what + "op '" + op.op->name +
+                             "' is not in the vocabulary: it runs in compiled chains only");
+      case act::AppendError::kTooManyOps:
+        throw ChainSpecError(what + std::to_string(chain.ops.size()) +
+                             " ops; a run-time chain takes at most " +
+                             std::to_string(act::kMaxProgramOps));
+      case act::AppendError::kTooManyTerms:
+        throw ChainSpecError(what + "more than " + std::to_string(act::kMaxColumnTerms) +
+                             " parameter terms");
     }
     previous = op.op;
   }

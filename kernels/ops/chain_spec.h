@@ -84,20 +84,6 @@ torch::Tensor reference_chain(const ParsedChain& chain, const torch::Tensor& y,
 
 // --- a declaration's chain as a ParsedChain -----------------------------------------------------
 
-// The op code of functor F, or -1 when F is not in the vocabulary.
-template <class F>
-constexpr int op_code_of() {
-  int code = -1;
-  // clang-format off
-#define FUSEDLINEAR_CODE_OF(G) \
-  if (std::is_same_v<F, act::G>) code = int(act::OpCode::k##G);
-  FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_CODE_OF)
-  FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_CODE_OF)
-#undef FUSEDLINEAR_CODE_OF
-  // clang-format on
-  return code;
-}
-
 template <class F, class = void>
 struct ChoiceOf {
   static constexpr const char* value = "";
@@ -116,7 +102,7 @@ OpInfo op_info_of() {
   if constexpr (act::kArgCount < F >> 0) info.args.assign(std::begin(F::kArgs), std::end(F::kArgs));
   info.takes_param = act::kTakesColumnTerm<F>;
   info.output_in_unit_interval = act::kOutputInUnitInterval<F>;
-  info.code = op_code_of<F>();
+  info.code = act::op_code_of<F>();
   if constexpr (act::kTakesColumnTerm<F>) {
     info.eager = [](const float*, const torch::Tensor& x, const torch::Tensor& term) {
       return F::eager(x, term);
@@ -136,9 +122,9 @@ OpInfo op_info_of() {
 // The OpInfo of F, kept for the program's life: the vocabulary's own entry for its functors.
 template <class F>
 const OpInfo* op_info_for() {
-  if constexpr (op_code_of<F>() >= 0) {
+  if constexpr (act::op_code_of<F>() >= 0) {
     for (const OpInfo& info : vocabulary()) {
-      if (info.code == op_code_of<F>()) return &info;
+      if (info.code == act::op_code_of<F>()) return &info;
     }
   }
   static const OpInfo info = op_info_of<F>();

@@ -10,13 +10,13 @@
 #
 # The library registers its own models so (kernels/math/reference_models.h); a project of its own
 # registers its declarations the same way (examples/).
-set(_fusedlinear_register_dir ${CMAKE_CURRENT_LIST_DIR})
-
 function(fusedlinear_add_models)
   cmake_parse_arguments(ARG "" "TARGET;CUDA_TARGET;HEADER;LIST" "" ${ARGN})
   if(NOT ARG_TARGET OR NOT ARG_HEADER OR NOT ARG_LIST)
     message(FATAL_ERROR "fusedlinear_add_models: needs TARGET, HEADER and LIST")
   endif()
+  # The templates beside this file, wherever it is included from.
+  set(_fusedlinear_register_dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
   if(NOT ARG_CUDA_TARGET)
     set(ARG_CUDA_TARGET ${ARG_TARGET})
   endif()
