@@ -608,5 +608,67 @@ TEST_F(TorchFileSafety, MalformedSafetensorsAreRefused) {
   EXPECT_NE(error_of("abc", "f.safetensors").find("truncated"), std::string::npos);
 }
 
+// --- files as the format says ---------------------------------------------------------------
+
+std::string safetensors_file(const std::string& header, const std::string& data) {
+  return le(header.size(), 8) + header + data;
+}
+
+// "name":{"dtype":"F32","shape":[...],"data_offsets":[begin,end]} for a safetensors header.
+std::string st_tensor(const std::string& name, const std::string& shape, uint64_t begin,
+                      uint64_t end) {
+  return "\"" + name + R"(":{"dtype":"F32","shape":[)" + shape + R"(],"data_offsets":[)" +
+         std::to_string(begin) + "," + std::to_string(end) + "]}";
+}
+
+TEST_F(TorchFileSafety, SafetensorsTensorsCoverTheDataSectionExactly) {
+  const auto error = [&](const std::string& header, size_t data) {
+    return error_of(safetensors_file(header, std::string(data, '\0')), "f.safetensors");
+  };
+  // A bias inside the weight's bytes: the sizes match the shapes, the bytes are shared.
+  EXPECT_NE(error("{" + st_tensor("linear.weight", "48,64", 0, 12288) + "," +
+                      st_tensor("linear.bias", "48", 12000, 12192) + "}",
+                  12288)
+                .find("tensors 'linear.weight' (data_offsets [0, 12288]) and 'linear.bias' "
+                      "(data_offsets [12000, 12192]) overlap"),
+            std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 0, 8) + "," + st_tensor("b", "2", 16, 24) + "}", 24)
+                .find("a gap of 8 bytes between 'a' (data_offsets [0, 8]) and 'b' "
+                      "(data_offsets [16, 24])"),
+            std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 8, 16) + "}", 16)
+                .find("a gap of 8 bytes before the first tensor, 'a'"),
+            std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 0, 8) + "}", 12)
+                .find("4 bytes after the last tensor, 'a' (data_offsets [0, 8]), which belong to "
+                      "no tensor"),
+            std::string::npos);
+  EXPECT_NE(error("{}", 4).find("4 bytes but the header describes no tensor"), std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 8, 0) + "}", 8)
+                .find("tensor a has data_offsets [8, 0] out of order"),
+            std::string::npos);
+  // Listed out of offset order, and empty tensors anywhere: as the format allows.
+  const std::string fine = "{" + st_tensor("b", "2", 8, 16) + "," + st_tensor("a", "2", 0, 8) +
+                           "," + st_tensor("empty", "0", 8, 8) + "}";
+  EXPECT_EQ(error(fine, 16), "(loaded without error)");
+}
+
+TEST_F(TorchFileSafety, SafetensorsKeysComeOnce) {
+  const std::string one = st_tensor("a", "2", 0, 8);
+  EXPECT_NE(
+      error_of(safetensors_file("{" + one + "," + one + "}", std::string(8, '\0')), "f.safetensors")
+          .find("gives the key 'a' twice (tensor names must be unique)"),
+      std::string::npos);
+  const std::string twice =
+      R"({"a":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_NE(error_of(safetensors_file(twice, std::string(8, '\0')), "f.safetensors")
+                .find("gives the key 'dtype' twice in 'a'"),
+            std::string::npos);
+  const std::string metadata = R"({"__metadata__":{"x":"1","x":"2"}})";
+  EXPECT_NE(error_of(safetensors_file(metadata, ""), "f.safetensors")
+                .find("the key 'x' twice in '__metadata__'"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace fusedlinear
