@@ -1,15 +1,22 @@
 // The state-dict and tensor file reader (modules/torch_file.h): every fixture form written by
 // weights/make_loader_fixtures.py (committed per torch version, and fresh from Python when it
 // has torch), write_tensor round trips, and hand-made hostile files that must be refused.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -35,6 +42,16 @@ using testing_support::read_file;
 using testing_support::TempDir;
 
 const std::string kFixtureRoot = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/loader";
+
+// Under AddressSanitizer (g++ or clang), which reserves terabytes of address space and ends the
+// process where an allocation fails.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+constexpr bool kAddressSanitizer = __has_feature(address_sanitizer);
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 const std::string kScript =
     std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/make_loader_fixtures.py";
 
@@ -668,6 +685,108 @@ TEST_F(TorchFileSafety, SafetensorsKeysComeOnce) {
   EXPECT_NE(error_of(safetensors_file(metadata, ""), "f.safetensors")
                 .find("the key 'x' twice in '__metadata__'"),
             std::string::npos);
+}
+
+// --- inputs that are not regular files, and the advice for a tensor ---------------------------
+
+TEST(TorchFile, NonRegularInputsAreRefusedBeforeOpening) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opened for reading, a FIFO without a writer would block: the refusal must come at once.
+  auto refused = std::async(std::launch::async, [&] {
+    return load_error([&] { read_state_dict(fifo); }) + "|" +
+           load_error([&] { read_tensor(fifo); });
+  });
+  if (refused.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // lets the reader go on
+    if (fd >= 0) ::close(fd);
+    FAIL() << "reading a FIFO blocked";
+  }
+  const std::string both = refused.get();
+  EXPECT_EQ(both, fifo + ": cannot open: not a regular file (a FIFO)|" + fifo +
+                      ": cannot open: not a regular file (a FIFO)");
+  const std::string socket_path = dir.file("socket");
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", socket_path.c_str());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  EXPECT_EQ(load_error([&] { read_state_dict(socket_path); }),
+            socket_path + ": cannot open: not a regular file (a socket)");
+  ::close(sock);
+  EXPECT_EQ(load_error([&] { read_tensor("/dev/null"); }),
+            "/dev/null: cannot open: not a regular file (a character device)");
+  // A symbolic link to a regular file is read as the file.
+  write_tensor(torch::ones({2}), dir.file("t.pt"));
+  ASSERT_EQ(::symlink(dir.file("t.pt").c_str(), dir.file("link.pt").c_str()), 0);
+  EXPECT_TRUE(read_tensor(dir.file("link.pt")).equal(torch::ones({2})));
+}
+
+TEST(TorchFile, RefusalsOfATensorAdviseSavingATensor) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (const std::string& name : list_dir(kFixtureRoot)) {
+    for (const char* file : {"/compressed.pt", "/torchscript.pt"}) {
+      if (file_exists(kFixtureRoot + "/" + name + file))
+        paths.push_back(kFixtureRoot + "/" + name + file);
+    }
+  }
+  write_file(dir.file("no_pickle.pt"), make_zip({{"archive/a.txt", "hello"}}));
+  paths.push_back(dir.file("no_pickle.pt"));
+  ASSERT_GE(paths.size(), 3u);
+  for (const std::string& path : paths) {
+    const std::string message = load_error([&] { read_tensor(path); });
+    EXPECT_NE(message.find("torch.save(tensor, path)"), std::string::npos) << message;
+    EXPECT_EQ(message.find("state_dict()"), std::string::npos) << message;
+    EXPECT_NE(load_error([&] { read_state_dict(path); }).find("state_dict()"), std::string::npos);
+  }
+}
+
+// Out of memory while a file is read: a LoadError like any other, in a child process under an
+// address-space limit. The tensor is a view of the file's bytes, not a second copy: 100 MiB
+// more than the process holds is enough for a 64 MiB file.
+TEST(TorchFile, OutOfMemoryWhileReadingIsALoadError) {
+  if (kAddressSanitizer) {
+    GTEST_SKIP() << "AddressSanitizer's allocator ends the process where malloc would fail";
+  }
+  TempDir dir;
+  const std::string big = dir.file("big.pt");
+  write_tensor(torch::zeros({4096, 4096}), big);  // 64 MiB
+  for (const uint64_t margin : {uint64_t{16} << 20, uint64_t{100} << 20}) {
+    const std::string result = dir.file("result.txt");
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      uint64_t pages = 0;
+      std::ifstream("/proc/self/statm") >> pages;
+      const rlimit limit{pages * uint64_t(::sysconf(_SC_PAGESIZE)) + margin, RLIM_INFINITY};
+      std::string message = "(no limit)";
+      if (::setrlimit(RLIMIT_AS, &limit) == 0) {
+        try {
+          read_tensor(big);
+          message = "(loaded)";
+        } catch (const LoadError& e) {
+          message = e.what();
+        } catch (...) {
+          message = "(another exception)";
+        }
+      }
+      std::ofstream(result) << message;
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the reader died of signal " << WTERMSIG(status);
+    const std::string message = read_file(result);
+    if (margin < (uint64_t{64} << 20)) {
+      EXPECT_EQ(message.rfind(big + ": out of memory reading the file (64.00 MiB, ", 0), 0u)
+          << "margin " << (margin >> 20) << " MiB: " << message;
+    } else {
+      EXPECT_EQ(message, "(loaded)") << "margin " << (margin >> 20) << " MiB";
+    }
+  }
 }
 
 }  // namespace
