@@ -146,6 +146,8 @@ int check_manifest(const std::string& dir) {
         EXPECT_NE(got.notices[i].find(notices[i].get<std::string>()), std::string::npos)
             << got.notices[i];
       }
+      // What the file carries for fusedlinear; none where the case names none.
+      EXPECT_EQ(json(got.metadata), c.value("metadata", json::object()));
     }
     ++checked;
   }
@@ -625,7 +627,7 @@ TEST_F(TorchFileSafety, MalformedSafetensorsAreRefused) {
   EXPECT_NE(error_of("abc", "f.safetensors").find("truncated"), std::string::npos);
 }
 
-// --- files as the format says ---------------------------------------------------------------
+// --- files as the format says, and the text they carry for fusedlinear ---------------------
 
 std::string safetensors_file(const std::string& header, const std::string& data) {
   return le(header.size(), 8) + header + data;
@@ -684,6 +686,89 @@ TEST_F(TorchFileSafety, SafetensorsKeysComeOnce) {
   const std::string metadata = R"({"__metadata__":{"x":"1","x":"2"}})";
   EXPECT_NE(error_of(safetensors_file(metadata, ""), "f.safetensors")
                 .find("the key 'x' twice in '__metadata__'"),
+            std::string::npos);
+}
+
+TEST_F(TorchFileSafety, SafetensorsMetadataForFusedlinear) {
+  const std::string tensor = st_tensor("w", "2", 0, 8);
+  const auto read = [&](const std::string& metadata) {
+    write_file(dir_.file("m.safetensors"),
+               safetensors_file("{" + tensor + R"(,"__metadata__":)" + metadata + "}",
+                                std::string(8, '\0')));
+    return read_state_dict(dir_.file("m.safetensors"));
+  };
+  const NamedTensors got =
+      read(R"({"format":"pt","fusedlinear.chain":"gelu(tanh),silu","fusedlinear.linear":"fc"})");
+  EXPECT_EQ(got.metadata,
+            (std::map<std::string, std::string>{{"chain", "gelu(tanh),silu"}, {"linear", "fc"}}));
+  EXPECT_TRUE(read(R"({"format":"pt"})").metadata.empty());
+  const auto error = [&](const std::string& metadata) {
+    return load_error([&] { read(metadata); });
+  };
+  EXPECT_NE(error(R"({"fusedlinear.chain":3})")
+                .find("__metadata__ entry 'fusedlinear.chain' is a JSON number, not a string"),
+            std::string::npos);
+  EXPECT_NE(error("[1]").find("__metadata__ is not a JSON object"), std::string::npos);
+  EXPECT_NE(error(R"({"fusedlinear.":"x"})").find("has an empty name"), std::string::npos);
+  EXPECT_NE(error(R"({"fusedlinear.chain":")" + std::string(70000, 'x') + "\"}")
+                .find("at most 64 KiB per name and value"),
+            std::string::npos);
+}
+
+// An OrderedDict of `items`, then BUILD with `state`: torch.save's form of a state dict, whose
+// attributes (_metadata) are its state.
+std::string ordered_dict_pickle(const std::vector<std::pair<std::string, std::string>>& items,
+                                const std::string& state) {
+  std::string out = "\x80\x02" + global("collections", "OrderedDict") + ")R(";
+  for (const auto& [key, value] : items) out += uni(key) + value;
+  return out + "u" + state + "b.";
+}
+// {"_metadata": {"": {"version": 1}, "fusedlinear": {<entries>}}}, entries pickled key, value.
+std::string metadata_state(const std::string& entries) {
+  return "}(" + uni("_metadata") + "}(" + uni("") + "}(" + uni("version") + "K\x01" + "u" +
+         uni("fusedlinear") + "}(" + entries + "uuu";
+}
+
+TEST_F(TorchFileSafety, StateDictMetadataForFusedlinear) {
+  const std::string w = tensor_pickle("0", 6, 0, {6}, {1});
+  const NamedTensors got = load(archive(ordered_dict_pickle(
+      {{"w", w}},
+      metadata_state(uni("chain") + uni("gelu(tanh),silu") + uni("version") + int4(3)))));
+  ASSERT_EQ(got.tensors.size(), 1u);
+  EXPECT_EQ(got.metadata,
+            (std::map<std::string, std::string>{{"chain", "gelu(tanh),silu"}, {"version", "3"}}));
+  // _metadata without "fusedlinear", or a plain dict: nothing.
+  const std::string other = "}(" + uni("_metadata") + "}(" + uni("") + "}uu";
+  EXPECT_TRUE(load(archive(ordered_dict_pickle({{"w", w}}, other))).metadata.empty());
+  EXPECT_TRUE(load(archive(dict_pickle({{"w", w}}))).metadata.empty());
+  // In a checkpoint, the chosen state dict's own.
+  const std::string checkpoint =
+      "\x80\x02}(" + uni("epoch") + int4(1) + uni("state_dict") +
+      ordered_dict_pickle({{"w", w}}, metadata_state(uni("linear") + uni("fc"))).substr(2);
+  const std::string closed = checkpoint.substr(0, checkpoint.size() - 1) + "u.";
+  EXPECT_EQ(load(archive(closed)).metadata, (std::map<std::string, std::string>{{"linear", "fc"}}));
+}
+
+TEST_F(TorchFileSafety, MalformedStateDictMetadataIsRefused) {
+  const std::string w = tensor_pickle("0", 6, 0, {6}, {1});
+  const auto error = [&](const std::string& entries) {
+    return error_of(archive(ordered_dict_pickle({{"w", w}}, metadata_state(entries))));
+  };
+  EXPECT_NE(error(uni("chain") + "]")
+                .find("_metadata['fusedlinear']['chain'] is a list, "
+                      "expected a string"),
+            std::string::npos);
+  EXPECT_NE(error(uni("chain") + "G" + std::string(8, '\0')).find("is a float, expected a string"),
+            std::string::npos);
+  EXPECT_NE(error(uni("chain") + uni(std::string(70000, 'x'))).find("64 KiB"), std::string::npos);
+  // One long value under many names through the memo: capped in all.
+  std::string many = uni("k0") + uni(std::string(60000, 'x')) + "q\x01";
+  for (int i = 1; i < 20; ++i) many += uni("k" + std::to_string(i)) + "h\x01";
+  EXPECT_NE(error(many).find("exceeds 1 MiB in all"), std::string::npos);
+  const std::string not_dict =
+      "}(" + uni("_metadata") + "}(" + uni("fusedlinear") + uni("gelu") + "uu";
+  EXPECT_NE(error_of(archive(ordered_dict_pickle({{"w", w}}, not_dict)))
+                .find("_metadata['fusedlinear'] is a string, expected a dict of strings"),
             std::string::npos);
 }
 

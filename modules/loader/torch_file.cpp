@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <string_view>
@@ -524,6 +525,72 @@ void strip_given_prefix(NamedTensors& out, std::string prefix) {
                                                        std::to_string(keys.size()) + " keys"));
 }
 
+// --- the metadata a file carries for fusedlinear (NamedTensors::metadata) ---
+
+// Caps per value (and key), and in all: through the memo a hostile pickle can give one long
+// string as the value of many keys, which would cost its length each time.
+constexpr size_t kMaxMetadataText = 64 * 1024;
+constexpr size_t kMaxMetadataTotal = 1 << 20;
+
+// One entry, checked; `where` names it in messages.
+void add_metadata(NamedTensors& out, size_t& total, const std::string& key,
+                  const std::string& value, const std::string& where) {
+  if (key.empty()) throw FormatError(where + " has an empty name");
+  if (key.size() > kMaxMetadataText || value.size() > kMaxMetadataText) {
+    throw FormatError(where + " is " + size_text(std::max(key.size(), value.size())) +
+                      " long; fusedlinear's metadata holds at most 64 KiB per name and value");
+  }
+  total += key.size() + value.size();
+  if (total > kMaxMetadataTotal) {
+    throw FormatError(where + ": fusedlinear's metadata exceeds 1 MiB in all");
+  }
+  out.metadata[key] = value;
+}
+
+// The chosen state dict's _metadata["fusedlinear"]: an OrderedDict's attributes come from
+// BUILD, in which state_dict() keeps _metadata (per-module versions, keyed by module prefix;
+// only the "fusedlinear" entry means something here). Strings as they are, ints (a version) as
+// decimal text; any other value is an error.
+void read_pickle_metadata(const PickleValue& dict, NamedTensors& out) {
+  if (!dict.state) return;
+  const PickleValue* metadata = nullptr;
+  for (const PickleValue* state : dict.state->items) {  // later BUILDs win, as in Python
+    if (state->kind != Kind::kDict) continue;
+    if (const PickleValue* value = DictView(*state).get("_metadata")) metadata = value;
+  }
+  if (!metadata || metadata->kind != Kind::kDict) return;
+  const PickleValue* ours = DictView(*metadata).get("fusedlinear");
+  if (!ours) return;
+  if (ours->kind != Kind::kDict) {
+    throw FormatError("_metadata['fusedlinear'] is " + describe(*ours) +
+                      ", expected a dict of strings");
+  }
+  size_t total = 0;
+  const DictView entries(*ours);
+  for (const auto& [key, value] : entries.entries()) {
+    const std::string where = "_metadata['fusedlinear']['" + printable(*key) + "']";
+    if (value->kind == Kind::kString) {
+      add_metadata(out, total, *key, value->text, where);
+    } else if (value->kind == Kind::kInt) {
+      add_metadata(out, total, *key, std::to_string(value->integer), where);
+    } else {
+      throw FormatError(where + " is " + describe(*value) + ", expected a string");
+    }
+  }
+}
+
+// A .safetensors header's __metadata__ entries "fusedlinear.<key>".
+void read_safetensors_metadata(const std::map<std::string, std::string>& metadata,
+                               NamedTensors& out) {
+  static const std::string kPrefix = "fusedlinear.";
+  size_t total = 0;
+  for (const auto& [name, value] : metadata) {
+    if (!starts_with(name, kPrefix)) continue;
+    add_metadata(out, total, name.substr(kPrefix.size()), value,
+                 "safetensors __metadata__ entry '" + printable(name) + "'");
+  }
+}
+
 bool is_safetensors(const std::string& path, const FileBytes& file) {
   if (ends_with(path, ".safetensors")) return true;
   return !(file.size() >= 2 && file.data()[0] == 'P' && file.data()[1] == 'K') &&
@@ -532,13 +599,15 @@ bool is_safetensors(const std::string& path, const FileBytes& file) {
 
 NamedTensors read_safetensors(const FileBytes& file) {
   NamedTensors out;
-  for (const SafetensorsEntry& entry : parse_safetensors(file.data(), file.size())) {
+  std::map<std::string, std::string> metadata;
+  for (const SafetensorsEntry& entry : parse_safetensors(file.data(), file.size(), &metadata)) {
     int64_t numel = 1;
     for (int64_t dim : entry.shape) numel *= dim;  // checked: numel * element size fits the file
     // The tensors cover the data section (parse_safetensors checks): they are the file.
     torch::Tensor tensor = tensor_at(file, entry.offset, numel, entry.dtype, /*view=*/true);
     out.tensors.emplace_back(entry.name, tensor.reshape(entry.shape));
   }
+  read_safetensors_metadata(metadata, out);
   return out;
 }
 
@@ -585,6 +654,7 @@ NamedTensors read_state_dict(const std::string& path, const std::string& weights
       TorchArchive archive;
       open_archive(file, archive);
       const PickleValue& dict = select_state_dict(*archive.root, weights_key, out.notices);
+      read_pickle_metadata(dict, out);
       std::vector<const PickleValue*> values;
       const DictView view(dict);
       for (const auto& entry : view.entries()) values.push_back(entry.second);
