@@ -152,7 +152,16 @@ std::string platform_description(const torch::Device& device);
 // one line, when it is the reference BLAS.
 std::string blas_description();
 // --threads N: libtorch's threads (at::set_num_threads) and, where the BLAS keeps threads of its
-// own (OpenBLAS, BLIS), the BLAS's. 0 changes nothing.
+// own (OpenBLAS, BLIS), the BLAS's (one under a memory limit: prepare_blas_for_memory_limits).
+// 0 changes nothing.
 void set_cpu_threads(int threads);
+
+// Under an address-space or data limit (ulimit -v, ulimit -d): OpenBLAS retries forever, in a
+// loop, when it cannot allocate a thread's work buffer, so a GEMM would hang instead of failing.
+// Called first, before anything large is allocated: its GEMMs run on the calling thread only,
+// and that thread's buffer is taken now, by one small GEMM, while memory is free. If even that
+// cannot finish within seconds, the process ends with the out-of-memory line (exit 2). Changes
+// nothing without a limit or with another BLAS.
+void prepare_blas_for_memory_limits();
 
 }  // namespace fusedlinear

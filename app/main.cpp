@@ -4,9 +4,15 @@
 //   fusedlinear [compare] [options]   eager vs fused on one input: errors, verdict, timings
 //   fusedlinear run --weights W --input X --output Y   fused forward of W on X, saved to Y
 //   fusedlinear bench [options]       timings over models x batch sizes x dtypes
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <iostream>
 #include <new>
 #include <sstream>
@@ -238,11 +244,52 @@ int fail(const std::string& message) {
   return 2;
 }
 
-}  // namespace
-}  // namespace fusedlinear
+// --- ending the process promptly, whatever the BLAS's threads are doing ---
 
-int main(int argc, char** argv) {
-  using namespace fusedlinear;
+// Everything printed, then _exit: exit() would run the libraries' destructors, OpenBLAS's
+// among them, which joins threads that spin forever on an allocation failing under ulimit -v.
+// Output files are complete, or removed, before this is called.
+[[noreturn]] void exit_now(int code) {
+  std::cout.flush();
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && code != 2) {
+    std::cerr << "fusedlinear: error: cannot write the report to standard output\n";
+    code = 2;
+  }
+  std::cerr.flush();
+  std::fflush(stderr);
+  ::_exit(code);
+}
+
+// An allocation failing where nothing catches it (libtorch's static initialisers, before main;
+// a thread inside an op) ends in std::terminate: said in one line as out of memory, exit 2.
+std::terminate_handler g_default_terminate = nullptr;
+[[noreturn]] void terminate_handler() {
+  if (const std::exception_ptr error = std::current_exception()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::bad_alloc&) {
+      static const char kLine[] =
+          "fusedlinear: error: out of memory on cpu (where nothing could catch it, e.g. as "
+          "libtorch started); free memory or raise the memory limit\n";
+      if (::write(2, kLine, sizeof kLine - 1) < 0) {
+        // Nothing more to say it with.
+      }
+      ::_exit(2);
+    } catch (...) {
+    }
+  }
+  if (g_default_terminate) g_default_terminate();
+  std::abort();
+}
+void install_terminate_handler(int, char**, char**) {
+  g_default_terminate = std::set_terminate(terminate_handler);
+}
+// In .preinit_array, which runs before any shared library's initialisers (libtorch's).
+__attribute__((section(".preinit_array"),
+               used)) void (*const g_install_terminate_handler)(int, char**,
+                                                                char**) = install_terminate_handler;
+
+int run_program(int argc, char** argv) {
   cxxopts::Options options("fusedlinear",
                            "Eager vs fused epilogues of two Linear models, on CPU or CUDA");
   Settings settings;  // what is known of the run, for errors after parsing (out of memory)
@@ -255,6 +302,7 @@ int main(int argc, char** argv) {
         return 0;
       }
     }
+    prepare_blas_for_memory_limits();  // before anything large is allocated
     cxxopts::ParseResult parsed;
     settings = parse_command_line(argc, argv, options, parsed);
     set_cpu_threads(settings.threads);
@@ -274,4 +322,16 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
+}
+
+}  // namespace
+}  // namespace fusedlinear
+
+int main(int argc, char** argv) {
+  using namespace fusedlinear;
+  // A write beyond ulimit -f fails with EFBIG, reported for its option, instead of a signal.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // exit() called from a library (libgomp's fatal errors) ends as promptly as main does.
+  ::on_exit([](int status, void*) { exit_now(status); }, nullptr);
+  exit_now(run_program(argc, argv));
 }
