@@ -729,16 +729,22 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   print_tables(results, plan, platform, settings);
   const int failures = report_failures(results);
   if (!settings.json.empty()) {
-    write_output_file(settings.json,
-                      bench_json(results, plan, settings, platform, date).dump(2) + "\n",
-                      settings.overwrite);
+    write_for_option("--json", [&] {
+      write_output_file(settings.json,
+                        bench_json(results, plan, settings, platform, date).dump(2) + "\n",
+                        settings.overwrite);
+    });
   }
   if (!plan.csv_path.empty()) {
-    write_output_file(plan.csv_path, render_csv(results), settings.overwrite);
+    write_for_option("--csv", [&] {
+      write_output_file(plan.csv_path, render_csv(results), settings.overwrite);
+    });
   }
   if (!plan.plot_path.empty()) {
-    write_output_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters),
-                      settings.overwrite);
+    write_for_option("--plot", [&] {
+      write_output_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters),
+                        settings.overwrite);
+    });
   }
   return failures > 0 ? 1 : 0;
 }

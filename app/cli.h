@@ -156,6 +156,13 @@ std::string blas_description();
 // 0 changes nothing.
 void set_cpu_threads(int threads);
 
+// The most --threads accepts: kThreadsPerHardwareThread times the hardware's threads (more only
+// oversubscribes the cores, and a run crawls for minutes).
+constexpr int kThreadsPerHardwareThread = 4;
+int max_threads();
+// --threads' value, a positive integer up to max_threads(); a UsageError saying the bound.
+int parse_threads(const std::string& text);
+
 // Under an address-space or data limit (ulimit -v, ulimit -d): OpenBLAS retries forever, in a
 // loop, when it cannot allocate a thread's work buffer, so a GEMM would hang instead of failing.
 // Called first, before anything large is allocated: its GEMMs run on the calling thread only,
@@ -163,5 +170,10 @@ void set_cpu_threads(int threads);
 // cannot finish within seconds, the process ends with the out-of-memory line (exit 2). Changes
 // nothing without a limit or with another BLAS.
 void prepare_blas_for_memory_limits();
+
+// Runs `write`, which writes the file of `option` ("--output", "--json", ...): an OutputError
+// becomes a UsageError naming the option ("--json r.json: cannot write: No space left on
+// device").
+void write_for_option(const std::string& option, const std::function<void()>& write);
 
 }  // namespace fusedlinear

@@ -22,6 +22,7 @@
 #include "app/report.h"
 #include "app/timing.h"
 #include "kernels/cpu/epilogue.h"
+#include "modules/loader/output_file.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
 
@@ -146,6 +147,10 @@ std::optional<std::string> requested_memory(const std::string& message) {
   if (message.find("out of memory") != std::string::npos ||
       message.find("can't allocate memory") != std::string::npos) {
     return "";
+  }
+  // Sizes whose bytes do not fit in 64 bits (--batch 2147483647 --in-features 2147483647).
+  if (message.find("Storage size calculation overflowed") != std::string::npos) {
+    return "more than " + byte_size(18446744073709551616.0) + " (the size overflows 64 bits)";
   }
   return std::nullopt;
 }
@@ -521,6 +526,14 @@ void prepare_blas_for_memory_limits() {
   }
   watch->changed.notify_one();
   watchdog.join();
+}
+
+void write_for_option(const std::string& option, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const OutputError& e) {
+    throw UsageError(option + " " + e.what());
+  }
 }
 
 void set_cpu_threads(int threads) {

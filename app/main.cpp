@@ -144,7 +144,9 @@ void add_options(cxxopts::Options& options) {
        cxxopts::value<std::string>())
       ("json", "compare, bench: also write the results as JSON to this file",
        cxxopts::value<std::string>())
-      ("threads", "CPU threads of libtorch's ops and the BLAS (default: libtorch's)",
+      ("threads", "CPU threads of libtorch's ops and the BLAS, at most " +
+       std::to_string(kThreadsPerHardwareThread) + " x the hardware threads (" +
+       std::to_string(max_threads()) + " here; default: libtorch's)",
        cxxopts::value<std::string>())
       ("precision", "the fused GEMM: ieee (float32, default), bf16x3 (float32-grade from bf16 "
        "tensor cores), tf32 or bf16 (faster, less accurate); compare and bench: a "
@@ -167,13 +169,14 @@ void add_options(cxxopts::Options& options) {
 Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
                             cxxopts::ParseResult& parsed) {
   parsed = options.parse(argc, argv);
+  // The values first: in `[compare] --batch --iters 3` the fault is the missing value, not a
+  // command or an extra argument "3".
+  check_option_values(parsed);
   if (!parsed.unmatched().empty()) {
     throw UsageError("unexpected argument '" + parsed.unmatched().front() + "'");
   }
   Settings s;
   s.command = parsed.count("command") ? parsed["command"].as<std::string>() : "compare";
-  // The values first: in `--batch --iters 3` the fault is the missing value, not a command "3".
-  check_option_values(parsed);
   if (std::find(std::begin(kCommands), std::end(kCommands), s.command) == std::end(kCommands)) {
     throw UsageError("unknown command '" + s.command + "' (expected compare, run or bench)");
   }
@@ -207,7 +210,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
       given(parsed, "atol") ? parse_tolerance("--atol", text("atol")) : default_tolerance(s.dtype);
   s.rtol = given(parsed, "rtol") ? parse_tolerance("--rtol", text("rtol")) : s.atol;
   s.tolerance_given = given(parsed, "atol") || given(parsed, "rtol");
-  s.threads = int(count_option(parsed, "threads", 0, 1));
+  s.threads = given(parsed, "threads") ? parse_threads(text("threads")) : 0;
   s.precisions = parse_list<Precision>(
       "--precision", "precision", parsed["precision"].as<std::string>(), s.command,
       all_precisions(), "ieee, bf16x3, tf32, bf16", parse_precision);
