@@ -118,6 +118,8 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Gen
 // this device, e.g. float16 matmul on the CPU in libtorch 1.13) says that `what` (e.g.
 // "swish_chain in float16 on cpu"; may be empty) could not run, and libtorch's first line.
 UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what);
+// "7.50 GiB", "12 bytes".
+std::string byte_size(double bytes);
 // std::bad_alloc as a UsageError: out of memory, and what to lower.
 UsageError out_of_memory_error(const Settings& settings, const std::string& requested = "");
 // Runs fn; a c10::Error becomes usage_error(..., "<model> in <dtype> on <device>").

@@ -116,9 +116,6 @@ double default_tolerance(torch::ScalarType dtype) {
   return 1e-4;
 }
 
-namespace {
-
-// "7.50 GiB".
 std::string byte_size(double bytes) {
   static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int unit = 0;
@@ -127,6 +124,8 @@ std::string byte_size(double bytes) {
   std::snprintf(buffer, sizeof buffer, unit ? "%.2f %s" : "%.0f %s", bytes, kUnits[unit]);
   return buffer;
 }
+
+namespace {
 
 // How much an out-of-memory error from libtorch's allocators asked for ("7.50 GiB"; "" when it
 // does not say), or nullopt for any other error. CPU: "... can't allocate memory: you tried to
