@@ -12,11 +12,13 @@
 // not depend on the values.
 #include "app/bench.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -722,6 +724,75 @@ std::string bench_plot(const std::vector<Result>& results, const Plan& plan,
   return render_bar_chart("fusedlinear bench: fused vs eager", groups, series, values, chart);
 }
 
+// The bytes this process may still allocate on `device`, or infinity where it cannot tell: on
+// the CPU the least of what the system has available (MemAvailable and free swap), the headroom
+// under an address-space limit (ulimit -v) and under its cgroup's memory.max; on a GPU its free
+// memory.
+double available_bytes(const torch::Device& device) {
+#ifdef FUSEDLINEAR_WITH_CUDA
+  if (device.is_cuda()) {
+    size_t free_bytes = 0, total_bytes = 0;
+    return cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? double(free_bytes) : INFINITY;
+  }
+#endif
+  double available = INFINITY, memory = -1, swap = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    const double kib = std::strtod(line.c_str() + line.find(':') + 1, nullptr);
+    if (line.rfind("MemAvailable:", 0) == 0) memory = kib * 1024;
+    if (line.rfind("SwapFree:", 0) == 0) swap = kib * 1024;
+  }
+  if (memory >= 0) available = memory + swap;
+  struct rlimit limit {};
+  std::ifstream statm("/proc/self/statm");
+  double pages = 0;
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && statm >> pages) {
+    available =
+        std::min(available, double(limit.rlim_cur) - pages * double(::sysconf(_SC_PAGESIZE)));
+  }
+  std::ifstream cgroup("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroup, line);) {
+    if (line.rfind("0::", 0) != 0) continue;  // cgroup v2's one hierarchy
+    const std::string folder = "/sys/fs/cgroup" + line.substr(3);
+    double max = 0, current = 0;
+    std::ifstream max_file(folder + "/memory.max"), current_file(folder + "/memory.current");
+    if (max_file >> max && current_file >> current) available = std::min(available, max - current);
+  }
+  return std::max(available, 0.0);
+}
+
+// Every configuration's memory, before the first is timed: a batch that cannot fit would
+// otherwise fail only after the ones before it ran, for minutes at large shapes.
+void check_sweep_memory(const Plan& plan, const Settings& settings, const std::string& option) {
+  const double available = available_bytes(settings.device);
+  if (!std::isfinite(available)) return;
+  for (const auto& spec : plan.models) {
+    const std::string& name = spec.name;
+    int64_t in = settings.in_features, out = settings.out_features;
+    if (in == 0 || out == 0) {  // the shape of --weights
+      const auto model = build_model(spec, settings);
+      in = model->in_features();
+      out = model->out_features();
+    }
+    for (const auto dtype : plan.dtypes) {
+      const int64_t element = int64_t(c10::elementSize(dtype));
+      const size_t fused =
+          (dtype == torch::kFloat32 ? plan.precisions.size() : 1) * plan.kernels.size();
+      const double weights = double(1 + fused) * double(in) * double(out) * double(element);
+      for (const int64_t batch : plan.batches) {
+        const double need =
+            weights + bench::batch_bytes(batch, in, out, element, cache_bytes(settings.device));
+        if (need > available) {
+          throw out_of_memory_error(settings, "about " + byte_size(need) + " for batch " +
+                                                  std::to_string(batch) + " of " + option + " (" +
+                                                  name + ", " + dtype_name(dtype) + "; " +
+                                                  byte_size(available) + " available)");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void add_bench_options(cxxopts::Options& options) {
@@ -745,22 +816,29 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
     s.dtype = dtype;
     for (const auto& spec : plan.models) check_dtype_runs(spec, s);
   }
+  check_sweep_memory(plan, settings, parsed.count("batch") ? "--batch" : "--batches");
   const std::string date = utc_now();
   const std::string platform = platform_description(settings.device);  // may warn: first
   const std::vector<Result> results = run_sweep(plan, settings);
   print_tables(results, plan, platform, settings);
   const int failures = report_failures(results);
   if (!settings.json.empty()) {
-    write_output_file(settings.json,
-                      bench_json(results, plan, settings, platform, date).dump(2) + "\n",
-                      settings.overwrite);
+    write_for_option("--json", [&] {
+      write_output_file(settings.json,
+                        bench_json(results, plan, settings, platform, date).dump(2) + "\n",
+                        settings.overwrite);
+    });
   }
   if (!plan.csv_path.empty()) {
-    write_output_file(plan.csv_path, render_csv(results), settings.overwrite);
+    write_for_option("--csv", [&] {
+      write_output_file(plan.csv_path, render_csv(results), settings.overwrite);
+    });
   }
   if (!plan.plot_path.empty()) {
-    write_output_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters),
-                      settings.overwrite);
+    write_for_option("--plot", [&] {
+      write_output_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters),
+                        settings.overwrite);
+    });
   }
   return failures > 0 ? 1 : 0;
 }

@@ -63,5 +63,23 @@ inline int rotation_count(int64_t bytes, int64_t cache_bytes) {
   return int(std::clamp<int64_t>(n, 2, 64));
 }
 
+// The bytes one configuration of bench certainly holds at once, beside the models' weights:
+// its rotating inputs and GEMM outputs (rotation_count of each), eager's output with a
+// temporary, one fused output, and the float64 reference (x, W, its output and a temporary).
+// In double: the shapes' bytes may not fit in 64 bits.
+inline double batch_bytes(int64_t batch, int64_t in_features, int64_t out_features,
+                          int64_t element_size, int64_t cache_bytes) {
+  const auto rotated = [&](int64_t features) {
+    const double one = double(batch) * double(features) * double(element_size);
+    // rotation_count takes int64; beyond 2^62 bytes a buffer is certainly too large anyway.
+    const int count = one < 4e18 ? rotation_count(int64_t(one), cache_bytes) : 2;
+    return one * count;
+  };
+  const double rows_out = double(batch) * double(out_features);
+  return rotated(in_features) + rotated(out_features) + 3 * rows_out * double(element_size) +
+         8 * (double(batch) * double(in_features) + double(in_features) * double(out_features) +
+              2 * rows_out);
+}
+
 }  // namespace bench
 }  // namespace fusedlinear

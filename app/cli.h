@@ -119,6 +119,8 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Gen
 // this device, e.g. float16 matmul on the CPU in libtorch 1.13) says that `what` (e.g.
 // "swish_chain in float16 on cpu"; may be empty) could not run, and libtorch's first line.
 UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what);
+// "7.50 GiB", "12 bytes".
+std::string byte_size(double bytes);
 // std::bad_alloc as a UsageError: out of memory, and what to lower.
 UsageError out_of_memory_error(const Settings& settings, const std::string& requested = "");
 // Runs fn; a c10::Error becomes usage_error(..., "<model> in <dtype> on <device>").
@@ -160,7 +162,28 @@ std::string platform_description(const torch::Device& device);
 // one line, when it is the reference BLAS.
 std::string blas_description();
 // --threads N: libtorch's threads (at::set_num_threads) and, where the BLAS keeps threads of its
-// own (OpenBLAS, BLIS), the BLAS's. 0 changes nothing.
+// own (OpenBLAS, BLIS), the BLAS's (one under a memory limit: prepare_blas_for_memory_limits).
+// 0 changes nothing.
 void set_cpu_threads(int threads);
+
+// The most --threads accepts: kThreadsPerHardwareThread times the hardware's threads (more only
+// oversubscribes the cores, and a run crawls for minutes).
+constexpr int kThreadsPerHardwareThread = 4;
+int max_threads();
+// --threads' value, a positive integer up to max_threads(); a UsageError saying the bound.
+int parse_threads(const std::string& text);
+
+// Under an address-space or data limit (ulimit -v, ulimit -d): OpenBLAS retries forever, in a
+// loop, when it cannot allocate a thread's work buffer, so a GEMM would hang instead of failing.
+// Called first, before anything large is allocated: its GEMMs run on the calling thread only,
+// and that thread's buffer is taken now, by one small GEMM, while memory is free. If even that
+// cannot finish within seconds, the process ends with the out-of-memory line (exit 2). Changes
+// nothing without a limit or with another BLAS.
+void prepare_blas_for_memory_limits();
+
+// Runs `write`, which writes the file of `option` ("--output", "--json", ...): an OutputError
+// becomes a UsageError naming the option ("--json r.json: cannot write: No space left on
+// device").
+void write_for_option(const std::string& option, const std::function<void()>& write);
 
 }  // namespace fusedlinear

@@ -6,9 +6,15 @@
 //   fusedlinear bench [options]       timings over models x batch sizes x dtypes
 #include "app/cli_main.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <iostream>
 #include <new>
 #include <sstream>
@@ -151,7 +157,9 @@ void add_options(cxxopts::Options& options) {
        cxxopts::value<std::string>())
       ("json", "compare, bench: also write the results as JSON to this file",
        cxxopts::value<std::string>())
-      ("threads", "CPU threads of libtorch's ops and the BLAS (default: libtorch's)",
+      ("threads", "CPU threads of libtorch's ops and the BLAS, at most " +
+       std::to_string(kThreadsPerHardwareThread) + " x the hardware threads (" +
+       std::to_string(max_threads()) + " here; default: libtorch's)",
        cxxopts::value<std::string>())
       ("precision", "the fused GEMM: ieee (float32, default), bf16x3 (float32-grade from bf16 "
        "tensor cores), tf32 or bf16 (faster, less accurate); compare and bench: a "
@@ -174,13 +182,14 @@ void add_options(cxxopts::Options& options) {
 Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
                             cxxopts::ParseResult& parsed) {
   parsed = options.parse(argc, argv);
+  // The values first: in `[compare] --batch --iters 3` the fault is the missing value, not a
+  // command or an extra argument "3".
+  check_option_values(parsed);
   if (!parsed.unmatched().empty()) {
     throw UsageError("unexpected argument '" + parsed.unmatched().front() + "'");
   }
   Settings s;
   s.command = parsed.count("command") ? parsed["command"].as<std::string>() : "compare";
-  // The values first: in `--batch --iters 3` the fault is the missing value, not a command "3".
-  check_option_values(parsed);
   if (std::find(std::begin(kCommands), std::end(kCommands), s.command) == std::end(kCommands)) {
     throw UsageError("unknown command '" + s.command + "' (expected compare, run or bench)");
   }
@@ -214,7 +223,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
       given(parsed, "atol") ? parse_tolerance("--atol", text("atol")) : default_tolerance(s.dtype);
   s.rtol = given(parsed, "rtol") ? parse_tolerance("--rtol", text("rtol")) : s.atol;
   s.tolerance_given = given(parsed, "atol") || given(parsed, "rtol");
-  s.threads = int(count_option(parsed, "threads", 0, 1));
+  s.threads = given(parsed, "threads") ? parse_threads(text("threads")) : 0;
   s.precisions = parse_list<Precision>(
       "--precision", "precision", parsed["precision"].as<std::string>(), s.command,
       all_precisions(), "ieee, bf16x3, tf32, bf16", parse_precision);
@@ -257,9 +266,52 @@ int fail(const std::string& message) {
   return 2;
 }
 
-}  // namespace
+// --- ending the process promptly, whatever the BLAS's threads are doing ---
 
-int app_main(int argc, char** argv) {
+// Everything printed, then _exit: exit() would run the libraries' destructors, OpenBLAS's
+// among them, which joins threads that spin forever on an allocation failing under ulimit -v.
+// Output files are complete, or removed, before this is called.
+[[noreturn]] void exit_now(int code) {
+  std::cout.flush();
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && code != 2) {
+    std::cerr << "fusedlinear: error: cannot write the report to standard output\n";
+    code = 2;
+  }
+  std::cerr.flush();
+  std::fflush(stderr);
+  ::_exit(code);
+}
+
+// An allocation failing where nothing catches it (libtorch's static initialisers, before main;
+// a thread inside an op) ends in std::terminate: said in one line as out of memory, exit 2.
+std::terminate_handler g_default_terminate = nullptr;
+[[noreturn]] void terminate_handler() {
+  if (const std::exception_ptr error = std::current_exception()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::bad_alloc&) {
+      static const char kLine[] =
+          "fusedlinear: error: out of memory on cpu (where nothing could catch it, e.g. as "
+          "libtorch started); free memory or raise the memory limit\n";
+      if (::write(2, kLine, sizeof kLine - 1) < 0) {
+        // Nothing more to say it with.
+      }
+      ::_exit(2);
+    } catch (...) {
+    }
+  }
+  if (g_default_terminate) g_default_terminate();
+  std::abort();
+}
+void install_terminate_handler(int, char**, char**) {
+  g_default_terminate = std::set_terminate(terminate_handler);
+}
+// In .preinit_array, which runs before any shared library's initialisers (libtorch's).
+__attribute__((section(".preinit_array"),
+               used)) void (*const g_install_terminate_handler)(int, char**,
+                                                                char**) = install_terminate_handler;
+
+int run_program(int argc, char** argv) {
   cxxopts::Options options(
       "fusedlinear", "Linear -> activation-chain models, eager against fused, on CPU or CUDA");
   Settings settings;  // what is known of the run, for errors after parsing (out of memory)
@@ -272,6 +324,7 @@ int app_main(int argc, char** argv) {
         return 0;
       }
     }
+    prepare_blas_for_memory_limits();  // before anything large is allocated
     cxxopts::ParseResult parsed;
     settings = parse_command_line(argc, argv, options, parsed);
     set_cpu_threads(settings.threads);
@@ -291,6 +344,16 @@ int app_main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(e.what());
   }
+}
+
+}  // namespace
+
+int app_main(int argc, char** argv) {
+  // A write beyond ulimit -f fails with EFBIG, reported for its option, instead of a signal.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // exit() called from a library (libgomp's fatal errors) ends as promptly as main does.
+  ::on_exit([](int status, void*) { exit_now(status); }, nullptr);
+  exit_now(run_program(argc, argv));
 }
 
 }  // namespace fusedlinear

@@ -1,20 +1,30 @@
 // Helpers shared by the commands: building the model and the input a run asks for.
 #include <dlfcn.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <system_error>
+#include <thread>
+#include <tuple>
 
 #include "app/cli.h"
 #include "app/report.h"
 #include "app/timing.h"
 #include "kernels/cpu/epilogue.h"
 #include "kernels/ops/chain_spec.h"
+#include "modules/loader/output_file.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
 
@@ -102,9 +112,6 @@ double default_tolerance(torch::ScalarType dtype) {
   return 1e-4;
 }
 
-namespace {
-
-// "7.50 GiB".
 std::string byte_size(double bytes) {
   static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int unit = 0;
@@ -113,6 +120,8 @@ std::string byte_size(double bytes) {
   std::snprintf(buffer, sizeof buffer, unit ? "%.2f %s" : "%.0f %s", bytes, kUnits[unit]);
   return buffer;
 }
+
+namespace {
 
 // How much an out-of-memory error from libtorch's allocators asked for ("7.50 GiB"; "" when it
 // does not say), or nullopt for any other error. CPU: "... can't allocate memory: you tried to
@@ -133,6 +142,10 @@ std::optional<std::string> requested_memory(const std::string& message) {
   if (message.find("out of memory") != std::string::npos ||
       message.find("can't allocate memory") != std::string::npos) {
     return "";
+  }
+  // Sizes whose bytes do not fit in 64 bits (--batch 2147483647 --in-features 2147483647).
+  if (message.find("Storage size calculation overflowed") != std::string::npos) {
+    return "more than " + byte_size(18446744073709551616.0) + " (the size overflows 64 bits)";
   }
   return std::nullopt;
 }
@@ -490,13 +503,98 @@ std::string blas_description() {
   return s.str();
 }
 
+namespace {
+
+// Set by prepare_blas_for_memory_limits: OpenBLAS keeps to the calling thread.
+bool g_blas_on_one_thread = false;
+
+// "the address-space limit of 585.94 MiB (ulimit -v 600000)", or "" without a limit.
+std::string memory_limit() {
+  for (const auto& [resource, name, flag] :
+       {std::tuple{RLIMIT_AS, "address-space", "-v"}, std::tuple{RLIMIT_DATA, "data", "-d"}}) {
+    struct rlimit limit {};
+    if (::getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+      return std::string("the ") + name + " limit of " + byte_size(double(limit.rlim_cur)) +
+             " (ulimit " + flag + " " + std::to_string(limit.rlim_cur / 1024) + ")";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void prepare_blas_for_memory_limits() {
+  const std::string limit = memory_limit();
+  if (limit.empty()) return;
+  const BlasLibrary blas(sgemm_library());
+  using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*,
+                         const float*, const int*, const float*, const int*, const float*, float*,
+                         const int*);
+  const auto set = blas_function<void (*)(int)>(blas.get(), "openblas_set_num_threads");
+  const auto sgemm = blas_function<Sgemm>(blas.get(), "sgemm_");
+  if (!set || !sgemm) return;  // not OpenBLAS: nothing known to loop
+  // Threads of OpenBLAS whose buffers failed as it started would take a share of every GEMM
+  // and never finish it; the calling thread alone never waits for them.
+  g_blas_on_one_thread = true;
+  set(1);
+  const std::string message =
+      "out of memory on cpu: the BLAS cannot allocate its work buffer under " + limit +
+      "; raise the limit";
+  const std::string line = "fusedlinear: error: " + message + "\n";
+  // OpenBLAS's buffer is 128 MiB on x86-64: without room for it, say so at once.
+  void* probe = std::malloc(size_t{129} << 20);
+  if (!probe) throw UsageError(message);
+  std::free(probe);
+  struct Watch {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool done = false;
+  };
+  const auto watch = std::make_shared<Watch>();
+  std::thread watchdog;
+  try {
+    watchdog = std::thread([watch, line] {
+      std::unique_lock<std::mutex> lock(watch->mutex);
+      if (!watch->changed.wait_for(lock, std::chrono::seconds(10), [&] { return watch->done; })) {
+        // The GEMM below spins in OpenBLAS's allocation loop: nothing returns from it.
+        if (::write(2, line.data(), line.size()) < 0) {
+          // Nothing more to say it with.
+        }
+        ::_exit(2);
+      }
+    });
+  } catch (const std::system_error&) {
+    throw UsageError(message);  // no memory even for a thread
+  }
+  // 128 x 128 x 128: above OpenBLAS's small-matrix path, which takes no buffer.
+  const int n = 128;
+  const float one = 1, zero = 0;
+  const std::vector<float> a(size_t(n) * n, 1.0f);
+  std::vector<float> c(size_t(n) * n);
+  sgemm("N", "N", &n, &n, &n, &one, a.data(), &n, a.data(), &n, &zero, c.data(), &n);
+  {
+    const std::lock_guard<std::mutex> lock(watch->mutex);
+    watch->done = true;
+  }
+  watch->changed.notify_one();
+  watchdog.join();
+}
+
+void write_for_option(const std::string& option, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const OutputError& e) {
+    throw UsageError(option + " " + e.what());
+  }
+}
+
 void set_cpu_threads(int threads) {
   if (threads <= 0) return;
   at::set_num_threads(threads);
   // OpenBLAS and BLIS built with pthreads keep threads of their own.
   const BlasLibrary blas(sgemm_library());
   if (const auto set = blas_function<void (*)(int)>(blas.get(), "openblas_set_num_threads")) {
-    set(threads);
+    set(g_blas_on_one_thread ? 1 : threads);
   }
   if (const auto set = blas_function<void (*)(long)>(blas.get(), "bli_thread_set_num_threads")) {
     set(threads);

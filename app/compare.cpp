@@ -258,7 +258,9 @@ int run_compare(const Settings& settings) {
                                         {"bf16x3_min_rows", settings.bf16x3_min_rows},
                                         {"pass", all_pass},
                                         {"models", models}};
-    write_output_file(settings.json, doc.dump(2) + "\n", settings.overwrite);
+    write_for_option("--json", [&] {
+      write_output_file(settings.json, doc.dump(2) + "\n", settings.overwrite);
+    });
   }
   return all_pass ? 0 : 1;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include "app/cli.h"
 #include "modules/loader/output_file.h"
@@ -88,6 +89,23 @@ double parse_tolerance(const std::string& option, const std::string& text) {
     throw UsageError(option + ": expected a finite number >= 0, got '" + text + "'");
   }
   return value;
+}
+
+int max_threads() {
+  const unsigned hardware = std::thread::hardware_concurrency();
+  return kThreadsPerHardwareThread * int(std::clamp(hardware, 1u, 65536u));
+}
+
+int parse_threads(const std::string& text) {
+  const int most = max_threads();
+  try {
+    return int(parse_integer("--threads", text, 1, most));
+  } catch (const UsageError&) {
+    throw UsageError("--threads: expected a positive integer up to " + std::to_string(most) + " (" +
+                     std::to_string(kThreadsPerHardwareThread) + " x the " +
+                     std::to_string(most / kThreadsPerHardwareThread) +
+                     " hardware threads), got '" + text + "'");
+  }
 }
 
 // Each option's value is given once, not empty and not the next option (cxxopts takes

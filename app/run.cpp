@@ -24,7 +24,7 @@ int run_run(const Settings& settings) {
   const std::string layout = choose_weight_layout(*model, x);
   torch::Tensor y;
   run_in_context(name, settings, [&] { y = model->forward(x); });
-  write_tensor(y.cpu(), settings.output, settings.overwrite);
+  write_for_option("--output", [&] { write_tensor(y.cpu(), settings.output, settings.overwrite); });
   std::cout << "fusedlinear run: " << name << " (" << settings.model_source << ", "
             << settings.weights << ") on " << x.sizes() << " " << dtype_name(settings.dtype) << ", "
             << settings.device << " -> " << settings.output << " " << y.sizes() << "\n";

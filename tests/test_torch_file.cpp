@@ -1,15 +1,22 @@
 // The state-dict and tensor file reader (modules/torch_file.h): every fixture form written by
 // weights/make_loader_fixtures.py (committed per torch version, and fresh from Python when it
 // has torch), write_tensor round trips, and hand-made hostile files that must be refused.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -35,6 +42,16 @@ using testing_support::read_file;
 using testing_support::TempDir;
 
 const std::string kFixtureRoot = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/loader";
+
+// Under AddressSanitizer (g++ or clang), which reserves terabytes of address space and ends the
+// process where an allocation fails.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+constexpr bool kAddressSanitizer = __has_feature(address_sanitizer);
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 const std::string kScript =
     std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/make_loader_fixtures.py";
 
@@ -129,6 +146,8 @@ int check_manifest(const std::string& dir) {
         EXPECT_NE(got.notices[i].find(notices[i].get<std::string>()), std::string::npos)
             << got.notices[i];
       }
+      // What the file carries for fusedlinear; none where the case names none.
+      EXPECT_EQ(json(got.metadata), c.value("metadata", json::object()));
     }
     ++checked;
   }
@@ -606,6 +625,253 @@ TEST_F(TorchFileSafety, MalformedSafetensorsAreRefused) {
                 .find("overlap"),
             std::string::npos);
   EXPECT_NE(error_of("abc", "f.safetensors").find("truncated"), std::string::npos);
+}
+
+// --- files as the format says, and the text they carry for fusedlinear ---------------------
+
+std::string safetensors_file(const std::string& header, const std::string& data) {
+  return le(header.size(), 8) + header + data;
+}
+
+// "name":{"dtype":"F32","shape":[...],"data_offsets":[begin,end]} for a safetensors header.
+std::string st_tensor(const std::string& name, const std::string& shape, uint64_t begin,
+                      uint64_t end) {
+  return "\"" + name + R"(":{"dtype":"F32","shape":[)" + shape + R"(],"data_offsets":[)" +
+         std::to_string(begin) + "," + std::to_string(end) + "]}";
+}
+
+TEST_F(TorchFileSafety, SafetensorsTensorsCoverTheDataSectionExactly) {
+  const auto error = [&](const std::string& header, size_t data) {
+    return error_of(safetensors_file(header, std::string(data, '\0')), "f.safetensors");
+  };
+  // A bias inside the weight's bytes: the sizes match the shapes, the bytes are shared.
+  EXPECT_NE(error("{" + st_tensor("linear.weight", "48,64", 0, 12288) + "," +
+                      st_tensor("linear.bias", "48", 12000, 12192) + "}",
+                  12288)
+                .find("tensors 'linear.weight' (data_offsets [0, 12288]) and 'linear.bias' "
+                      "(data_offsets [12000, 12192]) overlap"),
+            std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 0, 8) + "," + st_tensor("b", "2", 16, 24) + "}", 24)
+                .find("a gap of 8 bytes between 'a' (data_offsets [0, 8]) and 'b' "
+                      "(data_offsets [16, 24])"),
+            std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 8, 16) + "}", 16)
+                .find("a gap of 8 bytes before the first tensor, 'a'"),
+            std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 0, 8) + "}", 12)
+                .find("4 bytes after the last tensor, 'a' (data_offsets [0, 8]), which belong to "
+                      "no tensor"),
+            std::string::npos);
+  EXPECT_NE(error("{}", 4).find("4 bytes but the header describes no tensor"), std::string::npos);
+  EXPECT_NE(error("{" + st_tensor("a", "2", 8, 0) + "}", 8)
+                .find("tensor a has data_offsets [8, 0] out of order"),
+            std::string::npos);
+  // Listed out of offset order, and empty tensors anywhere: as the format allows.
+  const std::string fine = "{" + st_tensor("b", "2", 8, 16) + "," + st_tensor("a", "2", 0, 8) +
+                           "," + st_tensor("empty", "0", 8, 8) + "}";
+  EXPECT_EQ(error(fine, 16), "(loaded without error)");
+}
+
+TEST_F(TorchFileSafety, SafetensorsKeysComeOnce) {
+  const std::string one = st_tensor("a", "2", 0, 8);
+  EXPECT_NE(
+      error_of(safetensors_file("{" + one + "," + one + "}", std::string(8, '\0')), "f.safetensors")
+          .find("gives the key 'a' twice (tensor names must be unique)"),
+      std::string::npos);
+  const std::string twice =
+      R"({"a":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_NE(error_of(safetensors_file(twice, std::string(8, '\0')), "f.safetensors")
+                .find("gives the key 'dtype' twice in 'a'"),
+            std::string::npos);
+  const std::string metadata = R"({"__metadata__":{"x":"1","x":"2"}})";
+  EXPECT_NE(error_of(safetensors_file(metadata, ""), "f.safetensors")
+                .find("the key 'x' twice in '__metadata__'"),
+            std::string::npos);
+}
+
+TEST_F(TorchFileSafety, SafetensorsMetadataForFusedlinear) {
+  const std::string tensor = st_tensor("w", "2", 0, 8);
+  const auto read = [&](const std::string& metadata) {
+    write_file(dir_.file("m.safetensors"),
+               safetensors_file("{" + tensor + R"(,"__metadata__":)" + metadata + "}",
+                                std::string(8, '\0')));
+    return read_state_dict(dir_.file("m.safetensors"));
+  };
+  const NamedTensors got =
+      read(R"({"format":"pt","fusedlinear.chain":"gelu(tanh),silu","fusedlinear.linear":"fc"})");
+  EXPECT_EQ(got.metadata,
+            (std::map<std::string, std::string>{{"chain", "gelu(tanh),silu"}, {"linear", "fc"}}));
+  EXPECT_TRUE(read(R"({"format":"pt"})").metadata.empty());
+  const auto error = [&](const std::string& metadata) {
+    return load_error([&] { read(metadata); });
+  };
+  EXPECT_NE(error(R"({"fusedlinear.chain":3})")
+                .find("__metadata__ entry 'fusedlinear.chain' is a JSON number, not a string"),
+            std::string::npos);
+  EXPECT_NE(error("[1]").find("__metadata__ is not a JSON object"), std::string::npos);
+  EXPECT_NE(error(R"({"fusedlinear.":"x"})").find("has an empty name"), std::string::npos);
+  EXPECT_NE(error(R"({"fusedlinear.chain":")" + std::string(70000, 'x') + "\"}")
+                .find("at most 64 KiB per name and value"),
+            std::string::npos);
+}
+
+// An OrderedDict of `items`, then BUILD with `state`: torch.save's form of a state dict, whose
+// attributes (_metadata) are its state.
+std::string ordered_dict_pickle(const std::vector<std::pair<std::string, std::string>>& items,
+                                const std::string& state) {
+  std::string out = "\x80\x02" + global("collections", "OrderedDict") + ")R(";
+  for (const auto& [key, value] : items) out += uni(key) + value;
+  return out + "u" + state + "b.";
+}
+// {"_metadata": {"": {"version": 1}, "fusedlinear": {<entries>}}}, entries pickled key, value.
+std::string metadata_state(const std::string& entries) {
+  return "}(" + uni("_metadata") + "}(" + uni("") + "}(" + uni("version") + "K\x01" + "u" +
+         uni("fusedlinear") + "}(" + entries + "uuu";
+}
+
+TEST_F(TorchFileSafety, StateDictMetadataForFusedlinear) {
+  const std::string w = tensor_pickle("0", 6, 0, {6}, {1});
+  const NamedTensors got = load(archive(ordered_dict_pickle(
+      {{"w", w}},
+      metadata_state(uni("chain") + uni("gelu(tanh),silu") + uni("version") + int4(3)))));
+  ASSERT_EQ(got.tensors.size(), 1u);
+  EXPECT_EQ(got.metadata,
+            (std::map<std::string, std::string>{{"chain", "gelu(tanh),silu"}, {"version", "3"}}));
+  // _metadata without "fusedlinear", or a plain dict: nothing.
+  const std::string other = "}(" + uni("_metadata") + "}(" + uni("") + "}uu";
+  EXPECT_TRUE(load(archive(ordered_dict_pickle({{"w", w}}, other))).metadata.empty());
+  EXPECT_TRUE(load(archive(dict_pickle({{"w", w}}))).metadata.empty());
+  // In a checkpoint, the chosen state dict's own.
+  const std::string checkpoint =
+      "\x80\x02}(" + uni("epoch") + int4(1) + uni("state_dict") +
+      ordered_dict_pickle({{"w", w}}, metadata_state(uni("linear") + uni("fc"))).substr(2);
+  const std::string closed = checkpoint.substr(0, checkpoint.size() - 1) + "u.";
+  EXPECT_EQ(load(archive(closed)).metadata, (std::map<std::string, std::string>{{"linear", "fc"}}));
+}
+
+TEST_F(TorchFileSafety, MalformedStateDictMetadataIsRefused) {
+  const std::string w = tensor_pickle("0", 6, 0, {6}, {1});
+  const auto error = [&](const std::string& entries) {
+    return error_of(archive(ordered_dict_pickle({{"w", w}}, metadata_state(entries))));
+  };
+  EXPECT_NE(error(uni("chain") + "]")
+                .find("_metadata['fusedlinear']['chain'] is a list, "
+                      "expected a string"),
+            std::string::npos);
+  EXPECT_NE(error(uni("chain") + "G" + std::string(8, '\0')).find("is a float, expected a string"),
+            std::string::npos);
+  EXPECT_NE(error(uni("chain") + uni(std::string(70000, 'x'))).find("64 KiB"), std::string::npos);
+  // One long value under many names through the memo: capped in all.
+  std::string many = uni("k0") + uni(std::string(60000, 'x')) + "q\x01";
+  for (int i = 1; i < 20; ++i) many += uni("k" + std::to_string(i)) + "h\x01";
+  EXPECT_NE(error(many).find("exceeds 1 MiB in all"), std::string::npos);
+  const std::string not_dict =
+      "}(" + uni("_metadata") + "}(" + uni("fusedlinear") + uni("gelu") + "uu";
+  EXPECT_NE(error_of(archive(ordered_dict_pickle({{"w", w}}, not_dict)))
+                .find("_metadata['fusedlinear'] is a string, expected a dict of strings"),
+            std::string::npos);
+}
+
+// --- inputs that are not regular files, and the advice for a tensor ---------------------------
+
+TEST(TorchFile, NonRegularInputsAreRefusedBeforeOpening) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opened for reading, a FIFO without a writer would block: the refusal must come at once.
+  auto refused = std::async(std::launch::async, [&] {
+    return load_error([&] { read_state_dict(fifo); }) + "|" +
+           load_error([&] { read_tensor(fifo); });
+  });
+  if (refused.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // lets the reader go on
+    if (fd >= 0) ::close(fd);
+    FAIL() << "reading a FIFO blocked";
+  }
+  const std::string both = refused.get();
+  EXPECT_EQ(both, fifo + ": cannot open: not a regular file (a FIFO)|" + fifo +
+                      ": cannot open: not a regular file (a FIFO)");
+  const std::string socket_path = dir.file("socket");
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", socket_path.c_str());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  EXPECT_EQ(load_error([&] { read_state_dict(socket_path); }),
+            socket_path + ": cannot open: not a regular file (a socket)");
+  ::close(sock);
+  EXPECT_EQ(load_error([&] { read_tensor("/dev/null"); }),
+            "/dev/null: cannot open: not a regular file (a character device)");
+  // A symbolic link to a regular file is read as the file.
+  write_tensor(torch::ones({2}), dir.file("t.pt"));
+  ASSERT_EQ(::symlink(dir.file("t.pt").c_str(), dir.file("link.pt").c_str()), 0);
+  EXPECT_TRUE(read_tensor(dir.file("link.pt")).equal(torch::ones({2})));
+}
+
+TEST(TorchFile, RefusalsOfATensorAdviseSavingATensor) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (const std::string& name : list_dir(kFixtureRoot)) {
+    for (const char* file : {"/compressed.pt", "/torchscript.pt"}) {
+      if (file_exists(kFixtureRoot + "/" + name + file))
+        paths.push_back(kFixtureRoot + "/" + name + file);
+    }
+  }
+  write_file(dir.file("no_pickle.pt"), make_zip({{"archive/a.txt", "hello"}}));
+  paths.push_back(dir.file("no_pickle.pt"));
+  ASSERT_GE(paths.size(), 3u);
+  for (const std::string& path : paths) {
+    const std::string message = load_error([&] { read_tensor(path); });
+    EXPECT_NE(message.find("torch.save(tensor, path)"), std::string::npos) << message;
+    EXPECT_EQ(message.find("state_dict()"), std::string::npos) << message;
+    EXPECT_NE(load_error([&] { read_state_dict(path); }).find("state_dict()"), std::string::npos);
+  }
+}
+
+// Out of memory while a file is read: a LoadError like any other, in a child process under an
+// address-space limit. The tensor is a view of the file's bytes, not a second copy: 100 MiB
+// more than the process holds is enough for a 64 MiB file.
+TEST(TorchFile, OutOfMemoryWhileReadingIsALoadError) {
+  if (kAddressSanitizer) {
+    GTEST_SKIP() << "AddressSanitizer's allocator ends the process where malloc would fail";
+  }
+  TempDir dir;
+  const std::string big = dir.file("big.pt");
+  write_tensor(torch::zeros({4096, 4096}), big);  // 64 MiB
+  for (const uint64_t margin : {uint64_t{16} << 20, uint64_t{100} << 20}) {
+    const std::string result = dir.file("result.txt");
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      uint64_t pages = 0;
+      std::ifstream("/proc/self/statm") >> pages;
+      const rlimit limit{pages * uint64_t(::sysconf(_SC_PAGESIZE)) + margin, RLIM_INFINITY};
+      std::string message = "(no limit)";
+      if (::setrlimit(RLIMIT_AS, &limit) == 0) {
+        try {
+          read_tensor(big);
+          message = "(loaded)";
+        } catch (const LoadError& e) {
+          message = e.what();
+        } catch (...) {
+          message = "(another exception)";
+        }
+      }
+      std::ofstream(result) << message;
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the reader died of signal " << WTERMSIG(status);
+    const std::string message = read_file(result);
+    if (margin < (uint64_t{64} << 20)) {
+      EXPECT_EQ(message.rfind(big + ": out of memory reading the file (64.00 MiB, ", 0), 0u)
+          << "margin " << (margin >> 20) << " MiB: " << message;
+    } else {
+      EXPECT_EQ(message, "(loaded)") << "margin " << (margin >> 20) << " MiB";
+    }
+  }
 }
 
 }  // namespace

@@ -161,9 +161,10 @@ def main():
         return os.path.join(out, name)
 
     def loads(name, python, expected, read="state_dict", weights_key="", notices=(),
-              loaded=None):
+              loaded=None, metadata=None):
         """A file the loader must read to `expected` (name -> tensor), checked against what
-        torch.load returns for it (`loaded` selects that from torch.load's result)."""
+        torch.load returns for it (`loaded` selects that from torch.load's result), with the
+        `metadata` (key -> text) the loader reports for fusedlinear, if any."""
         result = torch.load(path_of(name), map_location="cpu", **LOAD_KWARGS)
         if loaded is not None:
             result = loaded(result)
@@ -177,8 +178,10 @@ def main():
             entries = [describe(k, v) for k, v in result.items()]
         cases.append({"file": name, "python": python, "read": read, "weights_key": weights_key,
                       "expect": tensor_set(entries), "notices": list(notices)})
+        if metadata is not None:
+            cases[-1]["metadata"] = metadata
 
-    def safetensors_case(name, python, expected, notices=()):
+    def safetensors_case(name, python, expected, notices=(), metadata=None):
         """A safetensors file: the loader returns its tensors sorted by name, as
         safetensors.torch.load_file does (checked against it where it is installed)."""
         try:
@@ -194,6 +197,8 @@ def main():
         cases.append({"file": name, "python": python, "read": "state_dict", "weights_key": "",
                       "expect": tensor_set([describe(k, v) for k, v in expected.items()]),
                       "notices": list(notices)})
+        if metadata is not None:
+            cases[-1]["metadata"] = metadata
 
     def refuses(name, python, error, read="state_dict", weights_key=""):
         cases.append({"file": name, "python": python, "read": read, "weights_key": weights_key,
@@ -346,6 +351,34 @@ def main():
                          "path)", flat)
     except ImportError:
         pass
+
+    # --- text for fusedlinear beside the tensors: _metadata["fusedlinear"] of a state dict (ints
+    # read as their decimal text), or a safetensors header's __metadata__ "fusedlinear.<key>"
+    ours = {"version": 1, "chain": "gelu(tanh),silu,clamp(-2,2)", "linear": "linear"}
+    as_text = {k: str(v) for k, v in ours.items()}
+    tagged = model.state_dict()
+    tagged._metadata["fusedlinear"] = dict(ours)
+    torch.save(tagged, path_of("metadata.pt"))
+    again = torch.load(path_of("metadata.pt"), **LOAD_KWARGS)
+    assert again._metadata["fusedlinear"] == ours
+    TinyNet().load_state_dict(again)  # still a state dict Python loads as before
+    loads("metadata.pt", "sd = model.state_dict(); sd._metadata['fusedlinear'] = {'version': 1, "
+          "'chain': ..., 'linear': ...}; torch.save(sd, path)", sd, metadata=as_text)
+    torch.save({"epoch": 2, "state_dict": tagged}, path_of("checkpoint_metadata.pt"))
+    loads("checkpoint_metadata.pt", "torch.save({'epoch': e, 'state_dict': sd}, path) (sd with "
+          "_metadata['fusedlinear'])", sd, notices=["'state_dict'"],
+          loaded=lambda r: r["state_dict"], metadata=as_text)
+    write_safetensors(path_of("metadata.safetensors"), sd,
+                      {"format": "pt", "fusedlinear.chain": ours["chain"],
+                       "fusedlinear.linear": ours["linear"]})
+    safetensors_case("metadata.safetensors", "safetensors.torch.save_file(sd, path, metadata="
+                     "{'fusedlinear.chain': ..., 'fusedlinear.linear': 'linear'})", flat,
+                     metadata={"chain": ours["chain"], "linear": ours["linear"]})
+    bad = model.state_dict()
+    bad._metadata["fusedlinear"] = {"chain": ["gelu", "silu"]}
+    torch.save(bad, path_of("metadata_not_text.pt"))
+    refuses("metadata_not_text.pt", "sd._metadata['fusedlinear'] = {'chain': ['gelu', 'silu']}",
+            "_metadata['fusedlinear']['chain'] is a list, expected a string")
 
     # --- what the loader refuses
     torch.save(sd, path_of("legacy.pt"), _use_new_zipfile_serialization=False)

@@ -505,11 +505,17 @@ PickleValue* Unpickler::run() {
                                                     : make_string(Kind::kObject, cls->text));
         break;
       }
-      case 'b': {  // BUILD: object state (e.g. OrderedDict's _metadata) is not needed
-        pop();
-        const Kind kind = top()->kind;
+      case 'b': {  // BUILD: a dict keeps its states (an OrderedDict's _metadata); others not
+        PickleValue* state = pop();
+        PickleValue* target = top();
+        const Kind kind = target->kind;
         if (kind != Kind::kDict && kind != Kind::kObject && kind != Kind::kTensor) {
-          fail("setting the state of " + describe(*top()));
+          fail("setting the state of " + describe(*target));
+        }
+        if (kind == Kind::kDict) {
+          // One list per dict, one entry per BUILD: repeated BUILDs cost what their opcodes do.
+          if (!target->state) target->state = make(Kind::kList);
+          target->state->items.push_back(state);
         }
         break;
       }

@@ -47,6 +47,9 @@ struct PickleValue {
   // (a repeated key appears again; later entries win, as in Python).
   std::vector<PickleValue*> items;
   std::vector<int64_t> dims;
+  // kDict: the states BUILD gave it, in order (a kList), or nullptr. An OrderedDict's state is
+  // its attributes: a state dict's carries {"_metadata": ...}.
+  PickleValue* state = nullptr;
 
   int64_t tensor_dim() const { return static_cast<int64_t>(dims.size() / 2); }
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 namespace fusedlinear {
 namespace {
@@ -59,6 +60,73 @@ bool dtype_from_name(const std::string& name, c10::ScalarType* dtype) {
   return false;
 }
 
+// The first key that one JSON object gives twice, and the key of that object ("" at the top
+// level), from the parser's events: nlohmann::json would keep one value silently.
+struct DuplicateKeys {
+  struct Open {
+    std::unordered_set<std::string> keys;
+    std::string last;  // the key being read in this object
+  };
+  std::vector<Open> open;  // the objects being parsed, outermost first
+  std::string key, parent;
+
+  void see(nlohmann::json::parse_event_t event, const nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) {
+      open.emplace_back();
+    } else if (event == Event::object_end && !open.empty()) {
+      open.pop_back();
+    } else if (event == Event::key && !open.empty()) {
+      Open& object = open.back();
+      object.last = parsed.get<std::string>();
+      if (!object.keys.insert(object.last).second && key.empty()) {
+        key = object.last;
+        parent = open.size() > 1 ? open[open.size() - 2].last : "";
+      }
+    }
+  }
+};
+
+// Tensors may neither share bytes nor leave any unused: sorted by offset, each begins where the
+// one before ends, and the last ends where the data section does. (Together they then fit in
+// the data section: what the caller allocates is bounded by the file's size.)
+void check_coverage(const std::vector<SafetensorsEntry>& entries, uint64_t data_start,
+                    uint64_t data_size) {
+  std::vector<const SafetensorsEntry*> sorted;
+  for (const SafetensorsEntry& entry : entries) sorted.push_back(&entry);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->size < b->size;
+  });
+  const auto range = [&](const SafetensorsEntry& entry) {
+    return "'" + printable(entry.name) + "' (data_offsets [" +
+           std::to_string(entry.offset - data_start) + ", " +
+           std::to_string(entry.offset - data_start + entry.size) + "])";
+  };
+  uint64_t at = data_start;  // where the bytes so far end
+  const SafetensorsEntry* previous = nullptr;
+  for (const SafetensorsEntry* entry : sorted) {
+    if (entry->offset < at) {
+      throw FormatError("safetensors tensors " + range(*previous) + " and " + range(*entry) +
+                        " overlap");
+    }
+    if (entry->offset > at) {
+      throw FormatError("safetensors data section has a gap of " +
+                        std::to_string(entry->offset - at) + " bytes " +
+                        (previous ? "between " + range(*previous) + " and " + range(*entry)
+                                  : "before the first tensor, " + range(*entry)));
+    }
+    at = entry->offset + entry->size;
+    previous = entry;
+  }
+  if (at != data_start + data_size) {
+    throw FormatError("safetensors data section has " +
+                      std::to_string(data_start + data_size - at) + " bytes " +
+                      (previous ? "after the last tensor, " + range(*previous)
+                                : "but the header describes no tensor") +
+                      ", which belong to no tensor");
+  }
+}
+
 }  // namespace
 
 bool looks_like_safetensors(const uint8_t* data, size_t size) {
@@ -67,7 +135,8 @@ bool looks_like_safetensors(const uint8_t* data, size_t size) {
   return header >= 2 && header <= size - 8 && data[8] == '{';
 }
 
-std::vector<SafetensorsEntry> parse_safetensors(const uint8_t* data, size_t size) {
+std::vector<SafetensorsEntry> parse_safetensors(const uint8_t* data, size_t size,
+                                                std::map<std::string, std::string>* metadata) {
   if (size < 8) throw FormatError("safetensors file truncated (no header length)");
   const uint64_t header_size = le64(data);
   if (header_size > size - 8) {
@@ -79,18 +148,38 @@ std::vector<SafetensorsEntry> parse_safetensors(const uint8_t* data, size_t size
   if (json_depth(text, header_size) > kMaxJsonDepth) {
     throw FormatError("safetensors header is nested too deeply");
   }
-  const nlohmann::json header =
-      nlohmann::json::parse(text, text + header_size, nullptr, /*allow_exceptions=*/false);
+  DuplicateKeys duplicates;
+  const nlohmann::json header = nlohmann::json::parse(
+      text, text + header_size,
+      [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        duplicates.see(event, parsed);
+        return true;
+      },
+      /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     throw FormatError("safetensors header is not a JSON object");
+  }
+  if (!duplicates.key.empty()) {
+    throw FormatError("safetensors header gives the key '" + printable(duplicates.key) + "' twice" +
+                      (duplicates.parent.empty() ? " (tensor names must be unique)"
+                                                 : " in '" + printable(duplicates.parent) + "'"));
   }
 
   const uint64_t data_start = 8 + header_size;
   const uint64_t data_size = size - data_start;
-  uint64_t total = 0;
   std::vector<SafetensorsEntry> entries;
   for (const auto& [name, info] : header.items()) {  // sorted by name (nlohmann::json's map)
-    if (name == "__metadata__") continue;            // free-form strings
+    if (name == "__metadata__") {                    // text to text
+      if (!info.is_object()) throw FormatError("safetensors __metadata__ is not a JSON object");
+      for (const auto& [key, value] : info.items()) {
+        if (!value.is_string()) {
+          throw FormatError("safetensors __metadata__ entry '" + printable(key) + "' is a JSON " +
+                            std::string(value.type_name()) + ", not a string");
+        }
+        if (metadata) (*metadata)[key] = value.get<std::string>();
+      }
+      continue;
+    }
     const std::string what = "safetensors tensor " + printable(name);
     if (!info.is_object()) throw FormatError(what + " is not described by an object");
     const auto dtype = info.find("dtype");
@@ -120,7 +209,11 @@ std::vector<SafetensorsEntry> parse_safetensors(const uint8_t* data, size_t size
     }
     const uint64_t begin = (*offsets)[0].get<uint64_t>();
     const uint64_t end = (*offsets)[1].get<uint64_t>();
-    if (begin > end || end > data_size) {
+    if (begin > end) {
+      throw FormatError(what + " has data_offsets [" + std::to_string(begin) + ", " +
+                        std::to_string(end) + "] out of order (the end before the begin)");
+    }
+    if (end > data_size) {
       throw FormatError(what + " lies outside the data section (truncated?)");
     }
     uint64_t bytes = 0;
@@ -129,14 +222,11 @@ std::vector<SafetensorsEntry> parse_safetensors(const uint8_t* data, size_t size
       throw FormatError(what + ": shape and dtype need " + std::to_string(bytes) +
                         " bytes, data_offsets give " + std::to_string(end - begin));
     }
-    // Tensors may not share bytes, so together they fit in the data section: this bounds what
-    // the caller allocates by the file's size.
-    total += bytes;
-    if (total > data_size) throw FormatError("safetensors tensors overlap");
     entry.offset = data_start + begin;
     entry.size = bytes;
     entries.push_back(std::move(entry));
   }
+  check_coverage(entries, data_start, data_size);
   return entries;
 }
 

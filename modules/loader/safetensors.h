@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,11 @@ struct SafetensorsEntry {
 bool looks_like_safetensors(const uint8_t* data, size_t size);
 
 // The tensors of the safetensors file `data[0, size)`, sorted by name (the order
-// safetensors.torch.load_file returns). Throws FormatError.
-std::vector<SafetensorsEntry> parse_safetensors(const uint8_t* data, size_t size);
+// safetensors.torch.load_file returns), checked as the format says: every key once, each
+// tensor's data_offsets in order and matching its shape and dtype, and the tensors covering the
+// data section exactly, without overlap or gap. `metadata`, if given, receives the header's
+// __metadata__ (text to text). Throws FormatError.
+std::vector<SafetensorsEntry> parse_safetensors(
+    const uint8_t* data, size_t size, std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace fusedlinear

@@ -1,6 +1,7 @@
 #include "modules/loader/state_dict.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <sstream>
 
@@ -61,6 +62,63 @@ std::vector<std::pair<std::string, torch::Tensor>> named_state(torch::nn::Module
   for (const auto& item : model.named_buffers(/*recurse=*/true))
     state.emplace_back(item.key(), item.value());
   return state;
+}
+
+// Why converting `tensor` to `to` would lose more than rounding ("" when it would not): the
+// imaginary part of complex values, the fractions of floats made integers, integers the target
+// does not hold (out of its range, or beyond where a float holds integers exactly), finite
+// floats that would become infinite. Rounding to a narrower float (float64 -> float32) is the
+// usual conversion and only noted.
+std::string conversion_loss(const torch::Tensor& tensor, c10::ScalarType to) {
+  const c10::ScalarType from = tensor.scalar_type();
+  if (tensor.numel() == 0) return "";
+  if (c10::isComplexType(from) && !c10::isComplexType(to)) {
+    return "the imaginary part would be dropped (save tensor.real if only it is meant)";
+  }
+  const bool float_from = c10::isFloatingType(from) || c10::isComplexType(from);
+  const bool float_to = c10::isFloatingType(to) || c10::isComplexType(to);
+  if (float_from && !float_to) return "floating-point values would be cut to integers";
+  if (float_from) {
+    const int64_t overflows =
+        (torch::isfinite(tensor) & ~torch::isfinite(tensor.to(to))).sum().item<int64_t>();
+    if (overflows == 0) return "";
+    return std::to_string(overflows) + " finite values beyond its range would become infinite";
+  }
+  // Integers (and bools): every value must come through exactly.
+  const torch::Tensor values = tensor.to(torch::kLong);
+  const int64_t low = values.min().item<int64_t>(), high = values.max().item<int64_t>();
+  int64_t min_to = 0, max_to = 0;
+  switch (to) {
+    case c10::ScalarType::Bool:
+      max_to = 1;
+      break;
+    case c10::ScalarType::Byte:
+      max_to = 255;
+      break;
+    case c10::ScalarType::Char:
+      min_to = -128, max_to = 127;
+      break;
+    case c10::ScalarType::Short:
+      min_to = INT16_MIN, max_to = INT16_MAX;
+      break;
+    case c10::ScalarType::Int:
+      min_to = INT32_MIN, max_to = INT32_MAX;
+      break;
+    case c10::ScalarType::Long:
+      return "";
+    default: {  // a float: integers up to 2^53 compared exactly through float64
+      constexpr int64_t kExact = int64_t{1} << 53;
+      const torch::Tensor exact = values.to(torch::kDouble);
+      const bool same = low >= -kExact && high <= kExact &&
+                        torch::equal(exact.to(c10::toRealValueType(to)).to(torch::kDouble), exact);
+      if (same) return "";
+      return "integer values from " + std::to_string(low) + " to " + std::to_string(high) +
+             " would not all come through exactly";
+    }
+  }
+  if (low >= min_to && high <= max_to) return "";
+  return "values from " + std::to_string(low) + " to " + std::to_string(high) +
+         " do not fit its range " + std::to_string(min_to) + " to " + std::to_string(max_to);
 }
 
 }  // namespace
@@ -173,6 +231,14 @@ std::vector<std::string> apply_state_dict(torch::nn::Module& model, const NamedT
     if (it->second->sizes() != target.sizes()) {
       throw LoadError(source + ": " + key + " has shape " + shape_string(it->second->sizes()) +
                       ", expected " + shape_string(target.sizes()));
+    }
+    if (it->second->scalar_type() == target.scalar_type()) continue;
+    const std::string loss = conversion_loss(*it->second, target.scalar_type());
+    if (!loss.empty()) {
+      std::ostringstream s;
+      s << source << ": " << key << ": cannot convert " << it->second->scalar_type()
+        << " to the model's " << target.scalar_type() << ": " << loss;
+      throw LoadError(s.str());
     }
   }
   std::vector<std::string> converted;

@@ -41,7 +41,9 @@ std::string strip_prefix_hint(const NamedTensors& file, const std::vector<ModelK
 
 // Loads `path` into `model`'s parameters and buffers (converted to their dtype and device).
 // Returns the notices to show the user once (conversions, keys ignored, prefixes stripped).
-// Throws LoadError naming the file and the problem (missing keys with strip_prefix_hint).
+// Throws LoadError naming the file and the problem (missing keys with strip_prefix_hint, or a
+// conversion that would lose more than rounding: complex to real, floats to integers, values
+// out of the target's range), leaving the model as it was.
 std::vector<std::string> load_state_dict(torch::nn::Module& model, const std::string& path,
                                          const LoadOptions& options = {});
 

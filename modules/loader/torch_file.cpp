@@ -1,15 +1,17 @@
 #include "modules/loader/torch_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <new>
 #include <string_view>
 #include <unordered_map>
 
@@ -33,67 +35,119 @@ const char kResave[] = "re-save with torch.save(model.state_dict(), path)";
   throw LoadError(path + ": " + what);
 }
 
-// The whole file, memory-mapped read-only (or read, for what cannot be mapped).
+// What an input that is not a regular file is, for the refusal.
+std::string file_kind(const struct stat& st) {
+  return S_ISDIR(st.st_mode)    ? std::strerror(EISDIR)
+         : S_ISFIFO(st.st_mode) ? "not a regular file (a FIFO)"
+         : S_ISCHR(st.st_mode)  ? "not a regular file (a character device)"
+         : S_ISBLK(st.st_mode)  ? "not a regular file (a block device)"
+         : S_ISSOCK(st.st_mode) ? "not a regular file (a socket)"
+                                : "not a regular file";
+}
+
+// "64.02 MiB", for messages about a file's size.
+std::string size_text(uint64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " bytes";
+  double value = double(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 3) value /= 1024, ++unit;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
+  return text;
+}
+
+// The file is read whole: one too large for the memory left is refused like a damaged one.
+[[noreturn]] void fail_out_of_memory(const std::string& path, uint64_t size) {
+  fail(path, "out of memory reading the file (" + size_text(size) +
+                 ", which is read whole into memory); free memory, raise the memory limit or use "
+                 "a smaller file");
+}
+
+// Whether a libtorch error is an allocation that failed (libtorch 1.13 has no type of its own
+// for it on the CPU).
+bool is_allocation_failure(const c10::Error& error) {
+  const std::string message = error.what_without_backtrace();
+  for (const char* text :
+       {"tried to allocate", "can't allocate memory", "not enough memory", "out of memory"}) {
+    if (message.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The whole file, read into memory the reader owns (a byte tensor, which the tensors read from
+// it may view). A mapping of the file would die of SIGBUS when the file shrinks under it
+// (torch.save rewriting it in place); a read sees the shrink and says so. Only regular files are
+// read: a FIFO would block in open() until a writer came, and a device may never end.
 class FileBytes {
  public:
   explicit FileBytes(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int error = errno;
+    if (::stat(path.c_str(), &st) != 0)
+      fail(path, std::string("cannot open: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail(path, "cannot open: " + file_kind(st));
+    // O_NONBLOCK: what was checked may have been replaced by a FIFO since; its open returns.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    try {
+      read_all(path, fd);
+    } catch (...) {
       ::close(fd);
-      fail(path, std::string("cannot open: ") + std::strerror(error));
-    }
-    if (S_ISDIR(st.st_mode)) {
-      ::close(fd);
-      fail(path, std::string("cannot open: ") + std::strerror(EISDIR));
-    }
-    // Devices such as /dev/zero never end; a pipe is read to its end.
-    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
-      ::close(fd);
-      fail(path, "cannot open: not a regular file");
-    }
-    if (S_ISREG(st.st_mode) && st.st_size > 0) {
-      void* map = ::mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (map != MAP_FAILED) {
-        map_ = map;
-        data_ = static_cast<const uint8_t*>(map);
-        size_ = st.st_size;
-        ::close(fd);
-        return;
-      }
-    }
-    // Pipes, and anything mmap refuses.
-    uint8_t chunk[1 << 16];
-    while (true) {
-      const ssize_t n = ::read(fd, chunk, sizeof chunk);
-      if (n == 0) break;
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int error = errno;
-        ::close(fd);
-        fail(path, std::string("cannot read: ") + std::strerror(error));
-      }
-      buffer_.insert(buffer_.end(), chunk, chunk + n);
+      throw;
     }
     ::close(fd);
-    data_ = buffer_.data();
-    size_ = buffer_.size();
-  }
-  ~FileBytes() {
-    if (map_) ::munmap(map_, size_);
   }
   FileBytes(const FileBytes&) = delete;
   FileBytes& operator=(const FileBytes&) = delete;
 
-  const uint8_t* data() const { return data_; }
+  const uint8_t* data() const { return bytes_.data_ptr<uint8_t>(); }
   size_t size() const { return size_; }
+  const torch::Tensor& bytes() const { return bytes_; }
 
  private:
-  void* map_ = nullptr;
-  std::vector<uint8_t> buffer_;
-  const uint8_t* data_ = nullptr;
+  void read_all(const std::string& path, int fd) {
+    struct stat before {};
+    if (::fstat(fd, &before) != 0) fail(path, std::string("cannot read: ") + std::strerror(errno));
+    if (!S_ISREG(before.st_mode)) fail(path, "cannot open: " + file_kind(before));
+    size_ = size_t(before.st_size);
+    try {
+      bytes_ = torch::empty({int64_t(size_)}, torch::TensorOptions().dtype(torch::kByte));
+    } catch (const std::bad_alloc&) {
+      fail_out_of_memory(path, size_);
+    } catch (const c10::Error& e) {
+      if (is_allocation_failure(e)) fail_out_of_memory(path, size_);
+      throw;
+    }
+    uint8_t* buffer = bytes_.data_ptr<uint8_t>();
+    for (size_t done = 0; done < size_;) {
+      const ssize_t n =
+          ::pread(fd, buffer + done, std::min<size_t>(size_ - done, 1 << 30), off_t(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail(path, std::string("cannot read: ") + std::strerror(errno));
+      if (n == 0) {
+        struct stat now {};
+        const uint64_t left = ::fstat(fd, &now) == 0 ? uint64_t(now.st_size) : done;
+        fail(path, "the file shrank from " + std::to_string(size_) + " to " + std::to_string(left) +
+                       " bytes while it was read (is it being written?); read it again once "
+                       "it is complete");
+      }
+      done += size_t(n);
+    }
+    // Written to while read (grown, or rewritten in place to the same size): the bytes may mix
+    // two versions.
+    struct stat after {};
+    uint8_t extra = 0;
+    if (::fstat(fd, &after) != 0 || after.st_size != before.st_size ||
+        after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
+        ::pread(fd, &extra, 1, off_t(size_)) > 0) {
+      fail(path,
+           "the file changed while it was read (is it being written?); read it again once "
+           "it is complete");
+    }
+  }
+
+  torch::Tensor bytes_;
   size_t size_ = 0;
 };
 
@@ -176,6 +230,24 @@ torch::Tensor copy_out(const uint8_t* bytes, int64_t numel, c10::ScalarType dtyp
   return tensor;
 }
 
+// `numel` elements of `dtype` at `offset` in the file, as a 1-D CPU tensor: a view of the file's
+// bytes when `view` is set and the offset suits the dtype (no second copy of the data; the view
+// keeps the whole file's bytes alive), a copy otherwise.
+torch::Tensor tensor_at(const FileBytes& file, uint64_t offset, int64_t numel,
+                        c10::ScalarType dtype, bool view) {
+  const uint64_t element = c10::elementSize(dtype);
+  if (!view || numel == 0 || offset % element != 0) {
+    return copy_out(file.data() + offset, numel, dtype);
+  }
+  torch::Tensor bytes = file.bytes().narrow(0, int64_t(offset), int64_t(uint64_t(numel) * element));
+  if (dtype == c10::ScalarType::Bool) {
+    // A bool must be 0 or 1 (see copy_out); the bytes are the reader's own.
+    uint8_t* p = bytes.data_ptr<uint8_t>();
+    for (int64_t i = 0; i < numel; ++i) p[i] = p[i] != 0;
+  }
+  return bytes.view(dtype);
+}
+
 // The torch.save archive: its zip index and the unpickled data.pkl.
 struct TorchArchive {
   std::unique_ptr<ZipArchive> zip;
@@ -210,7 +282,7 @@ void open_archive(const FileBytes& file, TorchArchive& archive, bool tensor = fa
                       (tensor ? std::string("save the tensor with torch.save(tensor, path)")
                               : "save the weights with torch.save(model.state_dict(), path)"));
   }
-  archive.zip = std::make_unique<ZipArchive>(data, size);
+  archive.zip = std::make_unique<ZipArchive>(data, size, resave);
   const ZipArchive& zip = *archive.zip;
 
   // torch.save names its one top-level folder after the file; find data.pkl directly in it.
@@ -221,8 +293,10 @@ void open_archive(const FileBytes& file, TorchArchive& archive, bool tensor = fa
     if (slash != std::string::npos &&
         (ends_with(name, "/constants.pkl") || name.compare(slash, 6, "/code/") == 0)) {
       throw FormatError(
-          "a TorchScript archive (torch.jit.save), not a state dict; in Python, save its "
-          "weights with torch.save(torch.jit.load(path).state_dict(), path)");
+          tensor ? "a TorchScript archive (torch.jit.save), not a tensor; save the tensor with "
+                   "torch.save(tensor, path)"
+                 : "a TorchScript archive (torch.jit.save), not a state dict; in Python, save its "
+                   "weights with torch.save(torch.jit.load(path).state_dict(), path)");
     }
     if (!pickle && slash != std::string::npos && name.compare(slash, 10, "/data.pkl") == 0 &&
         name.size() == slash + 9) {
@@ -230,8 +304,7 @@ void open_archive(const FileBytes& file, TorchArchive& archive, bool tensor = fa
     }
   }
   if (!pickle) {
-    throw FormatError(std::string("a zip archive without data.pkl, not a torch.save archive; ") +
-                      kResave);
+    throw FormatError("a zip archive without data.pkl, not a torch.save archive; " + resave);
   }
   archive.prefix = pickle->name.substr(0, pickle->name.size() - 8);
 
@@ -253,11 +326,13 @@ void open_archive(const FileBytes& file, TorchArchive& archive, bool tensor = fa
   archive.root = unpickle(zip.read(*pickle), pickle->size, lookup, archive.arena);
 }
 
-// Copies the tensors of one archive out of the file, once per storage record, and never more
-// bytes in all than the file holds (records of a damaged file could overlap).
+// The tensors of one archive, once per storage record: views of the file's bytes (`view`) or
+// copies, and never more bytes in all than the file holds (records of a damaged file could
+// overlap).
 class Materializer {
  public:
-  Materializer(const TorchArchive& archive, uint64_t budget) : archive_(archive), budget_(budget) {}
+  Materializer(const TorchArchive& archive, const FileBytes& file, bool view)
+      : archive_(archive), file_(file), view_(view), budget_(file.size()) {}
 
   torch::Tensor tensor(const PickleValue& value) {
     if (value.kind != Kind::kTensor)
@@ -271,8 +346,11 @@ class Materializer {
       if (!entry || nbytes > entry->size) throw FormatError("storage record vanished");
       if (nbytes > budget_) throw FormatError("storage records overlap");
       budget_ -= nbytes;
-      const uint8_t* bytes = archive_.zip->read(*entry);
-      it = storages_.emplace(storage.text, copy_out(bytes, storage.integer, storage.dtype)).first;
+      const uint64_t offset = uint64_t(archive_.zip->read(*entry) - file_.data());
+      it = storages_
+               .emplace(storage.text,
+                        tensor_at(file_, offset, storage.integer, storage.dtype, view_))
+               .first;
     }
     const torch::Tensor& flat = it->second;
     // One record, one dtype and size (what torch.save writes; torch.load caches it the same).
@@ -282,11 +360,13 @@ class Materializer {
     }
     const std::vector<int64_t> sizes(value.dims.begin(), value.dims.begin() + value.tensor_dim());
     const std::vector<int64_t> strides(value.dims.begin() + value.tensor_dim(), value.dims.end());
-    return flat.as_strided(sizes, strides, value.integer);
+    return flat.as_strided(sizes, strides, flat.storage_offset() + value.integer);
   }
 
  private:
   const TorchArchive& archive_;
+  const FileBytes& file_;
+  bool view_;
   uint64_t budget_;
   std::unordered_map<std::string, torch::Tensor> storages_;
 };
@@ -382,6 +462,24 @@ const PickleValue& select_state_dict(const PickleValue& root, const std::string&
                     key_list(root) + "; if one of them holds it, pass --weights-key");
 }
 
+// The bytes of the storages the tensors of `values` use, each storage once.
+uint64_t storage_bytes(const std::vector<const PickleValue*>& values) {
+  std::unordered_map<std::string_view, uint64_t> storages;
+  for (const PickleValue* value : values) {
+    if (value->kind != Kind::kTensor) continue;
+    const PickleValue& storage = *value->items[0];
+    storages[storage.text] = uint64_t(storage.integer) * c10::elementSize(storage.dtype);
+  }
+  uint64_t total = 0;
+  for (const auto& item : storages) total += item.second;
+  return total;
+}
+
+// Whether tensors taking `bytes` of a file should view its bytes rather than copy them: when
+// they are most of it (a state dict; not the weights of a checkpoint mostly holding an
+// optimizer's state, whose bytes would all stay in memory with them).
+bool view_file(uint64_t bytes, const FileBytes& file) { return 2 * bytes >= file.size(); }
+
 // The tensors of a state dict (checked by is_state_dict), as Python's dict holds them.
 void collect(const PickleValue& dict, Materializer& materializer, NamedTensors& out) {
   const DictView view(dict);
@@ -427,6 +525,72 @@ void strip_given_prefix(NamedTensors& out, std::string prefix) {
                                                        std::to_string(keys.size()) + " keys"));
 }
 
+// --- the metadata a file carries for fusedlinear (NamedTensors::metadata) ---
+
+// Caps per value (and key), and in all: through the memo a hostile pickle can give one long
+// string as the value of many keys, which would cost its length each time.
+constexpr size_t kMaxMetadataText = 64 * 1024;
+constexpr size_t kMaxMetadataTotal = 1 << 20;
+
+// One entry, checked; `where` names it in messages.
+void add_metadata(NamedTensors& out, size_t& total, const std::string& key,
+                  const std::string& value, const std::string& where) {
+  if (key.empty()) throw FormatError(where + " has an empty name");
+  if (key.size() > kMaxMetadataText || value.size() > kMaxMetadataText) {
+    throw FormatError(where + " is " + size_text(std::max(key.size(), value.size())) +
+                      " long; fusedlinear's metadata holds at most 64 KiB per name and value");
+  }
+  total += key.size() + value.size();
+  if (total > kMaxMetadataTotal) {
+    throw FormatError(where + ": fusedlinear's metadata exceeds 1 MiB in all");
+  }
+  out.metadata[key] = value;
+}
+
+// The chosen state dict's _metadata["fusedlinear"]: an OrderedDict's attributes come from
+// BUILD, in which state_dict() keeps _metadata (per-module versions, keyed by module prefix;
+// only the "fusedlinear" entry means something here). Strings as they are, ints (a version) as
+// decimal text; any other value is an error.
+void read_pickle_metadata(const PickleValue& dict, NamedTensors& out) {
+  if (!dict.state) return;
+  const PickleValue* metadata = nullptr;
+  for (const PickleValue* state : dict.state->items) {  // later BUILDs win, as in Python
+    if (state->kind != Kind::kDict) continue;
+    if (const PickleValue* value = DictView(*state).get("_metadata")) metadata = value;
+  }
+  if (!metadata || metadata->kind != Kind::kDict) return;
+  const PickleValue* ours = DictView(*metadata).get("fusedlinear");
+  if (!ours) return;
+  if (ours->kind != Kind::kDict) {
+    throw FormatError("_metadata['fusedlinear'] is " + describe(*ours) +
+                      ", expected a dict of strings");
+  }
+  size_t total = 0;
+  const DictView entries(*ours);
+  for (const auto& [key, value] : entries.entries()) {
+    const std::string where = "_metadata['fusedlinear']['" + printable(*key) + "']";
+    if (value->kind == Kind::kString) {
+      add_metadata(out, total, *key, value->text, where);
+    } else if (value->kind == Kind::kInt) {
+      add_metadata(out, total, *key, std::to_string(value->integer), where);
+    } else {
+      throw FormatError(where + " is " + describe(*value) + ", expected a string");
+    }
+  }
+}
+
+// A .safetensors header's __metadata__ entries "fusedlinear.<key>".
+void read_safetensors_metadata(const std::map<std::string, std::string>& metadata,
+                               NamedTensors& out) {
+  static const std::string kPrefix = "fusedlinear.";
+  size_t total = 0;
+  for (const auto& [name, value] : metadata) {
+    if (!starts_with(name, kPrefix)) continue;
+    add_metadata(out, total, name.substr(kPrefix.size()), value,
+                 "safetensors __metadata__ entry '" + printable(name) + "'");
+  }
+}
+
 bool is_safetensors(const std::string& path, const FileBytes& file) {
   if (ends_with(path, ".safetensors")) return true;
   return !(file.size() >= 2 && file.data()[0] == 'P' && file.data()[1] == 'K') &&
@@ -435,12 +599,15 @@ bool is_safetensors(const std::string& path, const FileBytes& file) {
 
 NamedTensors read_safetensors(const FileBytes& file) {
   NamedTensors out;
-  for (const SafetensorsEntry& entry : parse_safetensors(file.data(), file.size())) {
+  std::map<std::string, std::string> metadata;
+  for (const SafetensorsEntry& entry : parse_safetensors(file.data(), file.size(), &metadata)) {
     int64_t numel = 1;
     for (int64_t dim : entry.shape) numel *= dim;  // checked: numel * element size fits the file
-    torch::Tensor tensor = copy_out(file.data() + entry.offset, numel, entry.dtype);
+    // The tensors cover the data section (parse_safetensors checks): they are the file.
+    torch::Tensor tensor = tensor_at(file, entry.offset, numel, entry.dtype, /*view=*/true);
     out.tensors.emplace_back(entry.name, tensor.reshape(entry.shape));
   }
+  read_safetensors_metadata(metadata, out);
   return out;
 }
 
@@ -487,7 +654,11 @@ NamedTensors read_state_dict(const std::string& path, const std::string& weights
       TorchArchive archive;
       open_archive(file, archive);
       const PickleValue& dict = select_state_dict(*archive.root, weights_key, out.notices);
-      Materializer materializer(archive, file.size());
+      read_pickle_metadata(dict, out);
+      std::vector<const PickleValue*> values;
+      const DictView view(dict);
+      for (const auto& entry : view.entries()) values.push_back(entry.second);
+      Materializer materializer(archive, file, view_file(storage_bytes(values), file));
       collect(dict, materializer, out);
     }
     if (!strip_prefix.empty()) strip_given_prefix(out, strip_prefix);
@@ -498,6 +669,11 @@ NamedTensors read_state_dict(const std::string& path, const std::string& weights
     return out;
   } catch (const FormatError& e) {
     fail(path, e.what());
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory(path, file.size());
+  } catch (const c10::Error& e) {
+    if (is_allocation_failure(e)) fail_out_of_memory(path, file.size());
+    throw;
   }
 }
 
@@ -523,10 +699,15 @@ torch::Tensor read_tensor(const std::string& path) {
       throw FormatError("the file holds " + describe(root) +
                         ", not a single tensor; save it with torch.save(tensor, path)");
     }
-    Materializer materializer(archive, file.size());
+    Materializer materializer(archive, file, view_file(storage_bytes({&root}), file));
     return materializer.tensor(root);
   } catch (const FormatError& e) {
     fail(path, e.what());
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory(path, file.size());
+  } catch (const c10::Error& e) {
+    if (is_allocation_failure(e)) fail_out_of_memory(path, file.size());
+    throw;
   }
 }
 

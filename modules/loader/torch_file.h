@@ -35,10 +35,12 @@ struct NamedTensors {
 
 // Reads a state dict from `path`: a torch.save archive (dict or OrderedDict of tensors, or a
 // checkpoint dict holding one under `weights_key` or an unambiguous well-known key) or a
-// .safetensors file. Then `strip_prefix` (--strip-prefix; a final '.' is added if missing), if
-// given, comes off every key that starts with it (none doing so is an error), and the prefixes
-// of training wrappers come off as strip_wrapper_prefixes says; each with a notice. Throws
-// LoadError.
+// .safetensors file, with its metadata (NamedTensors::metadata: each value at most 64 KiB, an
+// int kept as its decimal text, any other kind an error). Then `strip_prefix` (--strip-prefix;
+// a final '.' is added if missing), if given, comes off every key that starts with it (none
+// doing so is an error), and the prefixes of training wrappers come off as
+// strip_wrapper_prefixes says; each with a notice. The file is read whole into memory; one that
+// is not a regular file, or that changes while it is read, is refused. Throws LoadError.
 NamedTensors read_state_dict(const std::string& path, const std::string& weights_key = "",
                              const std::string& strip_prefix = "");
 

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 
 namespace fusedlinear {
 namespace {
@@ -81,7 +82,8 @@ uint32_t crc32(const uint8_t* data, size_t size, uint32_t crc) {
   return ~c;
 }
 
-ZipArchive::ZipArchive(const uint8_t* data, size_t size) : data_(data), size_(size) {
+ZipArchive::ZipArchive(const uint8_t* data, size_t size, std::string resave)
+    : data_(data), size_(size), resave_(std::move(resave)) {
   // The end-of-central-directory record: the last signature whose comment ends at the file's
   // end or before it (the comment is at most 65535 bytes).
   if (size < kEndSize) throw FormatError("zip archive truncated (no end of central directory)");
@@ -207,9 +209,8 @@ const uint8_t* ZipArchive::read(const Entry& entry) const {
   if (entry.encrypted) throw FormatError("zip entry " + printable(entry.name) + " is encrypted");
   if (entry.method != 0) {
     throw FormatError("zip entry " + printable(entry.name) + " is compressed (method " +
-                      std::to_string(entry.method) +
-                      "), which torch.save never writes; re-save with "
-                      "torch.save(model.state_dict(), path)");
+                      std::to_string(entry.method) + "), which torch.save never writes; " +
+                      resave_);
   }
   const uint8_t* bytes = data_ + entry.data_offset;
   if (entry.crc != 0 || entry.size == 0) {

@@ -37,8 +37,10 @@ class ZipArchive {
   };
 
   // Indexes the zip archive `data[0, size)`; the buffer must outlive the archive. Throws
-  // FormatError for anything malformed.
-  ZipArchive(const uint8_t* data, size_t size);
+  // FormatError for anything malformed. `resave` ends the refusal of a compressed entry: how to
+  // write the file again ("re-save with torch.save(model.state_dict(), path)").
+  ZipArchive(const uint8_t* data, size_t size,
+             std::string resave = "re-save with torch.save(model.state_dict(), path)");
 
   const std::vector<Entry>& entries() const { return entries_; }
   // The first entry named `name`, or nullptr.
@@ -51,6 +53,7 @@ class ZipArchive {
  private:
   const uint8_t* data_;
   size_t size_;
+  std::string resave_;
   std::vector<Entry> entries_;
   std::unordered_map<std::string, size_t> index_;
 };
