@@ -26,8 +26,8 @@ struct SquaredRelu {
 struct MyModel {
   static constexpr const char* kName = "my_model";
   static constexpr const char* kLinear = "fc";
-  static constexpr auto kChain = act::Chain(act::GeluTanh{}, act::MulParam{"scale"},
-                                            SquaredRelu{}, act::Clamp{-2.0f, 2.0f});
+  static constexpr auto kChain =
+      act::Chain(act::GeluTanh{}, act::MulParam{"scale"}, SquaredRelu{}, act::Clamp{-2.0f, 2.0f});
 };
 
 }  // namespace example

@@ -216,7 +216,7 @@ void run_declaration(const Buffers<T>& b, int iters) {
   run_variant<T, Shape>(name + " compiled", b, iters, compiled, Model::kChain);
   // At the run-time chains' own shape, as they run in production.
   run_variant<T, cuda::ProductionShape<T, RuntimeChain>>(name + " run-time", b, iters, runtime,
-                                                          Model::kChain);
+                                                         Model::kChain);
   if constexpr (!std::is_same_v<T, float>) {
     const auto shape = [&](auto s) {
       run_variant<T, decltype(s)>(name + " compiled", b, iters, compiled, Model::kChain);
@@ -240,7 +240,7 @@ void run_all(int64_t rows, int64_t cols, size_t l2_bytes, int iters) {
   auto b = make_buffers<T>(rows, cols, l2_bytes, iters);
   // No activations: the kernel's loads, bias adds and stores alone, its floor against the copy.
   run_variant<T, cuda::ProductionShape<T, RuntimeChain>>("identity (bias only)", b, iters,
-                                                          act::Chain<>{}, act::Chain<>{});
+                                                         act::Chain<>{}, act::Chain<>{});
   std::apply([&](auto... models) { (run_declaration<decltype(models)>(b, iters), ...); },
              LibraryModels{});
   free_buffers(b);

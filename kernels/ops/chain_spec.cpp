@@ -352,9 +352,8 @@ act::Program program_of(const ParsedChain& chain) {
   act::Program program;
   const OpInfo* previous = nullptr;
   for (const ChainOp& op : chain.ops) {
-    const act::AppendError error =
-        act::append_op(program, op.op->code, op.args, op.op->takes_param,
-                       previous && previous->output_in_unit_interval);
+    const act::AppendError error = act::append_op(program, op.op->code, op.args, op.op->takes_param,
+                                                  previous && previous->output_in_unit_interval);
     const std::string what = "chain '" + chain.to_string() + "': ";
     switch (error) {
       case act::AppendError::kNone:
