@@ -744,7 +744,7 @@ class _Walk:
     def finish(self, output):
         result = output.args[0]
         if not isinstance(result, torch.fx.Node):
-            raise ChainError("fx_chain: the model returns %s, not one tensor: %s"
+            raise ChainError("fx_chain: the model returns a %s, not one tensor: %s"
                              % (type(result).__name__, WHY))
         if self.linear is None:
             raise ChainError("fx_chain: the model has no nn.Linear applied to its input: %s" % WHY)

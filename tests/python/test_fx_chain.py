@@ -73,7 +73,7 @@ FORMULAS = {
         0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))),
     "silu": lambda x: x / (1 + torch.exp(-x)),
     "swish": lambda x: (1 / (1 + torch.exp(-x))) * x,
-    "mish": lambda x: x * torch.tanh(_softplus(x, 1, 20)),
+    "mish": lambda x: x * torch.tanh(torch.log1p(torch.exp(x))),
     "sigmoid": lambda x: 1 / (1 + torch.exp(-x)),
     "tanh": torch.tanh,
     "hardtanh": lambda x, low, high: torch.clamp(x, low, high),
@@ -254,6 +254,13 @@ FORMS = [
     ("F.dropout(training=self.training)", lambda s, x: F.dropout(
         s.fc(x), 0.5, training=s.training).tanh(), {}, "tanh"),
     ("fc(input=x)", lambda s, x: s.fc(input=x).relu(), {}, "relu"),
+    ("in-place functions", lambda s, x: torch.tanh_(torch.sigmoid_(F.hardtanh_(F.elu_(
+        F.leaky_relu_(s.fc(x), 0.5)), -2, 2))), {},
+     "leaky_relu(0.5),elu(1),hardtanh(-2,2),sigmoid,tanh"),
+    ("more in-place functions", lambda s, x: torch.clamp_min_(torch.celu_(torch.selu_(
+        s.fc(x))), 0.5), {}, "selu,celu(1),clamp(0.5,inf)"),
+    ("torch.special.expit, torch.celu", lambda s, x: torch.celu(torch.special.expit(s.fc(x)),
+                                                                0.25), {}, "sigmoid,celu(0.25)"),
 ]
 
 # (what, forward, modules, strings the message must hold)
@@ -314,7 +321,7 @@ REFUSALS = [
      ["(node 'leaky_relu')", "negative_slope is NaN"]),
     ("an unknown argument", lambda s, x: torch.add(s.fc(x), 1, out=None), {},
      ["call_function torch.add (node 'add')", "argument 'out'"]),
-    ("a tuple output", lambda s, x: (s.fc(x).relu(), x), {}, ["returns tuple"]),
+    ("a tuple output", lambda s, x: (s.fc(x).relu(), x), {}, ["returns a tuple, not one tensor"]),
     ("a Linear alone", lambda s, x: s.fc(x), {}, ["its Linear alone"]),
     ("data-dependent control flow", lambda s, x: s.fc(x).relu() if x.sum() > 0 else x, {},
      ["torch.fx cannot trace the model"]),
@@ -394,6 +401,10 @@ class Forms(unittest.TestCase):
         self.assertEqual(spec_of(forward, act=nn.LeakyReLU(0.125)),
                          "relu,leaky_relu(0.125),add(p),swish,clamp(-inf,2),div(scalar),"
                          "gelu(tanh)")
+
+    def test_a_linear_without_bias(self):
+        model = nn.Sequential(nn.Linear(4, 3, bias=False), nn.Tanh())
+        self.assertEqual(fx.chain_spec(model), ("0", "tanh"))
 
     def test_a_nested_sequential_names_its_linear_by_path(self):
         model = nn.Sequential(nn.Sequential(nn.Linear(4, 3), nn.GELU()), nn.Tanh())
