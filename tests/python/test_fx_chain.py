@@ -1,0 +1,796 @@
+"""Tests of weights/fx_chain.py: chain specs of models, refusals, numbers, files, command line.
+
+    /usr/bin/python3 tests/python/test_fx_chain.py --exporter weights/fx_chain.py [-k PATTERN]
+
+Checks the canonical spec of every demo model (and that each spec, evaluated with the formulas
+of docs/CHAINS.md, gives the model's output), every PyTorch form of every vocabulary op, the
+refusals and their messages, the canonical numbers and the spec grammar, the .pt and
+.safetensors files (skipped, with a message, where the safetensors package is missing) and the
+command line. Exits non-zero on any failure.
+"""
+import argparse
+import importlib.util
+import json
+import math
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+EXPORTER = os.path.join(REPO, "weights", "fx_chain.py")
+fx = None  # the module under test, loaded from --exporter in main()
+
+# name -> (linear, canonical spec)
+EXPECTED = {
+    "gelu_dropout_silu": ("fc", "gelu,silu"),
+    "leaky_sigmoid": ("block.0", "leaky_relu(0.2),sigmoid"),
+    "hardswish_clamp": ("fc", "hardswish,clamp(-1,2)"),
+    "mynet": ("fc", "gelu(tanh),silu,clamp(-2,2)"),
+    "swish_chain": ("matmul", "add(add_value),swish,tanh,gelu,hardtanh(-1,1)"),
+    "mish_mish": ("linear", "mish,mish"),
+    "scaled_softplus": ("fc", "add(shift),softplus(2,10),mul(scale),elu(0.5)"),
+    "clamp_div": ("fc", "clamp(0,inf),div(3),add(0.5),clamp(-inf,1)"),
+    "selu_celu_softsign": ("fc", "selu,celu(0.7),div(temperature),softsign,sub(0.25)"),
+    "relu6_tanhshrink": ("fc", "mul(gain),relu6,sub(offset),tanhshrink,logsigmoid,"
+                               "hardsigmoid,relu"),
+}
+
+
+def load_module(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# The ops as docs/CHAINS.md defines them, in float64, independent of torch.nn.functional.
+
+def _softplus(x, beta, threshold):
+    return torch.where(beta * x > threshold, x, torch.log1p(torch.exp(beta * x)) / beta)
+
+
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+FORMULAS = {
+    "relu": lambda x: torch.where(x > 0, x, torch.zeros_like(x)),
+    "relu6": lambda x: torch.clamp(x, 0, 6),
+    "leaky_relu": lambda x, s: torch.where(x > 0, x, s * x),
+    "elu": lambda x, a: torch.where(x > 0, x, a * (torch.exp(x) - 1)),
+    "selu": lambda x: SELU_SCALE * torch.where(x > 0, x, SELU_ALPHA * (torch.exp(x) - 1)),
+    "celu": lambda x, a: torch.clamp(x, min=0) + torch.clamp(a * (torch.exp(x / a) - 1), max=0),
+    "gelu": lambda x, approximate: (
+        0.5 * x * (1 + torch.erf(x / math.sqrt(2))) if approximate == "none" else
+        0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))),
+    "silu": lambda x: x / (1 + torch.exp(-x)),
+    "swish": lambda x: (1 / (1 + torch.exp(-x))) * x,
+    "mish": lambda x: x * torch.tanh(torch.log1p(torch.exp(x))),
+    "sigmoid": lambda x: 1 / (1 + torch.exp(-x)),
+    "tanh": torch.tanh,
+    "hardtanh": lambda x, low, high: torch.clamp(x, low, high),
+    "clamp": lambda x, low, high: torch.minimum(torch.maximum(x, torch.tensor(low).double()),
+                                                torch.tensor(high).double()),
+    "hardsigmoid": lambda x: torch.clamp(x / 6 + 0.5, 0, 1),
+    "hardswish": lambda x: x * torch.clamp(x + 3, 0, 6) / 6,
+    "softplus": _softplus,
+    "softsign": lambda x: x / (1 + x.abs()),
+    "tanhshrink": lambda x: x - torch.tanh(x),
+    "logsigmoid": lambda x: torch.clamp(x, max=0) - torch.log1p(torch.exp(-x.abs())),
+    "add": lambda x, v: x + v, "sub": lambda x, v: x - v,
+    "mul": lambda x, v: x * v, "div": lambda x, v: x / v,
+}
+
+
+def evaluate(spec, state, linear, x):
+    """The chain's output, in float64: Linear, then each op of the spec by its formula."""
+    y = F.linear(x.double(), state[linear + ".weight"].double(),
+                 state[linear + ".bias"].double())
+    for op in fx.parse_spec(spec):
+        args = [state[a].double() if isinstance(a, str) and op.token in fx.BINARY else a
+                for a in op.args]
+        y = FORMULAS[op.token](y, *args)
+    return y
+
+
+def max_difference(a, b):
+    return (a.double() - b.double()).abs().max().item()
+
+
+# ---------------------------------------------------------------------------------------------
+# Small models for the forms and the refusals.
+
+class Probe(nn.Module):
+    """nn.Linear(4, 3) as fc, parameters of several shapes, and a forward given as a function
+    (symbolic_trace traces through it)."""
+
+    def __init__(self, forward, **modules):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.p = nn.Parameter(torch.randn(3))
+        self.scalar = nn.Parameter(torch.tensor(2.0))
+        self.one = nn.Parameter(torch.tensor([0.5]))
+        self.row = nn.Parameter(torch.randn(1, 3))
+        self.register_buffer("steps", torch.arange(3))
+        self.register_buffer("scratch", torch.ones(3), persistent=False)
+        self.plain = torch.ones(3)
+        for name, module in modules.items():
+            setattr(self, name, module)
+        self._forward = forward
+
+    def forward(self, x):
+        return self._forward(self, x)
+
+
+def spec_of(forward, **modules):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # F.sigmoid and F.tanh are deprecated
+        return fx.chain_spec(Probe(forward, **modules))[1]
+
+
+def _branch(y):
+    return torch.relu(y) + y
+
+
+def _square(y):
+    return y * y
+
+
+def _relu_in_place_then_return(y):
+    y.relu_()
+    return y
+
+
+def _add_one_augmented(y):
+    y += 1
+    return y
+
+
+def _discard_relu(y):
+    torch.relu(y)
+    return y
+
+
+# (what, forward, modules, spec)
+FORMS = [
+    ("F.relu", lambda s, x: F.relu(s.fc(x)), {}, "relu"),
+    ("torch.relu", lambda s, x: torch.relu(s.fc(x)), {}, "relu"),
+    ("x.relu()", lambda s, x: s.fc(x).relu(), {}, "relu"),
+    ("nn.ReLU", lambda s, x: s.act(s.fc(x)), {"act": nn.ReLU()}, "relu"),
+    ("nn.ReLU(inplace)", lambda s, x: s.act(s.fc(x)), {"act": nn.ReLU(inplace=True)}, "relu"),
+    ("F.relu(inplace)", lambda s, x: F.relu(s.fc(x), inplace=True), {}, "relu"),
+    ("torch.relu_", lambda s, x: torch.relu_(s.fc(x)), {}, "relu"),
+    ("x.relu_() then x", lambda s, x: _relu_in_place_then_return(s.fc(x)), {}, "relu"),
+    ("F.relu6", lambda s, x: F.relu6(s.fc(x)), {}, "relu6"),
+    ("nn.ReLU6", lambda s, x: s.act(s.fc(x)), {"act": nn.ReLU6()}, "relu6"),
+    ("F.leaky_relu default", lambda s, x: F.leaky_relu(s.fc(x)), {}, "leaky_relu(0.01)"),
+    ("F.leaky_relu positional", lambda s, x: F.leaky_relu(s.fc(x), 0.2), {}, "leaky_relu(0.2)"),
+    ("F.leaky_relu keyword", lambda s, x: F.leaky_relu(s.fc(x), negative_slope=0.3), {},
+     "leaky_relu(0.3)"),
+    ("nn.LeakyReLU", lambda s, x: s.act(s.fc(x)), {"act": nn.LeakyReLU(0.2)}, "leaky_relu(0.2)"),
+    ("F.elu", lambda s, x: F.elu(s.fc(x)), {}, "elu(1)"),
+    ("nn.ELU", lambda s, x: s.act(s.fc(x)), {"act": nn.ELU(alpha=0.5)}, "elu(0.5)"),
+    ("F.selu", lambda s, x: F.selu(s.fc(x)), {}, "selu"),
+    ("torch.selu", lambda s, x: torch.selu(s.fc(x)), {}, "selu"),
+    ("nn.SELU", lambda s, x: s.act(s.fc(x)), {"act": nn.SELU()}, "selu"),
+    ("F.celu", lambda s, x: F.celu(s.fc(x), alpha=2.0), {}, "celu(2)"),
+    ("nn.CELU", lambda s, x: s.act(s.fc(x)), {"act": nn.CELU()}, "celu(1)"),
+    ("F.gelu", lambda s, x: F.gelu(s.fc(x)), {}, "gelu"),
+    ("F.gelu tanh", lambda s, x: F.gelu(s.fc(x), approximate="tanh"), {}, "gelu(tanh)"),
+    ("nn.GELU", lambda s, x: s.act(s.fc(x)), {"act": nn.GELU()}, "gelu"),
+    ("nn.GELU tanh", lambda s, x: s.act(s.fc(x)), {"act": nn.GELU(approximate="tanh")},
+     "gelu(tanh)"),
+    ("F.silu", lambda s, x: F.silu(s.fc(x)), {}, "silu"),
+    ("nn.SiLU", lambda s, x: s.act(s.fc(x)), {"act": nn.SiLU()}, "silu"),
+    ("sigmoid(x) * x", lambda s, x: (lambda y: torch.sigmoid(y) * y)(s.fc(x)), {}, "swish"),
+    ("x * sigmoid(x)", lambda s, x: (lambda y: y * torch.sigmoid(y))(s.fc(x)), {}, "swish"),
+    ("x.sigmoid() * x", lambda s, x: (lambda y: y.sigmoid() * y)(s.fc(x)), {}, "swish"),
+    ("torch.mul(x, sigmoid(x))", lambda s, x: (lambda y: torch.mul(y, torch.sigmoid(y)))(
+        s.fc(x)), {}, "swish"),
+    ("F.mish", lambda s, x: F.mish(s.fc(x)), {}, "mish"),
+    ("nn.Mish", lambda s, x: s.act(s.fc(x)), {"act": nn.Mish()}, "mish"),
+    ("torch.sigmoid", lambda s, x: torch.sigmoid(s.fc(x)), {}, "sigmoid"),
+    ("F.sigmoid", lambda s, x: F.sigmoid(s.fc(x)), {}, "sigmoid"),
+    ("nn.Sigmoid", lambda s, x: s.act(s.fc(x)), {"act": nn.Sigmoid()}, "sigmoid"),
+    ("x.sigmoid()", lambda s, x: s.fc(x).sigmoid(), {}, "sigmoid"),
+    ("sigmoid(x) * 2", lambda s, x: torch.sigmoid(s.fc(x)) * 2, {}, "sigmoid,mul(2)"),
+    ("torch.tanh", lambda s, x: torch.tanh(s.fc(x)), {}, "tanh"),
+    ("F.tanh", lambda s, x: F.tanh(s.fc(x)), {}, "tanh"),
+    ("nn.Tanh", lambda s, x: s.act(s.fc(x)), {"act": nn.Tanh()}, "tanh"),
+    ("x.tanh()", lambda s, x: s.fc(x).tanh(), {}, "tanh"),
+    ("F.hardtanh", lambda s, x: F.hardtanh(s.fc(x)), {}, "hardtanh(-1,1)"),
+    ("F.hardtanh args", lambda s, x: F.hardtanh(s.fc(x), -2, max_val=0.5), {},
+     "hardtanh(-2,0.5)"),
+    ("nn.Hardtanh", lambda s, x: s.act(s.fc(x)), {"act": nn.Hardtanh(0, 3)}, "hardtanh(0,3)"),
+    ("torch.clamp both", lambda s, x: torch.clamp(s.fc(x), -2, 2), {}, "clamp(-2,2)"),
+    ("torch.clamp min", lambda s, x: torch.clamp(s.fc(x), min=0.0), {}, "clamp(0,inf)"),
+    ("torch.clip max", lambda s, x: torch.clip(s.fc(x), max=1), {}, "clamp(-inf,1)"),
+    ("x.clamp", lambda s, x: s.fc(x).clamp(-0.5, 0.25), {}, "clamp(-0.5,0.25)"),
+    ("x.clip", lambda s, x: s.fc(x).clip(min=-1), {}, "clamp(-1,inf)"),
+    ("torch.clamp_min", lambda s, x: torch.clamp_min(s.fc(x), 0.1), {}, "clamp(0.1,inf)"),
+    ("torch.clamp_max", lambda s, x: torch.clamp_max(s.fc(x), 3), {}, "clamp(-inf,3)"),
+    ("x.clamp_", lambda s, x: s.fc(x).clamp_(0, 1), {}, "clamp(0,1)"),
+    ("F.hardsigmoid", lambda s, x: F.hardsigmoid(s.fc(x)), {}, "hardsigmoid"),
+    ("nn.Hardsigmoid", lambda s, x: s.act(s.fc(x)), {"act": nn.Hardsigmoid()}, "hardsigmoid"),
+    ("F.hardswish", lambda s, x: F.hardswish(s.fc(x)), {}, "hardswish"),
+    ("nn.Hardswish", lambda s, x: s.act(s.fc(x)), {"act": nn.Hardswish()}, "hardswish"),
+    ("F.softplus", lambda s, x: F.softplus(s.fc(x)), {}, "softplus(1,20)"),
+    ("F.softplus args", lambda s, x: F.softplus(s.fc(x), 2, threshold=10), {}, "softplus(2,10)"),
+    ("nn.Softplus", lambda s, x: s.act(s.fc(x)), {"act": nn.Softplus(beta=0.5)},
+     "softplus(0.5,20)"),
+    ("F.softsign", lambda s, x: F.softsign(s.fc(x)), {}, "softsign"),
+    ("nn.Softsign", lambda s, x: s.act(s.fc(x)), {"act": nn.Softsign()}, "softsign"),
+    ("F.tanhshrink", lambda s, x: F.tanhshrink(s.fc(x)), {}, "tanhshrink"),
+    ("nn.Tanhshrink", lambda s, x: s.act(s.fc(x)), {"act": nn.Tanhshrink()}, "tanhshrink"),
+    ("F.logsigmoid", lambda s, x: F.logsigmoid(s.fc(x)), {}, "logsigmoid"),
+    ("nn.LogSigmoid", lambda s, x: s.act(s.fc(x)), {"act": nn.LogSigmoid()}, "logsigmoid"),
+    ("x + p", lambda s, x: s.fc(x) + s.p, {}, "add(p)"),
+    ("p + x", lambda s, x: s.p + s.fc(x), {}, "add(p)"),
+    ("torch.add(x, scalar)", lambda s, x: torch.add(s.fc(x), s.scalar), {}, "add(scalar)"),
+    ("x.add(1, alpha=1)", lambda s, x: s.fc(x).add(1, alpha=1), {}, "add(1)"),
+    ("x.add_(one)", lambda s, x: s.fc(x).add_(s.one), {}, "add(one)"),
+    ("x - 0.5", lambda s, x: s.fc(x) - 0.5, {}, "sub(0.5)"),
+    ("torch.sub(x, p)", lambda s, x: torch.sub(s.fc(x), s.p), {}, "sub(p)"),
+    ("x * 3", lambda s, x: s.fc(x) * 3, {}, "mul(3)"),
+    ("2 * x", lambda s, x: 2 * s.fc(x), {}, "mul(2)"),
+    ("scalar * x", lambda s, x: s.scalar * s.fc(x), {}, "mul(scalar)"),
+    ("x.mul(p)", lambda s, x: s.fc(x).mul(s.p), {}, "mul(p)"),
+    ("x / 3", lambda s, x: s.fc(x) / 3, {}, "div(3)"),
+    ("torch.div(x, one)", lambda s, x: torch.div(s.fc(x), s.one), {}, "div(one)"),
+    ("x.div(p)", lambda s, x: s.fc(x).div(s.p), {}, "div(p)"),
+    ("x += 1", lambda s, x: _add_one_augmented(s.fc(x)), {}, "add(1)"),
+    ("nn.Dropout, nn.Identity, contiguous", lambda s, x: s.d(s.i(s.fc(x).contiguous())).tanh(),
+     {"d": nn.Dropout(0.3), "i": nn.Identity()}, "tanh"),
+    ("F.dropout(training=False)", lambda s, x: F.dropout(s.fc(x), 0.5, training=False).tanh(),
+     {}, "tanh"),
+    ("F.dropout(training=self.training)", lambda s, x: F.dropout(
+        s.fc(x), 0.5, training=s.training).tanh(), {}, "tanh"),
+    ("fc(input=x)", lambda s, x: s.fc(input=x).relu(), {}, "relu"),
+    ("in-place functions", lambda s, x: torch.tanh_(torch.sigmoid_(F.hardtanh_(F.elu_(
+        F.leaky_relu_(s.fc(x), 0.5)), -2, 2))), {},
+     "leaky_relu(0.5),elu(1),hardtanh(-2,2),sigmoid,tanh"),
+    ("more in-place functions", lambda s, x: torch.clamp_min_(torch.celu_(torch.selu_(
+        s.fc(x))), 0.5), {}, "selu,celu(1),clamp(0.5,inf)"),
+    ("torch.special.expit, torch.celu", lambda s, x: torch.celu(torch.special.expit(s.fc(x)),
+                                                                0.25), {}, "sigmoid,celu(0.25)"),
+]
+
+# (what, forward, modules, strings the message must hold)
+REFUSALS = [
+    ("an op outside the vocabulary", lambda s, x: torch.matmul(s.fc(x), s.fc.weight), {},
+     ["cannot express call_function torch.matmul (node 'matmul')"]),
+    ("no Linear", lambda s, x: torch.relu(x), {},
+     ["the first op is call_function torch.relu (node 'relu'), not an nn.Linear"]),
+    ("a Linear that is not first", lambda s, x: s.fc(torch.relu(x)), {},
+     ["the first op is call_function torch.relu (node 'relu')", "node 'fc' comes later"]),
+    ("a functional linear", lambda s, x: F.linear(x, s.fc.weight, s.fc.bias).relu(), {},
+     ["call_function torch.nn.functional.linear (node 'linear')"]),
+    ("a second Linear", lambda s, x: s.fc2(s.fc(x)), {"fc2": nn.Linear(3, 3)},
+     ["call_module fc2 (torch.nn.Linear) (node 'fc2'), a second Linear"]),
+    ("a branch", lambda s, x: _branch(s.fc(x)), {},
+     ["call_function operator.add (node 'add')", "takes node 'fc' again after node 'relu'",
+      "(a branch)"]),
+    ("a residual", lambda s, x: s.fc(x) + x, {},
+     ["(node 'add')", "takes node 'x' again after node 'fc'"]),
+    ("an op left unused", lambda s, x: _discard_relu(s.fc(x)), {},
+     ["the output (node 'output')", "takes node 'fc' again after node 'relu'"]),
+    ("x * x", lambda s, x: _square(s.fc(x)), {},
+     ["call_function operator.mul (node 'mul')", "takes the running value twice"]),
+    ("a parameter of the wrong shape", lambda s, x: s.fc(x) + s.row, {},
+     ["(node 'add')", "parameter 'row' of shape [1, 3]", "[3], [] or [1]"]),
+    ("an integer buffer", lambda s, x: s.fc(x) * s.steps, {},
+     ["(node 'mul')", "parameter 'steps' of dtype int64"]),
+    ("a tensor outside the state dict", lambda s, x: s.fc(x) * s.scratch, {},
+     ["(node 'mul')", "tensor 'scratch', which is not in the state dict"]),
+    ("a plain tensor attribute", lambda s, x: s.fc(x) * s.plain, {},
+     ["tensor 'plain', which is not in the state dict"]),
+    ("a tensor made in forward", lambda s, x: s.fc(x) * torch.tensor(2.0), {},
+     ["tensor '_tensor_constant0', which is not in the state dict"]),
+    ("arithmetic on parameters", lambda s, x: s.fc(x) * (s.p * 2), {},
+     ["(node 'mul')", "computes on parameters or constants only"]),
+    ("v - x", lambda s, x: 1 - s.fc(x), {},
+     ["call_function operator.sub (node 'sub')", "(v - x)"]),
+    ("v / x", lambda s, x: s.p / s.fc(x), {},
+     ["call_function operator.truediv (node 'truediv')", "(v / x)"]),
+    ("torch.add with alpha", lambda s, x: torch.add(s.fc(x), s.p, alpha=2), {},
+     ["call_function torch.add (node 'add')", "alpha=2"]),
+    ("floor division", lambda s, x: torch.div(s.fc(x), 2, rounding_mode="floor"), {},
+     ["call_function torch.div (node 'div')", "rounding_mode='floor'"]),
+    ("an in-place op on a parameter", lambda s, x: s.p.add_(s.fc(x)), {},
+     ["call_method add_ (node 'add_')", "writes into its first operand"]),
+    ("training-mode dropout", lambda s, x: F.dropout(s.fc(x), 0.1).tanh(), {},
+     ["call_function torch.nn.functional.dropout (node 'dropout')", "training=True"]),
+    ("an unknown module", lambda s, x: s.norm(s.fc(x)), {"norm": nn.LayerNorm(3)},
+     ["cannot express call_module norm (torch.nn.LayerNorm) (node 'norm')"]),
+    ("a module outside the vocabulary", lambda s, x: s.act(s.fc(x)), {"act": nn.Softmax(-1)},
+     ["call_module act (torch.nn.Softmax) (node 'act')"]),
+    ("a method outside the vocabulary", lambda s, x: s.fc(x).exp(), {},
+     ["cannot express call_method exp (node 'exp')"]),
+    ("negation", lambda s, x: -s.fc(x), {}, ["call_function operator.neg (node 'neg')"]),
+    ("a tensor clamp bound", lambda s, x: torch.clamp(s.fc(x), min=s.p), {},
+     ["call_function torch.clamp (node 'clamp')", "min is a tensor"]),
+    ("a NaN argument", lambda s, x: F.leaky_relu(s.fc(x), float("nan")), {},
+     ["(node 'leaky_relu')", "negative_slope is NaN"]),
+    ("an unknown argument", lambda s, x: torch.add(s.fc(x), 1, out=None), {},
+     ["call_function torch.add (node 'add')", "argument 'out'"]),
+    ("a tuple output", lambda s, x: (s.fc(x).relu(), x), {}, ["returns a tuple, not one tensor"]),
+    ("a Linear alone", lambda s, x: s.fc(x), {}, ["its Linear alone"]),
+    ("data-dependent control flow", lambda s, x: s.fc(x).relu() if x.sum() > 0 else x, {},
+     ["torch.fx cannot trace the model"]),
+]
+
+
+class DemoSpecs(unittest.TestCase):
+    def test_the_demos_are_those_expected(self):
+        self.assertEqual(list(fx.DEMOS), list(EXPECTED))
+
+    def test_each_demo_has_its_canonical_spec(self):
+        for name, want in EXPECTED.items():
+            with self.subTest(demo=name):
+                self.assertEqual(fx.chain_spec(fx.build_demo(name)), want)
+
+    def test_each_spec_gives_the_models_output(self):
+        for name, (linear, spec) in EXPECTED.items():
+            with self.subTest(demo=name):
+                torch.manual_seed(1)
+                model = fx.build_demo(name).eval()
+                x = torch.randn(7, fx.model_in_features(model)) * 3
+                with torch.no_grad():
+                    difference = max_difference(model(x), evaluate(spec, model.state_dict(),
+                                                                   linear, x))
+                self.assertLess(difference, 1e-5)
+
+    def test_the_demos_use_every_op_of_the_vocabulary(self):
+        used = {str(op).split("(")[0] for _, spec in EXPECTED.values()
+                for op in fx.parse_spec(spec)}
+        self.assertEqual(used, set(fx.VOCABULARY))
+        self.assertIn("gelu(tanh)", EXPECTED["mynet"][1])
+
+    def test_the_reference_models_are_those_of_export_py(self):
+        export = load_module(os.path.join(REPO, "weights", "export.py"), "export_reference")
+        for name in ("swish_chain", "mish_mish"):
+            with self.subTest(demo=name):
+                torch.manual_seed(3)
+                want = export.build(name, 64, 48)
+                torch.manual_seed(3)
+                got = fx.build_demo(name, 64, 48)
+                self.assertEqual(list(got.state_dict()), list(want.state_dict()))
+                for key, tensor in want.state_dict().items():
+                    self.assertTrue(torch.equal(got.state_dict()[key], tensor), key)
+                x = torch.randn(5, 64)
+                with torch.no_grad():
+                    self.assertTrue(torch.equal(got(x), want(x)))
+
+    def test_tracing_restores_every_modules_mode(self):
+        model = fx.build_demo("gelu_dropout_silu")
+        model.train()
+        model.dropout.eval()
+        fx.chain_spec(model)
+        self.assertTrue(model.training and model.fc.training and model.silu.training)
+        self.assertFalse(model.dropout.training)
+        fx.chain_spec(model.eval())
+        self.assertFalse(any(m.training for m in model.modules()))
+
+    def test_a_model_in_training_mode_is_described_as_in_eval_mode(self):
+        self.assertEqual(fx.chain_spec(fx.build_demo("gelu_dropout_silu").train())[1],
+                         "gelu,silu")
+
+
+class Forms(unittest.TestCase):
+    def test_every_pytorch_form_of_every_op(self):
+        for what, forward, modules, want in FORMS:
+            with self.subTest(form=what):
+                self.assertEqual(spec_of(forward, **modules), want)
+
+    def test_a_long_chain_of_mixed_forms(self):
+        def forward(s, x):
+            x = s.fc(x)
+            x = F.relu(x, inplace=True)
+            x = s.act(x) + s.p
+            x = torch.sigmoid(x) * x
+            x = x.clamp(max=2) / s.scalar
+            return F.gelu(x, approximate="tanh")
+        self.assertEqual(spec_of(forward, act=nn.LeakyReLU(0.125)),
+                         "relu,leaky_relu(0.125),add(p),swish,clamp(-inf,2),div(scalar),"
+                         "gelu(tanh)")
+
+    def test_a_linear_without_bias(self):
+        model = nn.Sequential(nn.Linear(4, 3, bias=False), nn.Tanh())
+        self.assertEqual(fx.chain_spec(model), ("0", "tanh"))
+
+    def test_a_nested_sequential_names_its_linear_by_path(self):
+        model = nn.Sequential(nn.Sequential(nn.Linear(4, 3), nn.GELU()), nn.Tanh())
+        self.assertEqual(fx.chain_spec(model), ("0.0", "gelu,tanh"))
+
+    def test_a_parameter_in_a_submodule_is_named_by_its_key(self):
+        class Shift(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.bias = nn.Parameter(torch.zeros(3))
+
+            def forward(self, x):
+                return x - self.bias
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc, self.shift = nn.Linear(4, 3), Shift()
+
+            def forward(self, x):
+                return self.shift(self.fc(x))
+        self.assertEqual(fx.chain_spec(Net()), ("fc", "sub(shift.bias)"))
+
+
+class Refusals(unittest.TestCase):
+    def check_refused(self, what, model, strings):
+        with self.assertRaises(fx.ChainError, msg=what) as caught:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fx.chain_spec(model)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith("fx_chain: "), message)
+        self.assertNotIn("\n", message)
+        self.assertIn("docs/CHAINS.md", message)
+        for string in strings:
+            self.assertIn(string, message)
+        return message
+
+    def test_each_kind_of_refusal_names_the_node(self):
+        for what, forward, modules, strings in REFUSALS:
+            with self.subTest(refusal=what):
+                self.check_refused(what, Probe(forward, **modules), strings)
+
+    def test_a_chain_error_is_a_value_error(self):
+        self.assertTrue(issubclass(fx.ChainError, ValueError))
+
+    def test_two_inputs(self):
+        class TwoInputs(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 3)
+
+            def forward(self, x, y):
+                return self.fc(x) + y
+        self.check_refused("two inputs", TwoInputs(), ["uses 2 inputs (x, y)"])
+
+    def test_an_unused_second_input_is_fine(self):
+        class Optional(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 3)
+
+            def forward(self, x, unused=None):
+                return torch.tanh(self.fc(x))
+        self.assertEqual(fx.chain_spec(Optional()), ("fc", "tanh"))
+
+    def test_a_key_the_grammar_cannot_name(self):
+        class Shift(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.v = nn.Parameter(torch.zeros(3))
+
+            def forward(self, x):
+                return x + self.v
+        model = nn.Sequential(nn.Linear(4, 3), Shift())
+        self.check_refused("a key starting with a digit", model,
+                           ["(node 'add')", "parameter '1.v', a key the spec cannot name"])
+
+    def test_not_a_module(self):
+        with self.assertRaises(fx.ChainError):
+            fx.chain_spec(lambda x: x)
+
+    def test_a_refused_model_writes_nothing(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "w.pt")
+            with self.assertRaises(fx.ChainError):
+                fx.save_with_chain(Probe(lambda s, x: torch.matmul(s.fc(x), s.fc.weight)), path)
+            self.assertEqual(os.listdir(folder), [])
+
+
+class Numbers(unittest.TestCase):
+    def test_canonical_numbers(self):
+        cases = [(0.2, "0.2"), (1e-3, "0.001"), (1e-4, "0.0001"), (1e-5, "1e-5"),
+                 (float("-inf"), "-inf"), (float("inf"), "inf"), (1 / 3, "0.33333334"),
+                 (0.01, "0.01"), (1.0, "1"), (-2, "-2"), (20, "20"), (0.5, "0.5"),
+                 (100000, "100000"), (1e16, "1e16"), (3.4028235e38, "3.4028235e38"),
+                 (1e40, "inf"), (-1e-45, "-1e-45"), (0.1 + 0.2, "0.3"), (0.0, "0"),
+                 (-0.0, "-0"), (123456789, "123456790"), (2.5e-7, "2.5e-7")]
+        for value, want in cases:
+            with self.subTest(value=value):
+                self.assertEqual(fx.format_number(value), want)
+
+    def test_nan_has_no_spec_form(self):
+        with self.assertRaises(fx.ChainError):
+            fx.format_number(float("nan"))
+
+    def test_numbers_read_back_to_the_same_float32(self):
+        generator = torch.Generator().manual_seed(0)
+        bits = torch.randint(0, 2 ** 31 - 1, (4000,), generator=generator, dtype=torch.int64)
+        values = torch.cat([bits, -bits]).to(torch.int32).view(torch.float32)
+        for value in values.tolist():
+            if math.isfinite(value):
+                text = fx.format_number(value)
+                self.assertEqual(fx.float32(float(text)), value, text)
+                self.assertLessEqual(len(text.lstrip("-").split("e")[0].replace(".", "")
+                                         .strip("0")), 9, text)
+
+    def test_a_models_float_arguments_are_written_as_float32(self):
+        self.assertEqual(spec_of(lambda s, x: F.leaky_relu(s.fc(x), 0.20000000298023224)),
+                         "leaky_relu(0.2)")
+        self.assertEqual(spec_of(lambda s, x: torch.clamp(s.fc(x), -1e-3, 1 / 3)),
+                         "clamp(-0.001,0.33333334)")
+
+
+class Grammar(unittest.TestCase):
+    def test_canonical_form_of_written_specs(self):
+        cases = [
+            (" leaky_relu( negative_slope = 0.2 ) ", "leaky_relu(0.2)"),
+            ("gelu(approximate=tanh), gelu(none), gelu", "gelu(tanh),gelu,gelu"),
+            ("clamp(min=0)", "clamp(0,inf)"), ("clamp(max=1e-3)", "clamp(-inf,0.001)"),
+            ("clamp(-inf, +inf)", "clamp(-inf,inf)"),
+            ("softplus(beta=2)", "softplus(2,20)"), ("softplus", "softplus(1,20)"),
+            ("hardtanh", "hardtanh(-1,1)"), ("elu,celu(alpha=.5)", "elu(1),celu(0.5)"),
+            ("add(add_value),swish,tanh,gelu,hardtanh(-1,1)",
+             "add(add_value),swish,tanh,gelu,hardtanh(-1,1)"),
+            ("mul(block.0.scale), div(other=2.50)", "mul(block.0.scale),div(2.5)"),
+            ("sub(-0.20000000298023224)", "sub(-0.2)"),
+        ]
+        for text, want in cases:
+            with self.subTest(spec=text):
+                self.assertEqual(fx.canonical_spec(text), want)
+
+    def test_canonical_specs_are_fixed_points(self):
+        for _, spec in EXPECTED.values():
+            self.assertEqual(fx.canonical_spec(spec), spec)
+
+    def test_malformed_specs(self):
+        cases = [("", "expected an op"), ("relu,", "expected an op"),
+                 ("relu(1)", "relu takes no arguments"), ("foo", "unknown op 'foo'"),
+                 ("clamp", "clamp needs min or max"), ("add", "needs its argument 'other'"),
+                 ("gelu(fast)", "none or tanh"), ("leaky_relu(x)", "is a number, not 'x'"),
+                 ("hardtanh(1,2,3)", "at most 2 arguments"),
+                 ("clamp(min=1,min=2)", "given twice"),
+                 ("clamp(max=1,2)", "positional argument after a named one"),
+                 ("relu relu", "expected ',' between ops"), ("add(1", "expected ',' or ')'"),
+                 ("relu;", "unexpected ';'"), ("elu(beta=1)", "elu has no argument 'beta'")]
+        for text, want in cases:
+            with self.subTest(spec=text):
+                with self.assertRaises(fx.ChainError) as caught:
+                    fx.parse_spec(text)
+                self.assertIn(want, str(caught.exception))
+                self.assertIn("at character", str(caught.exception))
+
+
+class Files(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.folder.name, name)
+
+    def test_torch_load_returns_the_same_state_dict(self):
+        torch.manual_seed(0)
+        model = fx.build_demo("scaled_softplus")
+        self.assertEqual(fx.save_with_chain(model, self.path("w.pt")),
+                         EXPECTED["scaled_softplus"])
+        loaded = torch.load(self.path("w.pt"))
+        want = model.state_dict()
+        self.assertEqual(list(loaded), list(want))
+        for key, tensor in want.items():
+            self.assertEqual(loaded[key].dtype, tensor.dtype)
+            self.assertTrue(torch.equal(loaded[key], tensor), key)
+        for prefix, entry in want._metadata.items():
+            self.assertEqual(loaded._metadata[prefix], entry)
+        self.assertEqual(loaded._metadata["fusedlinear"],
+                         {"version": 1, "chain": EXPECTED["scaled_softplus"][1], "linear": "fc"})
+        self.assertNotIn("fusedlinear", model.state_dict()._metadata)
+
+    def test_load_state_dict_of_a_fresh_model(self):
+        torch.manual_seed(0)
+        model = fx.build_demo("relu6_tanhshrink").eval()
+        fx.save_with_chain(model, self.path("w.pt"))
+        torch.manual_seed(1)
+        fresh = fx.build_demo("relu6_tanhshrink").eval()
+        result = fresh.load_state_dict(torch.load(self.path("w.pt")))
+        self.assertEqual((list(result.missing_keys), list(result.unexpected_keys)), ([], []))
+        x = torch.rand(3, 64)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(fresh(x), model(x)))
+
+    def test_the_metadata_reads_back(self):
+        fx.save_with_chain(fx.build_demo("leaky_sigmoid"), self.path("w.pt"))
+        self.assertEqual(fx.read_chain(self.path("w.pt")),
+                         {"version": 1, "chain": "leaky_relu(0.2),sigmoid", "linear": "block.0"})
+
+    def test_weights_only_load(self):
+        fx.save_with_chain(fx.build_demo("mish_mish"), self.path("w.pt"))
+        try:
+            loaded = torch.load(self.path("w.pt"), weights_only=True)
+        except TypeError:
+            self.skipTest("this torch has no torch.load(weights_only=True)")
+        self.assertEqual(loaded._metadata["fusedlinear"]["chain"], "mish,mish")
+
+    def test_an_existing_file_is_kept_unless_overwrite(self):
+        path = self.path("w.pt")
+        with open(path, "wb") as file:
+            file.write(b"keep")
+        with self.assertRaises(fx.ChainError) as caught:
+            fx.save_with_chain(fx.build_demo("mish_mish"), path)
+        self.assertIn("exists", str(caught.exception))
+        with open(path, "rb") as file:
+            self.assertEqual(file.read(), b"keep")
+        fx.save_with_chain(fx.build_demo("mish_mish"), path, overwrite=True)
+        self.assertEqual(fx.read_chain(path)["chain"], "mish,mish")
+        self.assertEqual(sorted(os.listdir(self.folder.name)), ["w.pt"])
+
+    def test_a_folder_is_never_replaced(self):
+        os.mkdir(self.path("w.pt"))
+        with self.assertRaises(fx.ChainError) as caught:
+            fx.save_with_chain(fx.build_demo("mish_mish"), self.path("w.pt"), overwrite=True)
+        self.assertIn("not a regular file", str(caught.exception))
+
+    def test_a_submodule_named_fusedlinear_is_refused(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fusedlinear = nn.Linear(4, 3)
+
+            def forward(self, x):
+                return torch.relu(self.fusedlinear(x))
+        with self.assertRaises(fx.ChainError) as caught:
+            fx.save_with_chain(Net(), self.path("w.pt"))
+        self.assertIn("submodule named 'fusedlinear'", str(caught.exception))
+        self.assertFalse(os.path.exists(self.path("w.pt")))
+
+    def test_a_file_without_a_chain(self):
+        torch.save(nn.Linear(2, 2).state_dict(), self.path("plain.pt"))
+        torch.save(torch.ones(2), self.path("tensor.pt"))
+        for name in ("plain.pt", "tensor.pt"):
+            with self.assertRaises(fx.ChainError) as caught:
+                fx.read_chain(self.path(name))
+            self.assertIn("carries no chain", str(caught.exception))
+
+    def test_a_chain_of_another_version(self):
+        state = nn.Linear(2, 2).state_dict()
+        state._metadata["fusedlinear"] = {"version": 2, "chain": "relu", "linear": ""}
+        torch.save(state, self.path("v2.pt"))
+        with self.assertRaises(fx.ChainError) as caught:
+            fx.read_chain(self.path("v2.pt"))
+        self.assertIn("version 2", str(caught.exception))
+
+    def test_a_safetensors_header_reads_back_without_the_package(self):
+        header = {"__metadata__": {"fusedlinear.version": "1", "fusedlinear.chain": "tanh",
+                                   "fusedlinear.linear": "fc"},
+                  "fc.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+        text = json.dumps(header).encode()
+        with open(self.path("w.safetensors"), "wb") as file:
+            file.write(struct.pack("<Q", len(text)) + text + struct.pack("<f", 1.0))
+        self.assertEqual(fx.read_chain(self.path("w.safetensors")),
+                         {"version": 1, "chain": "tanh", "linear": "fc"})
+
+    def test_safetensors_round_trip(self):
+        try:
+            import safetensors.torch
+        except ImportError:
+            self.skipTest("the safetensors package is not installed; .safetensors writing "
+                          "not tested")
+        torch.manual_seed(0)
+        model = fx.build_demo("swish_chain")
+        path = self.path("w.safetensors")
+        self.assertEqual(fx.save_with_chain(model, path), EXPECTED["swish_chain"])
+        loaded = safetensors.torch.load_file(path)
+        self.assertEqual(sorted(loaded), sorted(model.state_dict()))
+        for key, tensor in model.state_dict().items():
+            self.assertTrue(torch.equal(loaded[key], tensor), key)
+        with safetensors.safe_open(path, framework="pt") as file:
+            self.assertEqual(file.metadata(), {
+                "fusedlinear.version": "1", "fusedlinear.chain": EXPECTED["swish_chain"][1],
+                "fusedlinear.linear": "matmul"})
+        self.assertEqual(fx.read_chain(path)["chain"], EXPECTED["swish_chain"][1])
+        fresh = fx.build_demo("swish_chain")
+        fresh.load_state_dict(loaded)
+
+    def test_safetensors_without_the_package(self):
+        if importlib.util.find_spec("safetensors") is not None:
+            self.skipTest("the safetensors package is installed")
+        with self.assertRaises(fx.ChainError) as caught:
+            fx.save_with_chain(fx.build_demo("mish_mish"), self.path("w.safetensors"))
+        self.assertIn("needs the safetensors package", str(caught.exception))
+        self.assertEqual(os.listdir(self.folder.name), [])
+
+
+class CommandLine(unittest.TestCase):
+    def run_cli(self, *args):
+        result = subprocess.run([sys.executable, EXPORTER] + list(args), capture_output=True,
+                                text=True, timeout=300)
+        return result.returncode, result.stdout, result.stderr
+
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+
+    def test_list_demos(self):
+        code, out, _ = self.run_cli("--list-demos")
+        self.assertEqual(code, 0)
+        for name, (linear, spec) in EXPECTED.items():
+            self.assertRegex(out, r"(?m)^%s +%s \(linear '%s'" % (name, re.escape(spec), linear))
+
+    def test_demo_all_writes_weights_input_and_output(self):
+        folder = self.folder.name
+        code, out, err = self.run_cli("--demo", "all", "--out", folder, "--batch", "3")
+        self.assertEqual(code, 0, err)
+        for name, (linear, spec) in EXPECTED.items():
+            with self.subTest(demo=name):
+                self.assertIn("%s: %s (linear '%s')" % (name, spec, linear), out)
+                path = os.path.join(folder, name)
+                self.assertEqual(fx.read_chain(path + ".pt"),
+                                 {"version": 1, "chain": spec, "linear": linear})
+                state = torch.load(path + ".pt")
+                x, y = torch.load(path + "_input.pt"), torch.load(path + "_output.pt")
+                self.assertEqual(x.shape[0], 3)
+                model = fx.build_demo(name).eval()
+                model.load_state_dict(state)
+                with torch.no_grad():
+                    self.assertTrue(torch.equal(model(x), y))
+                self.assertGreaterEqual(float(x.min()), 0.0)
+                self.assertLess(float(x.max()), 1.0)
+        self.assertEqual(torch.load(os.path.join(folder, "mynet.pt"))["fc.weight"].shape,
+                         (256, 512))
+        self.assertEqual(torch.load(os.path.join(folder, "mish_mish.pt"))["linear.weight"]
+                         .shape, (48, 64))
+
+    def test_shape_seed_and_overwrite(self):
+        folder = self.folder.name
+        args = ["--demo", "mynet", "--out", folder, "--in-features", "8", "--out-features", "6"]
+        self.assertEqual(self.run_cli(*args)[0], 0)
+        self.assertEqual(torch.load(os.path.join(folder, "mynet.pt"))["fc.weight"].shape, (6, 8))
+        first = torch.load(os.path.join(folder, "mynet_output.pt"))
+        code, _, err = self.run_cli(*args)
+        self.assertEqual(code, 2)
+        self.assertIn("exists", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertEqual(self.run_cli(*(args + ["--overwrite"]))[0], 0)
+        self.assertTrue(torch.equal(torch.load(os.path.join(folder, "mynet_output.pt")), first))
+        self.assertEqual(self.run_cli(*(args + ["--overwrite", "--seed", "1"]))[0], 0)
+        self.assertFalse(torch.equal(torch.load(os.path.join(folder, "mynet_output.pt")), first))
+
+    def test_spec_prints_the_chain_a_file_carries(self):
+        path = os.path.join(self.folder.name, "w.pt")
+        fx.save_with_chain(fx.build_demo("mynet", 8, 6), path)
+        code, out, _ = self.run_cli("--spec", path)
+        self.assertEqual(code, 0)
+        self.assertEqual(out, "chain: gelu(tanh),silu,clamp(-2,2)\nlinear: fc\n")
+
+    def test_spec_of_a_file_without_a_chain_exits_2(self):
+        path = os.path.join(self.folder.name, "plain.pt")
+        torch.save(nn.Linear(2, 2).state_dict(), path)
+        for target in (path, os.path.join(self.folder.name, "missing.pt")):
+            code, out, err = self.run_cli("--spec", target)
+            self.assertEqual((code, out), (2, ""))
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertTrue(err.startswith("fx_chain: "), err)
+
+
+def main():
+    global fx, EXPORTER
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--exporter", default=EXPORTER, help="path of weights/fx_chain.py")
+    args, rest = parser.parse_known_args()
+    EXPORTER = os.path.abspath(args.exporter)
+    fx = load_module(EXPORTER, "fx_chain")
+    print("fx_chain from %s, torch %s" % (EXPORTER, torch.__version__))
+    program = unittest.main(argv=[sys.argv[0]] + rest, verbosity=2, exit=False)
+    return 0 if program.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
