@@ -1,0 +1,173 @@
+"""The ops in PyTorch 2's deployment path, from Python (torch 2.x; exits 0 with a message on 1.x):
+
+    python3 tests/python/pytorch2_path.py LIBRARY [--out DIR]
+
+Loads the ops library, then for the CPU (and CUDA where there is one):
+  - torch.library.opcheck on every op (schema, fake tensors, autograd registration, AOTAutograd);
+  - torch.compile(fullgraph=True) of the reference models written with the ops: the same outputs as
+    the Python models, with no graph break, under no_grad and in the default grad mode;
+  - torch.export of each, run again from the exported program;
+and with --out, for the C++ side (app/tools/run_pt2.cpp): swish_chain written with the ops,
+exported and packaged by AOTInductor (DIR/swish_chain.pt2, on CUDA where there is one), with its
+state dict, input and Python's output. Exits non-zero on the first failure.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def check(what, got, want, tolerance):
+    ok = torch.allclose(got.double(), want.double(), rtol=tolerance, atol=tolerance)
+    print(("ok    " if ok else "FAIL  ") + what, "max abs difference %.3g"
+          % (got.double() - want.double()).abs().max().item())
+    if not ok:
+        raise SystemExit(1)
+
+
+class SwishChain(nn.Module):
+    """Linear -> + add_value -> Swish -> Tanh -> GELU(exact) -> Hardtanh(-1, 1), as Python writes it."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+        self.add_value = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        x = self.matmul(x) + self.add_value
+        x = torch.tanh(torch.sigmoid(x) * x)
+        return F.hardtanh(F.gelu(x), -1, 1)
+
+
+class SwishChainOps(SwishChain):
+    """The same with the fused op after a bias-free GEMM."""
+
+    def forward(self, x):
+        y = F.linear(x, self.matmul.weight)
+        return torch.ops.fusedlinear.epilogue(y, self.matmul.bias, [self.add_value], "swish_chain")
+
+
+class MishMish(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return F.mish(F.mish(self.linear(x)))
+
+
+class MishMishOps(MishMish):
+    def forward(self, x):
+        y = F.linear(x, self.linear.weight)
+        return torch.ops.fusedlinear.epilogue(y, self.linear.bias, [], "mish_mish")
+
+
+class SpecChainOps(MishMish):
+    """A chain given as a spec: Linear -> GELU(tanh) -> SiLU -> clamp(-2, 2)."""
+
+    def forward(self, x):
+        y = F.linear(x, self.linear.weight)
+        return torch.ops.fusedlinear.epilogue(y, self.linear.bias, [], "gelu(tanh),silu,clamp(-2,2)")
+
+
+def spec_chain_eager(model, x):
+    return torch.clamp(F.silu(F.gelu(model.linear(x), approximate="tanh")), -2, 2)
+
+
+def check_opcheck(device):
+    ops = torch.ops.fusedlinear
+    torch.manual_seed(0)
+    y, b, p = (torch.randn(7, 48, device=device), torch.randn(48, device=device),
+               torch.randn(48, device=device))
+    x, w = torch.rand(5, 64, device=device), torch.randn(48, 64, device=device) / 8
+    hi, lo = ops.split_bf16(w)
+    cases = [
+        (ops.epilogue.default, (y, b, [p], "swish_chain")),
+        (ops.epilogue.default, (y, None, [], "mish_mish")),
+        (ops.epilogue.default, (y, b, [p], "mul(p),gelu(tanh),clamp(-2,2)")),
+        (ops.linear_epilogue.default, (x, w, None, b, [p], "swish_chain", "ieee")),
+        (ops.linear_epilogue.default, (x, hi, lo, b, [], "mish_mish", "bf16x3")),
+        (ops.split_bf16.default, (w,)),
+        (ops.linear_bf16x3.default, (x, hi, lo)),
+        (ops.linear_bf16.default, (x, hi)),
+        (ops.linear_tf32.default, (x, w)),
+    ]
+    for op, args in cases:
+        for requires_grad in (False, True):
+            call = [a.detach().clone().requires_grad_(requires_grad and a.is_floating_point())
+                    if isinstance(a, torch.Tensor) else a for a in args]
+            torch.library.opcheck(op, tuple(call))
+        print("ok    %s opcheck %s" % (device, op))
+
+
+def check_compile_and_export(device):
+    torch.manual_seed(1)
+    models = [(SwishChain(64, 48), SwishChainOps(64, 48)), (MishMish(64, 48), MishMishOps(64, 48)),
+              (None, SpecChainOps(64, 48))]
+    x = torch.rand(9, 64, device=device)
+    for reference, fused in models:
+        if reference is not None:
+            fused.load_state_dict(reference.state_dict())
+            reference = reference.to(device).eval()
+        fused = fused.to(device).eval()
+        name = type(fused).__name__
+        want = reference(x) if reference is not None else spec_chain_eager(fused, x)
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(fused)(x)
+        if explained.graph_break_count != 0:
+            raise SystemExit("FAIL  %s %s: %d graph breaks" % (device, name,
+                                                               explained.graph_break_count))
+        compiled = torch.compile(fused, fullgraph=True)
+        with torch.no_grad():
+            check("%s torch.compile %s under no_grad" % (device, name), compiled(x), want.detach(),
+                  1e-5)
+        check("%s torch.compile %s in grad mode" % (device, name), compiled(x).detach(),
+              want.detach(), 1e-5)
+        exported = torch.export.export(fused, (x,))
+        check("%s torch.export %s" % (device, name), exported.module()(x).detach(), want.detach(),
+              1e-5)
+
+
+def write_package(out, device):
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(2)
+    reference = SwishChain(512, 256)
+    fused = SwishChainOps(512, 256)
+    fused.load_state_dict(reference.state_dict())
+    reference, fused = reference.to(device).eval(), fused.to(device).eval()
+    x = torch.rand(64, 512, device=device)
+    with torch.no_grad():
+        want = reference(x)
+        exported = torch.export.export(fused, (x,))
+        path = torch._inductor.aoti_compile_and_package(
+            exported, package_path=os.path.join(out, "swish_chain.pt2"))
+    torch.save(reference.state_dict(), os.path.join(out, "swish_chain.pt"))
+    torch.save(x.cpu(), os.path.join(out, "swish_chain_input.pt"))
+    torch.save(want.cpu(), os.path.join(out, "swish_chain_output.pt"))
+    print("wrote %s (on %s) and the model's state dict, input and output" % (path, device))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("library")
+    parser.add_argument("--out", help="folder for the AOTInductor package and its data")
+    args = parser.parse_args()
+    if int(torch.__version__.split(".")[0]) < 2:
+        print("torch %s: the PyTorch 2 path (torch.compile, torch.export, AOTInductor) needs "
+              "torch 2" % torch.__version__)
+        return
+    torch.ops.load_library(args.library)
+    print("loaded %s into torch %s" % (args.library, torch.__version__))
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        check_opcheck(device)
+        check_compile_and_export(device)
+    if args.out:
+        write_package(args.out, devices[-1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
