@@ -12,7 +12,6 @@
 // not depend on the values.
 #include "app/bench.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -722,43 +721,6 @@ std::string bench_plot(const std::vector<Result>& results, const Plan& plan,
   chart.axis_label =
       "speedup of fused over eager (eager time / fused time; right of the dashed line: faster)";
   return render_bar_chart("fusedlinear bench: fused vs eager", groups, series, values, chart);
-}
-
-// The bytes this process may still allocate on `device`, or infinity where it cannot tell: on
-// the CPU the least of what the system has available (MemAvailable and free swap), the headroom
-// under an address-space limit (ulimit -v) and under its cgroup's memory.max; on a GPU its free
-// memory.
-double available_bytes(const torch::Device& device) {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) {
-    size_t free_bytes = 0, total_bytes = 0;
-    return cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? double(free_bytes) : INFINITY;
-  }
-#endif
-  double available = INFINITY, memory = -1, swap = 0;
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string line; std::getline(meminfo, line);) {
-    const double kib = std::strtod(line.c_str() + line.find(':') + 1, nullptr);
-    if (line.rfind("MemAvailable:", 0) == 0) memory = kib * 1024;
-    if (line.rfind("SwapFree:", 0) == 0) swap = kib * 1024;
-  }
-  if (memory >= 0) available = memory + swap;
-  struct rlimit limit {};
-  std::ifstream statm("/proc/self/statm");
-  double pages = 0;
-  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && statm >> pages) {
-    available =
-        std::min(available, double(limit.rlim_cur) - pages * double(::sysconf(_SC_PAGESIZE)));
-  }
-  std::ifstream cgroup("/proc/self/cgroup");
-  for (std::string line; std::getline(cgroup, line);) {
-    if (line.rfind("0::", 0) != 0) continue;  // cgroup v2's one hierarchy
-    const std::string folder = "/sys/fs/cgroup" + line.substr(3);
-    double max = 0, current = 0;
-    std::ifstream max_file(folder + "/memory.max"), current_file(folder + "/memory.current");
-    if (max_file >> max && current_file >> current) available = std::min(available, max - current);
-  }
-  return std::max(available, 0.0);
 }
 
 // Every configuration's memory, before the first is timed: a batch that cannot fit would

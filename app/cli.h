@@ -121,6 +121,11 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Gen
 UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what);
 // "7.50 GiB", "12 bytes".
 std::string byte_size(double bytes);
+// The bytes this process may still allocate on `device` (infinity where it cannot tell), and the
+// out-of-memory UsageError for `bytes` of `what` that cannot fit there.
+double available_bytes(const torch::Device& device);
+void check_fits(const Settings& settings, double bytes, const torch::Device& device,
+                const std::string& what);
 // std::bad_alloc as a UsageError: out of memory, and what to lower.
 UsageError out_of_memory_error(const Settings& settings, const std::string& requested = "");
 // Runs fn; a c10::Error becomes usage_error(..., "<model> in <dtype> on <device>").

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -123,6 +124,9 @@ std::string byte_size(double bytes) {
 
 namespace {
 
+// What a size whose bytes overflow libtorch's int64 byte count asks for.
+const char* const kBeyondInt64 = "more than 8.00 EiB (the size overflows 64-bit byte counts)";
+
 // How much an out-of-memory error from libtorch's allocators asked for ("7.50 GiB"; "" when it
 // does not say), or nullopt for any other error. CPU: "... can't allocate memory: you tried to
 // allocate 123 bytes ..."; CUDA: "CUDA out of memory. Tried to allocate 2.00 GiB ...".
@@ -145,7 +149,7 @@ std::optional<std::string> requested_memory(const std::string& message) {
   }
   // Sizes whose bytes do not fit in 64 bits (--batch 2147483647 --in-features 2147483647).
   if (message.find("Storage size calculation overflowed") != std::string::npos) {
-    return "more than " + byte_size(18446744073709551616.0) + " (the size overflows 64 bits)";
+    return kBeyondInt64;
   }
   return std::nullopt;
 }
@@ -164,6 +168,54 @@ UsageError out_of_memory_error(const Settings& settings, const std::string& requ
                                   : "lower " + batch + ", --in-features or --out-features";
   return UsageError("out of memory on " + settings.device.str() +
                     (requested.empty() ? "" : ": tried to allocate " + requested) + "; " + advice);
+}
+
+// The bytes this process may still allocate on `device`, or infinity where it cannot tell: on
+// the CPU the least of what the system has available (MemAvailable and free swap), the headroom
+// under an address-space limit (ulimit -v) and under its cgroup's memory.max; on a GPU its free
+// memory.
+double available_bytes(const torch::Device& device) {
+#ifdef FUSEDLINEAR_WITH_CUDA
+  if (device.is_cuda()) {
+    size_t free_bytes = 0, total_bytes = 0;
+    return cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? double(free_bytes) : INFINITY;
+  }
+#endif
+  double available = INFINITY, memory = -1, swap = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    const double kib = std::strtod(line.c_str() + line.find(':') + 1, nullptr);
+    if (line.rfind("MemAvailable:", 0) == 0) memory = kib * 1024;
+    if (line.rfind("SwapFree:", 0) == 0) swap = kib * 1024;
+  }
+  if (memory >= 0) available = memory + swap;
+  struct rlimit limit {};
+  std::ifstream statm("/proc/self/statm");
+  double pages = 0;
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && statm >> pages) {
+    available =
+        std::min(available, double(limit.rlim_cur) - pages * double(::sysconf(_SC_PAGESIZE)));
+  }
+  std::ifstream cgroup("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroup, line);) {
+    if (line.rfind("0::", 0) != 0) continue;  // cgroup v2's one hierarchy
+    const std::string folder = "/sys/fs/cgroup" + line.substr(3);
+    double max = 0, current = 0;
+    std::ifstream max_file(folder + "/memory.max"), current_file(folder + "/memory.current");
+    if (max_file >> max && current_file >> current) available = std::min(available, max - current);
+  }
+  return std::max(available, 0.0);
+}
+
+void check_fits(const Settings& settings, double bytes, const torch::Device& device,
+                const std::string& what) {
+  if (bytes >= 9223372036854775808.0) throw out_of_memory_error(settings, kBeyondInt64);
+  const double available = available_bytes(device);
+  if (std::isfinite(available) && bytes > available) {
+    throw out_of_memory_error(settings, byte_size(bytes) + " for " + what + " (" +
+                                            byte_size(available) + " available on " + device.str() +
+                                            ")");
+  }
 }
 
 UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what) {
@@ -304,6 +356,14 @@ std::shared_ptr<LinearChainImpl> build_model(const ModelSpec& spec, const Settin
     if (in_features == 0) in_features = weight->size(1);
     if (out_features == 0) out_features = weight->size(0);
   }
+  // The weight is drawn in float32 on the CPU, then moved: refused before it is asked for where it
+  // cannot fit (a system that overcommits would otherwise take minutes to fail).
+  const double weight_bytes = double(in_features) * double(out_features) * 4;
+  check_fits(settings, weight_bytes, torch::kCPU, "the weight of " + spec.name);
+  if (settings.device.is_cuda()) {
+    check_fits(settings, weight_bytes / 4 * double(c10::elementSize(settings.dtype)),
+               settings.device, "the weight of " + spec.name);
+  }
   at::Generator stream = at::detail::createCPUGenerator(settings.seed);
   auto model = std::make_shared<LinearChainImpl>(spec, in_features, out_features, stream);
   if (rest_of_stream) *rest_of_stream = stream;
@@ -386,6 +446,8 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Gen
   } else {
     // torch.rand(batch, in_features): uniform in [0, 1), as the reference workload, continuing
     // the stream the parameters were drawn from (see cli.h).
+    check_fits(settings, double(settings.batch) * double(in_features) * 4, torch::kCPU,
+               "the input");
     x = torch::rand({settings.batch, in_features}, stream);
   }
   return x.to(settings.device, settings.dtype).contiguous();

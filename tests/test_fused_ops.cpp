@@ -97,11 +97,28 @@ void expect_fused_matches_eager(const ModelSpec& spec, const torch::Tensor& y) {
   ASSERT_EQ(fused.scalar_type(), y.scalar_type());
   ASSERT_EQ(fused.device(), y.device());
   const Tolerance tol = tolerance_for(y.scalar_type());
-  const torch::Tensor e = eager.to(torch::kFloat64), f = fused.to(torch::kFloat64);
+  const torch::Tensor f = fused.to(torch::kFloat64);
+  torch::Tensor e = eager.to(torch::kFloat64);
+  // libtorch's kernels depart from the definitions at a few special inputs (2.11's CPU gelu: NaN
+  // at +inf, inf at 3.4e38): where eager's NaN/inf disagrees with the float64 definition's (as
+  // rounded to the dtype), the fused result may match either.
+  std::vector<torch::Tensor> params64;
+  for (const auto& p : model->slot_params()) params64.push_back(p.to(torch::kCPU, torch::kFloat64));
+  const torch::Tensor defined =
+      reference_chain(model->chain(),
+                      y.to(torch::kCPU, torch::kFloat64) +
+                          model->linear()->bias.to(torch::kCPU, torch::kFloat64),
+                      params64)
+          .to(y.scalar_type())
+          .to(y.device(), torch::kFloat64);
+  const torch::Tensor departs =
+      e.isnan().ne(defined.isnan()).logical_or(e.isinf().ne(defined.isinf()));
+  const torch::Tensor as_eager = torch::isclose(f, e, tol.rtol, tol.atol, /*equal_nan=*/true);
+  e = torch::where(departs.logical_and(as_eager.logical_not()), defined, e);
   EXPECT_TRUE(torch::allclose(f, e, tol.rtol, tol.atol, /*equal_nan=*/true))
       << spec.name << " " << y.scalar_type() << " " << y.sizes() << " on " << y.device()
       << ": max abs diff " << (f - e).abs().nan_to_num(0).max().item<double>();
-  // NaN exactly where eager has NaN.
+  // NaN exactly where eager has NaN (or, where it departs, the definition).
   EXPECT_TRUE(torch::equal(f.isnan(), e.isnan())) << spec.name << " NaN positions differ";
 }
 

@@ -425,7 +425,8 @@ TEST_F(SkinnyLinearCuda, BitwiseRepeatable) {
 TEST_F(SkinnyLinearCuda, TileCopiesGiveTheBitsOfThreadCopies) {
   if (at::cuda::getCurrentDeviceProperties()->major < 9) GTEST_SKIP() << "the TMA needs sm_90";
   torch::NoGradGuard no_grad;
-  const ChainEntry& entry = find_chain("swish_chain");
+  const std::string name = "swish_chain";
+  const ChainEntry& entry = find_chain(name);
   for (const auto& [rows, out, in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {9, 515, 1000}, {16, 8192, 1024}, {17, 515, 1000}, {33, 515, 1000}, {64, 300, 3000}}) {
     const Problem p =

@@ -297,7 +297,8 @@ struct Softsign {
   static constexpr bool kOutputInUnitInterval = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
-    return fast_div(x, V(1.0f) + absolute(x));
+    // IEEE division: the reciprocal of fast_div flushes for |x| > 2^126, where softsign is 1.
+    return x / (V(1.0f) + absolute(x));
   }
   static double reference(double x) { return x / (1.0 + std::fabs(x)); }
   template <class T>

@@ -10,6 +10,7 @@
 //         act::Chain(act::AddParam{"add_value"}, act::Swish{}, act::Tanh{}, act::Gelu{},
 //                    act::Hardtanh{-1.0f, 1.0f});
 //     static constexpr HalfLaunch kHalfLaunch{2, 128, 1};   // optional: see below
+//     static constexpr bool kHalfForms = true;              // optional: see below
 //   };
 //
 // A parameter of the chain (AddParam{"add_value"}, ...) is a tensor of the model under that
@@ -45,18 +46,32 @@ struct HalfLaunchOf<M, std::void_t<decltype(M::kHalfLaunch)>> {
   static constexpr HalfLaunch value = M::kHalfLaunch;
 };
 
+// Whether declaration M's 16-bit results take the functors' cheaper Half forms (chain.h). Each
+// is accurate to its result's rounding step where it ends the chain or feeds functors that do
+// not amplify errors (clamps, mish's and tanh's slopes of at most ~1.1); an op after it that
+// cancels (sub, a softplus of large beta) can magnify its error past a rounding step. A
+// declaration opts in where its chain is of the first kind, tested in test_activations; others,
+// and every run-time chain, run the float32 forms whatever the result's type.
+template <class M, class = void>
+struct HalfFormsOf : std::false_type {};
+template <class M>
+struct HalfFormsOf<M, std::void_t<decltype(M::kHalfForms)>> : std::bool_constant<M::kHalfForms> {};
+
 // The run-time chains' pseudo-declaration: its kernels interpret a Program (program.h).
 struct RuntimeChain {};
 
 template <class M>
 inline constexpr bool kIsRuntimeChain = std::is_same_v<M, RuntimeChain>;
 
-// The chain the kernels run for declaration M at precision P: the declaration's own, rewritten
-// (chain.h); for RuntimeChain the interpreter of `program`, which compiled chains ignore.
+// The chain the kernels run for declaration M with results of precision P: the declaration's
+// own, rewritten (chain.h); for RuntimeChain the interpreter of `program`, which compiled chains
+// ignore. Half forms only where M opts in (HalfFormsOf).
 template <class M, act::ResultPrecision P>
 inline auto device_chain(const act::Program& program) {
   if constexpr (kIsRuntimeChain<M>) {
-    return act::ProgramChain<P>{program};
+    return act::ProgramChain<act::ResultPrecision::kFloat32>{program};
+  } else if constexpr (P == act::ResultPrecision::kHalf && !HalfFormsOf<M>::value) {
+    return act::rewrite<act::ResultPrecision::kFloat32>(M::kChain);
   } else {
     return act::rewrite<P>(M::kChain);
   }
