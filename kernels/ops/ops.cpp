@@ -27,17 +27,24 @@ bool is_float_type(torch::ScalarType dtype) {
   return dtype == torch::kFloat32 || dtype == torch::kFloat16 || dtype == torch::kBFloat16;
 }
 
+// Where a column count comes from, for messages: a description and the shape it is read from.
+struct CountSource {
+  const char* what;
+  c10::IntArrayRef shape;
+};
+
 // A per-column input: [features] (`whose` says where that count comes from), of `like`'s dtype
 // and device; a parameter may also hold one value for every column ([] or [1]). Messages are
 // built only on failure: this runs on every call.
 void check_column_input(const char* op, const std::string& name, const torch::Tensor& v,
-                        int64_t features, const std::string& whose, const torch::Tensor& like,
+                        int64_t features, CountSource whose, const torch::Tensor& like,
                         const char* like_name, bool one_value_allowed) {
   TORCH_CHECK(v.defined(), op, ": expected ", name, " to be a tensor, got an undefined one");
   const bool per_feature = v.dim() == 1 && v.size(0) == features;
   const bool one_value = one_value_allowed && v.dim() <= 1 && v.numel() == 1;
   TORCH_CHECK(per_feature || one_value, op, ": expected ", name, " of shape [", features, "] (",
-              whose, ")", one_value_allowed ? " or of one element" : "", ", got ", v.sizes());
+              whose.what, " ", whose.shape, ")", one_value_allowed ? " or of one element" : "",
+              ", got ", v.sizes());
   TORCH_CHECK(v.scalar_type() == like.scalar_type(), op, ": expected ", name, " of dtype ",
               like.scalar_type(), " (the dtype of ", like_name, "), got ", v.scalar_type());
   TORCH_CHECK(v.device() == like.device(), op, ": expected ", name, " on ", like.device(),
@@ -46,7 +53,7 @@ void check_column_input(const char* op, const std::string& name, const torch::Te
 
 // The chain's parameters: as many as it takes, each a column input.
 void check_params(const char* op, c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                  int64_t features, const std::string& whose, const torch::Tensor& like,
+                  int64_t features, CountSource whose, const torch::Tensor& like,
                   const char* like_name) {
   TORCH_CHECK(params.size() == chain_params, op, ": the chain takes ", chain_params,
               " parameter tensor(s), got ", params.size());
@@ -68,12 +75,10 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
               ": expected y of dtype float32, float16 or bfloat16, got ", describe(y));
   TORCH_CHECK(y.dim() >= 1, op, ": expected y with at least one dimension [..., features], got ",
               describe(y));
-  std::ostringstream whose;
-  whose << "the last dimension of y, " << y.sizes();
-  if (bias && bias->defined()) {
-    check_column_input(op, "bias", *bias, y.size(-1), whose.str(), y, "y", false);
-  }
-  check_params(op, params, chain_params, y.size(-1), whose.str(), y, "y");
+  const CountSource whose{"the last dimension of y,", y.sizes()};
+  if (bias && bias->defined())
+    check_column_input(op, "bias", *bias, y.size(-1), whose, y, "y", false);
+  check_params(op, params, chain_params, y.size(-1), whose, y, "y");
 }
 
 ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
@@ -149,12 +154,10 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
                   op, ": expected w_lo like w (", describe(w), "), got ", describe(*w_lo));
     }
   }
-  std::ostringstream whose;
-  whose << "out_features, from the weight " << w.sizes();
-  if (bias && bias->defined()) {
-    check_column_input(op, "bias", *bias, w.size(0), whose.str(), x, "x", false);
-  }
-  check_params(op, params, chain_params, w.size(0), whose.str(), x, "x");
+  const CountSource whose{"out_features, from the weight", w.sizes()};
+  if (bias && bias->defined())
+    check_column_input(op, "bias", *bias, w.size(0), whose, x, "x", false);
+  check_params(op, params, chain_params, w.size(0), whose, x, "x");
 }
 
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
