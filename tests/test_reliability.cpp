@@ -30,16 +30,6 @@ using namespace testing_support;
 const std::string kBinary = FUSEDLINEAR_BINARY;
 const std::string kFixtures = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/";
 
-// Built with AddressSanitizer (g++ or clang), as the program then is: it reserves terabytes of
-// address space, so no ulimit -v leaves it room to start.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-constexpr bool kAddressSanitizer = __has_feature(address_sanitizer);
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-
 struct Outcome {
   int exit_code = -1;  // -1: ended by a signal, or killed at the time limit
   int signal = 0;
@@ -217,7 +207,8 @@ TEST_F(BigFiles, FilesShrinkingWhileReadEndInOneLineOrAResult) {
 // Under an address-space limit, at every level from ample to where the libraries themselves no
 // longer load: a result or the out-of-memory line, promptly (the hangs in OpenBLAS).
 TEST_F(BigFiles, OutOfMemoryUnderUlimitEndsPromptlyInOneLine) {
-  if (kAddressSanitizer) GTEST_SKIP() << "AddressSanitizer does not start under ulimit -v";
+  if (testing_support::kAddressSanitizer)
+    GTEST_SKIP() << "AddressSanitizer does not start under ulimit -v";
   int results = 0, refusals = 0, reached_main = 0;
   for (const int kib : {4000000, 2000000, 1500000, 1200000, 1100000, 1000000, 900000, 800000,
                         700000, 650000, 600000, 550000, 500000}) {

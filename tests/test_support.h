@@ -20,6 +20,17 @@
 namespace fusedlinear {
 namespace testing_support {
 
+// Built with AddressSanitizer (g++ or clang), as the program then is: it reserves terabytes of
+// address space, so no ulimit -v leaves it room to start, and it ends the process where an
+// allocation fails.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+constexpr bool kAddressSanitizer = __has_feature(address_sanitizer);
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 inline bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;

@@ -43,15 +43,6 @@ using testing_support::TempDir;
 
 const std::string kFixtureRoot = std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/fixtures/loader";
 
-// Under AddressSanitizer (g++ or clang), which reserves terabytes of address space and ends the
-// process where an allocation fails.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-constexpr bool kAddressSanitizer = __has_feature(address_sanitizer);
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 const std::string kScript =
     std::string(FUSEDLINEAR_SOURCE_DIR) + "/weights/make_loader_fixtures.py";
 
@@ -833,7 +824,7 @@ TEST(TorchFile, RefusalsOfATensorAdviseSavingATensor) {
 // address-space limit. The tensor is a view of the file's bytes, not a second copy: 100 MiB
 // more than the process holds is enough for a 64 MiB file.
 TEST(TorchFile, OutOfMemoryWhileReadingIsALoadError) {
-  if (kAddressSanitizer) {
+  if (testing_support::kAddressSanitizer) {
     GTEST_SKIP() << "AddressSanitizer's allocator ends the process where malloc would fail";
   }
   TempDir dir;

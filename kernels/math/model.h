@@ -16,7 +16,7 @@
 // A parameter of the chain (AddParam{"add_value"}, ...) is a tensor of the model under that
 // state-dict key, [out_features] or of one element, drawn from a standard normal at
 // initialisation (after the Linear's weight and bias, as `nn.Parameter(torch.randn(...))` in
-// the Python constructor). Registration: kernels/instantiate_models.cmake's
+// the Python constructor). Registration: kernels/register/fusedlinear_models.cmake's
 // fusedlinear_add_models, which compiles each path for the declarations of a header.
 #pragma once
 

@@ -1,13 +1,42 @@
 // What the CPU and CUDA implementations of the ops share (ops.cpp, ops_cuda.cpp): the checks of
-// the epilogue's inputs, and the chain an op's `chain` argument names.
+// the epilogue's inputs, their messages, and the chain an op's `chain` argument names.
 #pragma once
 
 #include <torch/types.h>
+
+#include <string>
+#include <type_traits>
 
 #include "kernels/ops/chain_registry.h"
 
 namespace fusedlinear {
 namespace detail {
+
+// The ops' messages, joined as strings (std::to_string for numbers) rather than through an
+// ostream, which TORCH_CHECK's several-argument form builds in this library: in a Python process
+// that has loaded PyTorch 2.11, this library's ostream code crashed (docs/RESULTS.md, "Tests").
+// TORCH_CHECK(cond, text(...)) passes one string, which c10 takes as it is.
+inline void append_text(std::string& s, const char* v) { s += v; }
+inline void append_text(std::string& s, const std::string& v) { s += v; }
+inline void append_text(std::string& s, c10::string_view v) { s.append(v.data(), v.size()); }
+template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
+void append_text(std::string& s, I v) {
+  s += std::to_string(v);
+}
+inline void append_text(std::string& s, c10::IntArrayRef shape) {  // as c10 prints it: [2, 3]
+  s += '[';
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  s += ']';
+}
+inline void append_text(std::string& s, c10::ScalarType dtype) { s += c10::toString(dtype); }
+inline void append_text(std::string& s, const c10::Device& device) { s += device.str(); }
+
+template <class... Parts>
+std::string text(const Parts&... parts) {
+  std::string s;
+  (append_text(s, parts), ...);
+  return s;
+}
 
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
                            const c10::optional<torch::Tensor>& bias,

@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
-#include <sstream>
 #include <string>
 
 #include "kernels/cpu/epilogue.h"
@@ -18,9 +17,7 @@ namespace detail {
 namespace {
 
 std::string describe(const torch::Tensor& t) {
-  std::ostringstream s;
-  s << t.scalar_type() << " " << t.sizes() << " on " << t.device();
-  return s.str();
+  return text(t.scalar_type(), " ", t.sizes(), " on ", t.device());
 }
 
 bool is_float_type(torch::ScalarType dtype) {
@@ -39,24 +36,27 @@ struct CountSource {
 void check_column_input(const char* op, const std::string& name, const torch::Tensor& v,
                         int64_t features, CountSource whose, const torch::Tensor& like,
                         const char* like_name, bool one_value_allowed) {
-  TORCH_CHECK(v.defined(), op, ": expected ", name, " to be a tensor, got an undefined one");
+  TORCH_CHECK(v.defined(), text(op, ": expected ", name, " to be a tensor, got an undefined one"));
   const bool per_feature = v.dim() == 1 && v.size(0) == features;
   const bool one_value = one_value_allowed && v.dim() <= 1 && v.numel() == 1;
-  TORCH_CHECK(per_feature || one_value, op, ": expected ", name, " of shape [", features, "] (",
-              whose.what, " ", whose.shape, ")", one_value_allowed ? " or of one element" : "",
-              ", got ", v.sizes());
-  TORCH_CHECK(v.scalar_type() == like.scalar_type(), op, ": expected ", name, " of dtype ",
-              like.scalar_type(), " (the dtype of ", like_name, "), got ", v.scalar_type());
-  TORCH_CHECK(v.device() == like.device(), op, ": expected ", name, " on ", like.device(),
-              " (the device of ", like_name, "), got ", v.device());
+  TORCH_CHECK(
+      per_feature || one_value,
+      text(op, ": expected ", name, " of shape [", features, "] (", whose.what, " ", whose.shape,
+           ")", one_value_allowed ? " or of one element" : "", ", got ", v.sizes()));
+  TORCH_CHECK(v.scalar_type() == like.scalar_type(),
+              text(op, ": expected ", name, " of dtype ", like.scalar_type(), " (the dtype of ",
+                   like_name, "), got ", v.scalar_type()));
+  TORCH_CHECK(v.device() == like.device(),
+              text(op, ": expected ", name, " on ", like.device(), " (the device of ", like_name,
+                   "), got ", v.device()));
 }
 
 // The chain's parameters: as many as it takes, each a column input.
 void check_params(const char* op, c10::ArrayRef<torch::Tensor> params, size_t chain_params,
                   int64_t features, CountSource whose, const torch::Tensor& like,
                   const char* like_name) {
-  TORCH_CHECK(params.size() == chain_params, op, ": the chain takes ", chain_params,
-              " parameter tensor(s), got ", params.size());
+  TORCH_CHECK(params.size() == chain_params, text(op, ": the chain takes ", chain_params,
+                                                  " parameter tensor(s), got ", params.size()));
   for (size_t i = 0; i < params.size(); ++i) {
     check_column_input(op, "params[" + std::to_string(i) + "]", params[i], features, whose, like,
                        like_name, true);
@@ -68,13 +68,14 @@ void check_params(const char* op, c10::ArrayRef<torch::Tensor> params, size_t ch
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
                            const c10::optional<torch::Tensor>& bias,
                            c10::ArrayRef<torch::Tensor> params, size_t chain_params) {
-  TORCH_CHECK(y.defined(), op, ": expected a tensor y, got an undefined tensor");
-  TORCH_CHECK(y.device().type() == device, op, ": expected y on ", c10::DeviceTypeName(device),
-              ", got ", describe(y));
-  TORCH_CHECK(is_float_type(y.scalar_type()), op,
-              ": expected y of dtype float32, float16 or bfloat16, got ", describe(y));
-  TORCH_CHECK(y.dim() >= 1, op, ": expected y with at least one dimension [..., features], got ",
-              describe(y));
+  TORCH_CHECK(y.defined(), text(op, ": expected a tensor y, got an undefined tensor"));
+  TORCH_CHECK(y.device().type() == device,
+              text(op, ": expected y on ", c10::DeviceTypeName(device), ", got ", describe(y)));
+  TORCH_CHECK(is_float_type(y.scalar_type()),
+              text(op, ": expected y of dtype float32, float16 or bfloat16, got ", describe(y)));
+  TORCH_CHECK(
+      y.dim() >= 1,
+      text(op, ": expected y with at least one dimension [..., features], got ", describe(y)));
   const CountSource whose{"the last dimension of y,", y.sizes()};
   if (bias && bias->defined())
     check_column_input(op, "bias", *bias, y.size(-1), whose, y, "y", false);
@@ -120,38 +121,41 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
                                   const c10::optional<torch::Tensor>& bias,
                                   c10::ArrayRef<torch::Tensor> params, size_t chain_params,
                                   const std::string& precision) {
-  TORCH_CHECK(x.defined() && w.defined(), op,
-              ": expected tensors x and w, got an undefined tensor");
-  TORCH_CHECK(x.device().type() == device, op, ": expected x on ", c10::DeviceTypeName(device),
-              ", got ", describe(x));
-  TORCH_CHECK(is_float_type(x.scalar_type()) && x.dim() >= 1, op,
-              ": expected x of dtype float32, float16 or bfloat16 with shape [..., in_features], "
-              "got ",
-              describe(x));
-  TORCH_CHECK(precision == "ieee" || precision == "bf16" || precision == "bf16x3", op,
-              ": expected precision ieee, bf16 or bf16x3, got '", precision, "'");
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1), op, ": expected a weight of shape [",
-              "out_features, ", x.size(-1), "] (in_features from x, ", x.sizes(), "), got ",
-              w.sizes());
-  TORCH_CHECK(w.device() == x.device(), op, ": expected the weight on ", x.device(),
-              " (the device of x), got ", w.device());
+  TORCH_CHECK(x.defined() && w.defined(),
+              text(op, ": expected tensors x and w, got an undefined tensor"));
+  TORCH_CHECK(x.device().type() == device,
+              text(op, ": expected x on ", c10::DeviceTypeName(device), ", got ", describe(x)));
+  TORCH_CHECK(
+      is_float_type(x.scalar_type()) && x.dim() >= 1,
+      text(op,
+           ": expected x of dtype float32, float16 or bfloat16 with shape [..., in_features], "
+           "got ",
+           describe(x)));
+  TORCH_CHECK(precision == "ieee" || precision == "bf16" || precision == "bf16x3",
+              text(op, ": expected precision ieee, bf16 or bf16x3, got '", precision, "'"));
+  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1),
+              text(op, ": expected a weight of shape [", "out_features, ", x.size(-1),
+                   "] (in_features from x, ", x.sizes(), "), got ", w.sizes()));
+  TORCH_CHECK(w.device() == x.device(), text(op, ": expected the weight on ", x.device(),
+                                             " (the device of x), got ", w.device()));
   const bool has_lo = w_lo && w_lo->defined();
   if (precision == "ieee") {
-    TORCH_CHECK(w.scalar_type() == x.scalar_type(), op, ": precision ieee: expected a weight of ",
-                x.scalar_type(), " (the dtype of x), got ", w.scalar_type());
-    TORCH_CHECK(!has_lo, op, ": precision ieee takes no w_lo (bf16x3's lo part of W)");
+    TORCH_CHECK(w.scalar_type() == x.scalar_type(),
+                text(op, ": precision ieee: expected a weight of ", x.scalar_type(),
+                     " (the dtype of x), got ", w.scalar_type()));
+    TORCH_CHECK(!has_lo, text(op, ": precision ieee takes no w_lo (bf16x3's lo part of W)"));
   } else {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kBFloat16, op,
-                ": precision ", precision,
-                ": expected float32 x and W's bfloat16 parts (split_bf16), got ", x.scalar_type(),
-                " x and a ", w.scalar_type(), " weight");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kBFloat16,
+                text(op, ": precision ", precision,
+                     ": expected float32 x and W's bfloat16 parts (split_bf16), got ",
+                     x.scalar_type(), " x and a ", w.scalar_type(), " weight"));
     if (precision == "bf16") {
-      TORCH_CHECK(!has_lo, op, ": precision bf16 takes no w_lo (bf16x3's lo part of W)");
+      TORCH_CHECK(!has_lo, text(op, ": precision bf16 takes no w_lo (bf16x3's lo part of W)"));
     } else {
-      TORCH_CHECK(has_lo, op, ": precision bf16x3 needs w_lo, W's bfloat16 lo part");
+      TORCH_CHECK(has_lo, text(op, ": precision bf16x3 needs w_lo, W's bfloat16 lo part"));
       TORCH_CHECK(w_lo->sizes() == w.sizes() && w_lo->scalar_type() == w.scalar_type() &&
                       w_lo->device() == w.device(),
-                  op, ": expected w_lo like w (", describe(w), "), got ", describe(*w_lo));
+                  text(op, ": expected w_lo like w (", describe(w), "), got ", describe(*w_lo)));
     }
   }
   const CountSource whose{"out_features, from the weight", w.sizes()};
@@ -163,23 +167,24 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
                          const torch::Tensor& w, torch::ScalarType w_dtype,
                          const torch::Tensor* w_lo) {
-  TORCH_CHECK(x.defined() && w.defined(), op, ": expected tensors, got an undefined tensor");
-  TORCH_CHECK(x.device().type() == device, op, ": expected x on ", c10::DeviceTypeName(device),
-              ", got ", describe(x));
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() >= 1, op,
-              ": expected x of dtype float32 with shape [..., in_features], got ", describe(x));
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1), op, ": expected a weight of shape [",
-              "out_features, ", x.size(-1), "] (in_features from x, ", x.sizes(), "), got ",
-              w.sizes());
-  TORCH_CHECK(w.scalar_type() == w_dtype, op, ": expected a weight of dtype ", w_dtype, ", got ",
-              w.scalar_type());
-  TORCH_CHECK(w.device() == x.device(), op, ": expected the weight on ", x.device(),
-              " (the device of x), got ", w.device());
+  TORCH_CHECK(x.defined() && w.defined(), text(op, ": expected tensors, got an undefined tensor"));
+  TORCH_CHECK(x.device().type() == device,
+              text(op, ": expected x on ", c10::DeviceTypeName(device), ", got ", describe(x)));
+  TORCH_CHECK(
+      x.scalar_type() == torch::kFloat32 && x.dim() >= 1,
+      text(op, ": expected x of dtype float32 with shape [..., in_features], got ", describe(x)));
+  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1),
+              text(op, ": expected a weight of shape [", "out_features, ", x.size(-1),
+                   "] (in_features from x, ", x.sizes(), "), got ", w.sizes()));
+  TORCH_CHECK(w.scalar_type() == w_dtype,
+              text(op, ": expected a weight of dtype ", w_dtype, ", got ", w.scalar_type()));
+  TORCH_CHECK(w.device() == x.device(), text(op, ": expected the weight on ", x.device(),
+                                             " (the device of x), got ", w.device()));
   if (w_lo) {
     TORCH_CHECK(w_lo->defined() && w_lo->sizes() == w.sizes() &&
                     w_lo->scalar_type() == w.scalar_type() && w_lo->device() == w.device(),
-                op, ": expected w_lo like w_hi (", describe(w), "), got ",
-                w_lo->defined() ? describe(*w_lo) : std::string("an undefined tensor"));
+                text(op, ": expected w_lo like w_hi (", describe(w), "), got ",
+                     w_lo->defined() ? describe(*w_lo) : std::string("an undefined tensor")));
   }
 }
 
@@ -210,7 +215,7 @@ const ChainEntry& chain_for(const char* op, c10::string_view chain) {
   try {
     return find_chain(std::string(chain));
   } catch (const ChainSpecError& e) {
-    TORCH_CHECK(false, op, ": ", e.what());
+    TORCH_CHECK(false, text(op, ": ", e.what()));
   }
 }
 
@@ -284,8 +289,8 @@ torch::Tensor linear_epilogue_meta(const torch::Tensor& x, const torch::Tensor& 
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_meta(const torch::Tensor& v) {
   TORCH_CHECK(v.defined() && v.scalar_type() == torch::kFloat32,
-              "fusedlinear::split_bf16: expected a float32 tensor, got ",
-              v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor");
+              detail::text("fusedlinear::split_bf16: expected a float32 tensor, got ",
+                           v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor"));
   const auto options = v.options().dtype(torch::kBFloat16);
   return {torch::empty(v.sizes(), options), torch::empty(v.sizes(), options)};
 }

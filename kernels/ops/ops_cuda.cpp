@@ -15,8 +15,11 @@
 namespace fusedlinear {
 namespace {
 
+using detail::text;
+
 void check_launch(const char* op, cudaError_t err) {
-  TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess,
+              text(op, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
 }
 
 constexpr const char* kEpilogue = "fusedlinear::epilogue";
@@ -35,8 +38,8 @@ torch::Tensor epilogue_cuda(const torch::Tensor& y, const c10::optional<torch::T
 }
 
 void check_cublas(const char* op, cublasStatus_t status) {
-  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, op,
-              ": cuBLAS failed: ", cublasGetStatusString(status));
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS,
+              text(op, ": cuBLAS failed: ", cublasGetStatusString(status)));
 }
 
 torch::Tensor empty_bf16(const torch::Tensor& like) {
@@ -45,9 +48,9 @@ torch::Tensor empty_bf16(const torch::Tensor& like) {
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_cuda(const torch::Tensor& v) {
   TORCH_CHECK(v.defined() && v.scalar_type() == torch::kFloat32 && v.is_cuda(),
-              "fusedlinear::split_bf16: expected a float32 tensor on cuda, got ",
-              v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor", " on ",
-              v.defined() ? v.device().str() : "-");
+              text("fusedlinear::split_bf16: expected a float32 tensor on cuda, got ",
+                   v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor", " on ",
+                   v.defined() ? v.device().str() : "-"));
   const c10::cuda::CUDAGuard device_guard(v.device());
   const torch::Tensor input = v.contiguous();
   torch::Tensor hi = empty_bf16(input), lo = empty_bf16(input);
@@ -96,9 +99,9 @@ bool prepare_linear(const char* op, const torch::Tensor& x, int64_t out_features
     return false;
   }
   constexpr int64_t kMax = std::numeric_limits<int>::max();
-  TORCH_CHECK(rows <= kMax && out_features <= kMax && in_features <= kMax, op,
-              ": too large for one cuBLAS call: ", rows, " rows, ", in_features, " -> ",
-              out_features, " features (each must be below 2^31)");
+  TORCH_CHECK(rows <= kMax && out_features <= kMax && in_features <= kMax,
+              text(op, ": too large for one cuBLAS call: ", rows, " rows, ", in_features, " -> ",
+                   out_features, " features (each must be below 2^31)"));
   call.rows = int(rows);
   call.out_features = int(out_features);
   call.in_features = int(in_features);
@@ -192,9 +195,9 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
   if (call.rows == 0 || call.out_features == 0) return out.view(view);
   cuda::SkinnyPlan plan;
   const cudaError_t planned = cuda::plan_skinny_linear(call, plan);
-  TORCH_CHECK(planned != cudaErrorInvalidConfiguration, kLinearEpilogue,
-              ": too many rows for the small-batch kernels' grid (", call.rows,
-              "; they take up to 65535 tiles of 8 to 64 rows)");
+  TORCH_CHECK(planned != cudaErrorInvalidConfiguration,
+              text(kLinearEpilogue, ": too many rows for the small-batch kernels' grid (",
+                   call.rows, "; they take up to 65535 tiles of 8 to 64 rows)"));
   check_launch(kLinearEpilogue, planned);
   torch::Tensor workspace;
   if (plan.workspace_floats() > 0) {
