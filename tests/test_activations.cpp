@@ -232,6 +232,12 @@ TEST(Activations, RewritesFollowTheRange) {
   static_assert(std::is_same_v<Full, act::Chain<act::Tanh, act::GeluOnUnitInterval, act::Gelu>>);
   static_assert(std::is_same_v<Half, act::Chain<act::TanhHalfPrecision,
                                                 act::GeluOnUnitIntervalHalfPrecision, act::Gelu>>);
+  // The polynomials are taken by the rewrite only: a chain that names one does not compile
+  // (Chain's constructor), and the spec parser does not know them.
+  static_assert(act::kRewriteOnly<act::GeluOnUnitInterval> &&
+                act::kRewriteOnly<act::GeluOnUnitIntervalHalfPrecision> &&
+                !act::kRewriteOnly<act::Gelu>);
+  EXPECT_THROW(parse_chain("gelu_on_unit_interval"), ChainSpecError);
   // Half forms only where a declaration opts in; run-time chains never take them (model.h).
   static_assert(
       std::is_same_v<decltype(device_chain<NotOptedIn, ResultPrecision::kHalf>({})), Full>);

@@ -42,6 +42,16 @@ struct OutputInUnitIntervalOf<F, std::void_t<decltype(F::kOutputInUnitInterval)>
 template <class F>
 inline constexpr bool kOutputInUnitInterval = OutputInUnitIntervalOf<F>::value;
 
+// Whether F is right on part of the line only (GeluOnUnitInterval): taken by the rewrites where
+// the functor before it proves the range, never written in a chain.
+template <class F, class = void>
+struct RewriteOnlyOf : std::false_type {};
+template <class F>
+struct RewriteOnlyOf<F, std::void_t<decltype(F::kRewriteOnly)>>
+    : std::bool_constant<F::kRewriteOnly> {};
+template <class F>
+inline constexpr bool kRewriteOnly = RewriteOnlyOf<F>::value;
+
 template <class F, class = void>
 struct HalfOfImpl {
   using type = F;
@@ -110,7 +120,11 @@ struct Chain<F, Rest...> {
   Chain<Rest...> rest{};
 
   constexpr Chain() = default;
-  FL_HOST_DEVICE constexpr explicit Chain(F f, Rest... fs) : first(f), rest(fs...) {}
+  FL_HOST_DEVICE constexpr explicit Chain(F f, Rest... fs) : first(f), rest(fs...) {
+    static_assert(!kRewriteOnly<F>,
+                  "this functor is exact on [-1, 1] only: write Gelu{}, which the chain's rewrite "
+                  "turns into it where the functor before it proves the range");
+  }
   FL_HOST_DEVICE constexpr Chain(std::in_place_t, F f, Chain<Rest...> tail)
       : first(f), rest(tail) {}
 
