@@ -33,6 +33,11 @@ struct Arg {
   bool required = false;
 };
 
+// clamp_keep_nan's float64 form, for the functors' references: NaN stays NaN.
+inline double clamp_reference(double x, double lo, double hi) {
+  return std::isnan(x) ? x : std::fmin(std::fmax(x, lo), hi);
+}
+
 // --- rectifiers and clamps ----------------------------------------------------------------------
 
 // torch.relu: max(x, 0); NaN stays NaN.
@@ -56,9 +61,7 @@ struct Relu6 {
   FL_HOST_DEVICE V operator()(V x) const {
     return clamp_keep_nan(x, 0.0f, 6.0f);
   }
-  static double reference(double x) {
-    return std::isnan(x) ? x : std::fmin(std::fmax(x, 0.0), 6.0);
-  }
+  static double reference(double x) { return clamp_reference(x, 0.0, 6.0); }
   template <class T>
   static T eager(const T& x) {
     return hardtanh(x, 0, 6);
@@ -90,9 +93,7 @@ struct Hardtanh {
   FL_HOST_DEVICE V operator()(V x) const {
     return clamp_keep_nan(x, min_val, max_val);
   }
-  double reference(double x) const {
-    return std::isnan(x) ? x : std::fmin(std::fmax(x, double(min_val)), double(max_val));
-  }
+  double reference(double x) const { return clamp_reference(x, min_val, max_val); }
   template <class T>
   T eager(const T& x) const {
     return hardtanh(x, min_val, max_val);
@@ -109,9 +110,7 @@ struct Clamp {
   FL_HOST_DEVICE V operator()(V x) const {
     return clamp_keep_nan(x, min, max);
   }
-  double reference(double x) const {
-    return std::isnan(x) ? x : std::fmin(std::fmax(x, double(min)), double(max));
-  }
+  double reference(double x) const { return clamp_reference(x, min, max); }
   template <class T>
   T eager(const T& x) const {
     return clamp(x, min, max);
@@ -237,9 +236,7 @@ struct Hardsigmoid {
   FL_HOST_DEVICE V operator()(V x) const {
     return clamp_keep_nan(x + V(3.0f), 0.0f, 6.0f) * V(1.0f / 6.0f);
   }
-  static double reference(double x) {
-    return std::isnan(x) ? x : std::fmin(std::fmax(x + 3.0, 0.0), 6.0) / 6.0;
-  }
+  static double reference(double x) { return clamp_reference(x + 3.0, 0.0, 6.0) / 6.0; }
   template <class T>
   static T eager(const T& x) {
     return hardsigmoid(x);
@@ -253,9 +250,7 @@ struct Hardswish {
   FL_HOST_DEVICE V operator()(V x) const {
     return x * clamp_keep_nan(x + V(3.0f), 0.0f, 6.0f) * V(1.0f / 6.0f);
   }
-  static double reference(double x) {
-    return std::isnan(x) ? x : x * std::fmin(std::fmax(x + 3.0, 0.0), 6.0) / 6.0;
-  }
+  static double reference(double x) { return x * clamp_reference(x + 3.0, 0.0, 6.0) / 6.0; }
   template <class T>
   static T eager(const T& x) {
     return hardswish(x);

@@ -63,6 +63,15 @@ void check_params(const char* op, c10::ArrayRef<torch::Tensor> params, size_t ch
   }
 }
 
+// W [out_features, in_features] for x [..., in_features], on x's device.
+void check_weight(const char* op, const torch::Tensor& x, const torch::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1),
+              text(op, ": expected a weight of shape [out_features, ", x.size(-1),
+                   "] (in_features from x, ", x.sizes(), "), got ", w.sizes()));
+  TORCH_CHECK(w.device() == x.device(), text(op, ": expected the weight on ", x.device(),
+                                             " (the device of x), got ", w.device()));
+}
+
 }  // namespace
 
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
@@ -133,11 +142,7 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
            describe(x)));
   TORCH_CHECK(precision == "ieee" || precision == "bf16" || precision == "bf16x3",
               text(op, ": expected precision ieee, bf16 or bf16x3, got '", precision, "'"));
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1),
-              text(op, ": expected a weight of shape [", "out_features, ", x.size(-1),
-                   "] (in_features from x, ", x.sizes(), "), got ", w.sizes()));
-  TORCH_CHECK(w.device() == x.device(), text(op, ": expected the weight on ", x.device(),
-                                             " (the device of x), got ", w.device()));
+  check_weight(op, x, w);
   const bool has_lo = w_lo && w_lo->defined();
   if (precision == "ieee") {
     TORCH_CHECK(w.scalar_type() == x.scalar_type(),
@@ -173,13 +178,9 @@ void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Te
   TORCH_CHECK(
       x.scalar_type() == torch::kFloat32 && x.dim() >= 1,
       text(op, ": expected x of dtype float32 with shape [..., in_features], got ", describe(x)));
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1),
-              text(op, ": expected a weight of shape [", "out_features, ", x.size(-1),
-                   "] (in_features from x, ", x.sizes(), "), got ", w.sizes()));
+  check_weight(op, x, w);
   TORCH_CHECK(w.scalar_type() == w_dtype,
               text(op, ": expected a weight of dtype ", w_dtype, ", got ", w.scalar_type()));
-  TORCH_CHECK(w.device() == x.device(), text(op, ": expected the weight on ", x.device(),
-                                             " (the device of x), got ", w.device()));
   if (w_lo) {
     TORCH_CHECK(w_lo->defined() && w_lo->sizes() == w.sizes() &&
                     w_lo->scalar_type() == w.scalar_type() && w_lo->device() == w.device(),

@@ -16,56 +16,27 @@ import os
 import sys
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-def check(what, got, want, tolerance):
-    ok = torch.allclose(got.double(), want.double(), rtol=tolerance, atol=tolerance)
-    print(("ok    " if ok else "FAIL  ") + what, "max abs difference %.3g"
-          % (got.double() - want.double()).abs().max().item())
-    if not ok:
-        raise SystemExit(1)
-
-
-class SwishChain(nn.Module):
-    """Linear -> + add_value -> Swish -> Tanh -> GELU(exact) -> Hardtanh(-1, 1), as Python writes it."""
-
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.matmul = nn.Linear(in_features, out_features)
-        self.add_value = nn.Parameter(torch.randn(out_features))
-
-    def forward(self, x):
-        x = self.matmul(x) + self.add_value
-        x = torch.tanh(torch.sigmoid(x) * x)
-        return F.hardtanh(F.gelu(x), -1, 1)
+# The reference models as weights/export.py defines them, and the ops test's check and scripted
+# module (this folder).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "weights"))
+from export import MishMish, SwishChain  # noqa: E402
+from ops_library import ScriptedMishMish as MishMishOps, check  # noqa: E402
 
 
 class SwishChainOps(SwishChain):
-    """The same with the fused op after a bias-free GEMM."""
+    """swish_chain with the fused op after a bias-free GEMM."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features, (out_features,))
 
     def forward(self, x):
         y = F.linear(x, self.matmul.weight)
         return torch.ops.fusedlinear.epilogue(y, self.matmul.bias, [self.add_value], "swish_chain")
 
 
-class MishMish(nn.Module):
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-
-    def forward(self, x):
-        return F.mish(F.mish(self.linear(x)))
-
-
-class MishMishOps(MishMish):
-    def forward(self, x):
-        y = F.linear(x, self.linear.weight)
-        return torch.ops.fusedlinear.epilogue(y, self.linear.bias, [], "mish_mish")
-
-
-class SpecChainOps(MishMish):
+class SpecChainOps(MishMishOps):
     """A chain given as a spec: Linear -> GELU(tanh) -> SiLU -> clamp(-2, 2)."""
 
     def forward(self, x):
@@ -105,7 +76,8 @@ def check_opcheck(device):
 
 def check_compile_and_export(device):
     torch.manual_seed(1)
-    models = [(SwishChain(64, 48), SwishChainOps(64, 48)), (MishMish(64, 48), MishMishOps(64, 48)),
+    models = [(SwishChain(64, 48, (48,)), SwishChainOps(64, 48)),
+              (MishMish(64, 48), MishMishOps(64, 48)),
               (None, SpecChainOps(64, 48))]
     x = torch.rand(9, 64, device=device)
     for reference, fused in models:
@@ -134,7 +106,7 @@ def check_compile_and_export(device):
 def write_package(out, device):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(2)
-    reference = SwishChain(512, 256)
+    reference = SwishChain(512, 256, (256,))
     fused = SwishChainOps(512, 256)
     fused.load_state_dict(reference.state_dict())
     reference, fused = reference.to(device).eval(), fused.to(device).eval()
