@@ -73,7 +73,7 @@ torch::Tensor linear_bf16x3_cpu(const torch::Tensor& x, const torch::Tensor& w_h
   torch::Tensor y = torch::mm(xl, wh);
   y += torch::mm(xh, wl);
   y += torch::mm(xh, wh);
-  return y.view(linear_output_shape(x, w_hi.size(0)));
+  return y.view(linear_output_shape(x.sizes(), w_hi.size(0)));
 }
 
 torch::Tensor linear_bf16_cpu(const torch::Tensor& x, const torch::Tensor& w_hi) {
@@ -82,14 +82,14 @@ torch::Tensor linear_bf16_cpu(const torch::Tensor& x, const torch::Tensor& w_hi)
   torch::Tensor x_hi = empty_bf16_like(x_rows);
   split_into(x_rows, x_hi, nullptr);
   const torch::Tensor y = torch::mm(x_hi.to(torch::kFloat32), w_hi.to(torch::kFloat32).t());
-  return y.view(linear_output_shape(x, w_hi.size(0)));
+  return y.view(linear_output_shape(x.sizes(), w_hi.size(0)));
 }
 
 torch::Tensor linear_tf32_cpu(const torch::Tensor& x, const torch::Tensor& w) {
   check_linear_inputs("fusedlinear::linear_tf32", c10::DeviceType::CPU, x, w, torch::kFloat32);
   const torch::Tensor y =
       torch::mm(rounded_to_tf32(linear_rows(x)), rounded_to_tf32(w.contiguous()).t());
-  return y.view(linear_output_shape(x, w.size(0)));
+  return y.view(linear_output_shape(x.sizes(), w.size(0)));
 }
 
 }  // namespace detail

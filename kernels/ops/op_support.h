@@ -28,6 +28,19 @@ inline void append_text(std::string& s, c10::IntArrayRef shape) {  // as c10 pri
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   s += ']';
 }
+// Sizes as the checks read them (sym_size, sym_sizes): symbolic under torch.compile's fake
+// tensors, where a failing check prints the size it was traced with.
+inline void append_text(std::string& s, const c10::SymInt& v) {
+  s += std::to_string(v.guard_int(__FILE__, __LINE__));
+}
+inline void append_text(std::string& s, c10::SymIntArrayRef shape) {
+  s += '[';
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    append_text(s, shape[i]);
+  }
+  s += ']';
+}
 inline void append_text(std::string& s, c10::ScalarType dtype) { s += c10::toString(dtype); }
 inline void append_text(std::string& s, const c10::Device& device) { s += device.str(); }
 

@@ -1,9 +1,9 @@
 // Declares the ops (one schema each) and registers their CPU and Meta implementations and their
-// Autograd kernel (ops.h: no backward); the CUDA ones are in ops_cuda.cpp.
+// Autograd kernel (ops.h: inference ops); the CUDA ones are in ops_cuda.cpp.
 #include "kernels/ops/ops.h"
 
 #include <ATen/Dispatch.h>
-#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
 #include <torch/library.h>
 
 #include <string>
@@ -17,7 +17,7 @@ namespace detail {
 namespace {
 
 std::string describe(const torch::Tensor& t) {
-  return text(t.scalar_type(), " ", t.sizes(), " on ", t.device());
+  return text(t.scalar_type(), " ", t.sym_sizes(), " on ", t.device());
 }
 
 bool is_float_type(torch::ScalarType dtype) {
@@ -25,24 +25,26 @@ bool is_float_type(torch::ScalarType dtype) {
 }
 
 // Where a column count comes from, for messages: a description and the shape it is read from.
+// The checks read sizes as SymInts (sym_size), which the Meta kernels' fake tensors may hold
+// symbolic under torch.compile; on real tensors they are plain integers.
 struct CountSource {
   const char* what;
-  c10::IntArrayRef shape;
+  c10::SymIntArrayRef shape;
 };
 
 // A per-column input: [features] (`whose` says where that count comes from), of `like`'s dtype
 // and device; a parameter may also hold one value for every column ([] or [1]). Messages are
 // built only on failure: this runs on every call.
 void check_column_input(const char* op, const std::string& name, const torch::Tensor& v,
-                        int64_t features, CountSource whose, const torch::Tensor& like,
+                        const c10::SymInt& features, CountSource whose, const torch::Tensor& like,
                         const char* like_name, bool one_value_allowed) {
   TORCH_CHECK(v.defined(), text(op, ": expected ", name, " to be a tensor, got an undefined one"));
-  const bool per_feature = v.dim() == 1 && v.size(0) == features;
-  const bool one_value = one_value_allowed && v.dim() <= 1 && v.numel() == 1;
+  const bool per_feature = v.dim() == 1 && v.sym_size(0) == features;
+  const bool one_value = one_value_allowed && v.dim() <= 1 && v.sym_numel() == 1;
   TORCH_CHECK(
       per_feature || one_value,
       text(op, ": expected ", name, " of shape [", features, "] (", whose.what, " ", whose.shape,
-           ")", one_value_allowed ? " or of one element" : "", ", got ", v.sizes()));
+           ")", one_value_allowed ? " or of one element" : "", ", got ", v.sym_sizes()));
   TORCH_CHECK(v.scalar_type() == like.scalar_type(),
               text(op, ": expected ", name, " of dtype ", like.scalar_type(), " (the dtype of ",
                    like_name, "), got ", v.scalar_type()));
@@ -53,7 +55,7 @@ void check_column_input(const char* op, const std::string& name, const torch::Te
 
 // The chain's parameters: as many as it takes, each a column input.
 void check_params(const char* op, c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                  int64_t features, CountSource whose, const torch::Tensor& like,
+                  const c10::SymInt& features, CountSource whose, const torch::Tensor& like,
                   const char* like_name) {
   TORCH_CHECK(params.size() == chain_params, text(op, ": the chain takes ", chain_params,
                                                   " parameter tensor(s), got ", params.size()));
@@ -65,9 +67,9 @@ void check_params(const char* op, c10::ArrayRef<torch::Tensor> params, size_t ch
 
 // W [out_features, in_features] for x [..., in_features], on x's device.
 void check_weight(const char* op, const torch::Tensor& x, const torch::Tensor& w) {
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == x.size(-1),
-              text(op, ": expected a weight of shape [out_features, ", x.size(-1),
-                   "] (in_features from x, ", x.sizes(), "), got ", w.sizes()));
+  TORCH_CHECK(w.dim() == 2 && w.sym_size(1) == x.sym_size(-1),
+              text(op, ": expected a weight of shape [out_features, ", x.sym_size(-1),
+                   "] (in_features from x, ", x.sym_sizes(), "), got ", w.sym_sizes()));
   TORCH_CHECK(w.device() == x.device(), text(op, ": expected the weight on ", x.device(),
                                              " (the device of x), got ", w.device()));
 }
@@ -85,10 +87,10 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
   TORCH_CHECK(
       y.dim() >= 1,
       text(op, ": expected y with at least one dimension [..., features], got ", describe(y)));
-  const CountSource whose{"the last dimension of y,", y.sizes()};
+  const CountSource whose{"the last dimension of y,", y.sym_sizes()};
   if (bias && bias->defined())
-    check_column_input(op, "bias", *bias, y.size(-1), whose, y, "y", false);
-  check_params(op, params, chain_params, y.size(-1), whose, y, "y");
+    check_column_input(op, "bias", *bias, y.sym_size(-1), whose, y, "y", false);
+  check_params(op, params, chain_params, y.sym_size(-1), whose, y, "y");
 }
 
 ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
@@ -158,15 +160,15 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
       TORCH_CHECK(!has_lo, text(op, ": precision bf16 takes no w_lo (bf16x3's lo part of W)"));
     } else {
       TORCH_CHECK(has_lo, text(op, ": precision bf16x3 needs w_lo, W's bfloat16 lo part"));
-      TORCH_CHECK(w_lo->sizes() == w.sizes() && w_lo->scalar_type() == w.scalar_type() &&
+      TORCH_CHECK(w_lo->sym_sizes() == w.sym_sizes() && w_lo->scalar_type() == w.scalar_type() &&
                       w_lo->device() == w.device(),
                   text(op, ": expected w_lo like w (", describe(w), "), got ", describe(*w_lo)));
     }
   }
-  const CountSource whose{"out_features, from the weight", w.sizes()};
+  const CountSource whose{"out_features, from the weight", w.sym_sizes()};
   if (bias && bias->defined())
-    check_column_input(op, "bias", *bias, w.size(0), whose, x, "x", false);
-  check_params(op, params, chain_params, w.size(0), whose, x, "x");
+    check_column_input(op, "bias", *bias, w.sym_size(0), whose, x, "x", false);
+  check_params(op, params, chain_params, w.sym_size(0), whose, x, "x");
 }
 
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
@@ -182,17 +184,11 @@ void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Te
   TORCH_CHECK(w.scalar_type() == w_dtype,
               text(op, ": expected a weight of dtype ", w_dtype, ", got ", w.scalar_type()));
   if (w_lo) {
-    TORCH_CHECK(w_lo->defined() && w_lo->sizes() == w.sizes() &&
+    TORCH_CHECK(w_lo->defined() && w_lo->sym_sizes() == w.sym_sizes() &&
                     w_lo->scalar_type() == w.scalar_type() && w_lo->device() == w.device(),
                 text(op, ": expected w_lo like w_hi (", describe(w), "), got ",
                      w_lo->defined() ? describe(*w_lo) : std::string("an undefined tensor")));
   }
-}
-
-std::vector<int64_t> linear_output_shape(const torch::Tensor& x, int64_t out_features) {
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = out_features;
-  return shape;
 }
 
 ElementType element_type_of(const torch::Tensor& t) {
@@ -264,7 +260,7 @@ torch::Tensor linear_epilogue_cpu(const torch::Tensor& x, const torch::Tensor& w
   detail::EpilogueInputs in = detail::prepare_epilogue(kLinearEpilogue, c10::DeviceType::CPU, y,
                                                        bias32, params32, params32.size());
   cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
-  return in.out.to(x.scalar_type()).view(detail::linear_output_shape(x, w.size(0)));
+  return in.out.to(x.scalar_type()).view(detail::linear_output_shape(x.sizes(), w.size(0)));
 }
 
 // The Meta implementations: the CPU and CUDA ones' checks, and outputs of their shapes, dtypes and
@@ -274,7 +270,7 @@ torch::Tensor epilogue_meta(const torch::Tensor& y, const c10::optional<torch::T
   const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
   detail::check_epilogue_inputs(kEpilogue, c10::DeviceType::Meta, y, bias, params,
                                 entry.chain.slot_params().size());
-  return torch::empty(y.sizes(), y.options());
+  return at::empty_symint(y.sym_sizes(), y.options());
 }
 
 torch::Tensor linear_epilogue_meta(const torch::Tensor& x, const torch::Tensor& w,
@@ -285,7 +281,7 @@ torch::Tensor linear_epilogue_meta(const torch::Tensor& x, const torch::Tensor& 
   detail::check_linear_epilogue_inputs(kLinearEpilogue, c10::DeviceType::Meta, x, w, w_lo, bias,
                                        params, entry.chain.slot_params().size(),
                                        std::string(precision));
-  return torch::empty(detail::linear_output_shape(x, w.size(0)), x.options());
+  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_meta(const torch::Tensor& v) {
@@ -293,26 +289,28 @@ std::tuple<torch::Tensor, torch::Tensor> split_bf16_meta(const torch::Tensor& v)
               detail::text("fusedlinear::split_bf16: expected a float32 tensor, got ",
                            v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor"));
   const auto options = v.options().dtype(torch::kBFloat16);
-  return {torch::empty(v.sizes(), options), torch::empty(v.sizes(), options)};
+  return {at::empty_symint(v.sym_sizes(), options), at::empty_symint(v.sym_sizes(), options)};
 }
 
 torch::Tensor linear_bf16x3_meta(const torch::Tensor& x, const torch::Tensor& w_hi,
                                  const torch::Tensor& w_lo) {
   detail::check_linear_inputs("fusedlinear::linear_bf16x3", c10::DeviceType::Meta, x, w_hi,
                               torch::kBFloat16, &w_lo);
-  return torch::empty(detail::linear_output_shape(x, w_hi.size(0)), x.options());
+  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w_hi.sym_size(0)),
+                          x.options());
 }
 
 torch::Tensor linear_bf16_meta(const torch::Tensor& x, const torch::Tensor& w_hi) {
   detail::check_linear_inputs("fusedlinear::linear_bf16", c10::DeviceType::Meta, x, w_hi,
                               torch::kBFloat16);
-  return torch::empty(detail::linear_output_shape(x, w_hi.size(0)), x.options());
+  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w_hi.sym_size(0)),
+                          x.options());
 }
 
 torch::Tensor linear_tf32_meta(const torch::Tensor& x, const torch::Tensor& w) {
   detail::check_linear_inputs("fusedlinear::linear_tf32", c10::DeviceType::Meta, x, w,
                               torch::kFloat32);
-  return torch::empty(detail::linear_output_shape(x, w.size(0)), x.options());
+  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 
 const char* const kOps[] = {"epilogue",      "linear_epilogue", "split_bf16",
@@ -331,9 +329,19 @@ TORCH_LIBRARY(fusedlinear, m) {
   m.def("linear_tf32(Tensor x, Tensor w) -> Tensor");
 }
 
-// No backward (ops.h): outputs computed as always; a backward through them fails naming the op.
+// Inference ops (ops.h): run below autograd, so their outputs carry no grad_fn and never require
+// grad; torch.compile and AOTAutograd then trace them as they do under no_grad.
+namespace {
+void run_below_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                        torch::jit::Stack* stack) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+}
+}  // namespace
+
 TORCH_LIBRARY_IMPL(fusedlinear, Autograd, m) {
-  for (const char* op : kOps) m.impl(op, torch::autograd::autogradNotImplementedFallback());
+  for (const char* op : kOps)
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&run_below_autograd>());
 }
 
 TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {

@@ -11,11 +11,11 @@
 //   linear_bf16(Tensor x, Tensor w_hi) -> Tensor,
 //   linear_tf32(Tensor x, Tensor w) -> Tensor          x W^T from tensor-core products
 //
-// The ops have no backward. Called on tensors that require grad, in grad mode, they compute their
-// outputs as always; a backward through those outputs fails with one line naming the op (so a
-// model in its default grad mode runs, scripted, exported or not, and nothing is trained through
-// them unnoticed). The wrappers below call the dispatcher, which picks the implementation from
-// the inputs' device.
+// The ops are inference ops: they record no autograd graph, in any grad mode, so their outputs
+// never require grad (as if called under torch.no_grad), whatever their inputs. So a model in its
+// default grad mode runs, scripted, exported, compiled or not; gradients do not flow through
+// them (a backward from their outputs fails: they do not require grad). The wrappers below call
+// the dispatcher, which picks the implementation from the inputs' device.
 #pragma once
 
 #include <torch/types.h>
@@ -116,8 +116,14 @@ ElementType element_type_of(const torch::Tensor& t);
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
                          const torch::Tensor& w, torch::ScalarType w_dtype,
                          const torch::Tensor* w_lo = nullptr);
-// x's leading dimensions with `out_features` last: the shape of x W^T.
-std::vector<int64_t> linear_output_shape(const torch::Tensor& x, int64_t out_features);
+// x's leading dimensions with `out_features` last: the shape of x W^T, of int64_t sizes or of the
+// Meta kernels' SymInts.
+template <class Size>
+std::vector<Size> linear_output_shape(c10::ArrayRef<Size> x_shape, Size out_features) {
+  std::vector<Size> shape(x_shape.begin(), x_shape.end());
+  shape.back() = out_features;
+  return shape;
+}
 // x [..., in] as a contiguous [rows, in] matrix (rows: the product of the leading dimensions).
 torch::Tensor linear_rows(const torch::Tensor& x);
 

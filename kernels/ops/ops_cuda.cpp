@@ -92,7 +92,7 @@ bool prepare_linear(const char* op, const torch::Tensor& x, int64_t out_features
   call.x_rows = detail::linear_rows(x);
   const int64_t rows = call.x_rows.size(0);
   call.y = torch::empty({rows, out_features}, x.options());
-  call.shape = detail::linear_output_shape(x, out_features);
+  call.shape = detail::linear_output_shape(x.sizes(), out_features);
   if (rows == 0 || out_features == 0) return false;
   if (in_features == 0) {
     call.y.zero_();
@@ -191,7 +191,7 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
   call.rows = x_rows.size(0);
   call.out_features = w.size(0);
   call.in_features = w.size(1);
-  const auto view = detail::linear_output_shape(x, w.size(0));
+  const auto view = detail::linear_output_shape(x.sizes(), w.size(0));
   if (call.rows == 0 || call.out_features == 0) return out.view(view);
   cuda::SkinnyPlan plan;
   const cudaError_t planned = cuda::plan_skinny_linear(call, plan);

@@ -1,4 +1,5 @@
-"""The ops in PyTorch 2's deployment path, from Python (torch 2.x; exits 0 with a message on 1.x):
+"""The ops in PyTorch 2's deployment path, from Python (torch 2.x; on 1.x it says so and exits 77,
+which ctest counts as skipped):
 
     python3 tests/python/pytorch2_path.py LIBRARY [--out DIR]
 
@@ -9,7 +10,8 @@ Loads the ops library, then for the CPU (and CUDA where there is one):
   - torch.export of each, run again from the exported program;
 and with --out, for the C++ side (app/tools/run_pt2.cpp): swish_chain written with the ops,
 exported and packaged by AOTInductor (DIR/swish_chain.pt2, on CUDA where there is one), with its
-state dict, input and Python's output. Exits non-zero on the first failure.
+state dict, input and Python's output. Every check runs; a failure is one FAIL line, and the exit
+code is non-zero if any failed.
 """
 import argparse
 import os
@@ -48,6 +50,19 @@ def spec_chain_eager(model, x):
     return torch.clamp(F.silu(F.gelu(model.linear(x), approximate="tanh")), -2, 2)
 
 
+FAILURES = []
+
+
+def step(what, fn):
+    """Runs one check; a failure is printed in one line and counted, and the next check runs."""
+    try:
+        fn()
+    except (Exception, SystemExit) as e:  # check() exits on a mismatch, after printing it
+        lines = [line for line in str(e).strip().splitlines() if line.strip()]
+        print("FAIL  %s: %s%s" % (what, type(e).__name__, (": " + lines[-1]) if lines else ""))
+        FAILURES.append(what)
+
+
 def check_opcheck(device):
     ops = torch.ops.fusedlinear
     torch.manual_seed(0)
@@ -66,12 +81,16 @@ def check_opcheck(device):
         (ops.linear_bf16.default, (x, hi)),
         (ops.linear_tf32.default, (x, w)),
     ]
-    for op, args in cases:
+    def run(op, args):
         for requires_grad in (False, True):
             call = [a.detach().clone().requires_grad_(requires_grad and a.is_floating_point())
                     if isinstance(a, torch.Tensor) else a for a in args]
             torch.library.opcheck(op, tuple(call))
         print("ok    %s opcheck %s" % (device, op))
+
+    for op, args in cases:
+        step("%s opcheck %s %s" % (device, op, args[-1] if isinstance(args[-1], str) else ""),
+             lambda: run(op, args))
 
 
 def check_compile_and_export(device):
@@ -81,26 +100,30 @@ def check_compile_and_export(device):
               (None, SpecChainOps(64, 48))]
     x = torch.rand(9, 64, device=device)
     for reference, fused in models:
-        if reference is not None:
-            fused.load_state_dict(reference.state_dict())
-            reference = reference.to(device).eval()
-        fused = fused.to(device).eval()
-        name = type(fused).__name__
-        want = reference(x) if reference is not None else spec_chain_eager(fused, x)
-        torch._dynamo.reset()
-        explained = torch._dynamo.explain(fused)(x)
-        if explained.graph_break_count != 0:
-            raise SystemExit("FAIL  %s %s: %d graph breaks" % (device, name,
-                                                               explained.graph_break_count))
-        compiled = torch.compile(fused, fullgraph=True)
-        with torch.no_grad():
-            check("%s torch.compile %s under no_grad" % (device, name), compiled(x), want.detach(),
-                  1e-5)
-        check("%s torch.compile %s in grad mode" % (device, name), compiled(x).detach(),
-              want.detach(), 1e-5)
-        exported = torch.export.export(fused, (x,))
-        check("%s torch.export %s" % (device, name), exported.module()(x).detach(), want.detach(),
+        step("%s %s" % (device, type(fused).__name__),
+             lambda: compile_and_export(device, reference, fused, x))
+
+
+def compile_and_export(device, reference, fused, x):
+    if reference is not None:
+        fused.load_state_dict(reference.state_dict())
+        reference = reference.to(device).eval()
+    fused = fused.to(device).eval()
+    name = type(fused).__name__
+    want = reference(x) if reference is not None else spec_chain_eager(fused, x)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fused)(x)
+    if explained.graph_break_count != 0:
+        raise SystemExit("%d graph breaks" % explained.graph_break_count)
+    compiled = torch.compile(fused, fullgraph=True)
+    with torch.no_grad():
+        check("%s torch.compile %s under no_grad" % (device, name), compiled(x), want.detach(),
               1e-5)
+    check("%s torch.compile %s in grad mode" % (device, name), compiled(x).detach(),
+          want.detach(), 1e-5)
+    exported = torch.export.export(fused, (x,))
+    check("%s torch.export %s" % (device, name), exported.module()(x).detach(), want.detach(),
+          1e-5)
 
 
 def write_package(out, device):
@@ -129,8 +152,8 @@ def main():
     args = parser.parse_args()
     if int(torch.__version__.split(".")[0]) < 2:
         print("torch %s: the PyTorch 2 path (torch.compile, torch.export, AOTInductor) needs "
-              "torch 2" % torch.__version__)
-        return
+              "torch 2: skipped" % torch.__version__)
+        return 77  # ctest's SKIP_RETURN_CODE
     torch.ops.load_library(args.library)
     print("loaded %s into torch %s" % (args.library, torch.__version__))
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -138,7 +161,12 @@ def main():
         check_opcheck(device)
         check_compile_and_export(device)
     if args.out:
-        write_package(args.out, devices[-1])
+        step("AOTInductor package", lambda: write_package(args.out, devices[-1]))
+    if FAILURES:
+        print("%d check(s) failed: %s" % (len(FAILURES), "; ".join(FAILURES)))
+        return 1
+    print("all checks passed")
+    return 0
 
 
 if __name__ == "__main__":
