@@ -1,8 +1,9 @@
 // epilogue_bench: the fused epilogue kernel alone, without libtorch, side by side in one run: for
 // each library declaration (kernels/math/reference_models.h), its compiled chain and the same
 // chain run by the interpreter (a run-time chain), in float32, bfloat16 and float16, against a
-// device-to-device copy of the same bytes; then, for 16-bit results, the compiled chain at a sweep
-// of launch shapes (where a declaration finds its kHalfLaunch). Inputs rotate over enough buffers
+// device-to-device copy of the same bytes; the interpreter also at a sweep of launch shapes and
+// with every term kept; then, for 16-bit results, the compiled chain at a sweep of launch shapes
+// (where a declaration finds its kHalfLaunch). Inputs rotate over enough buffers
 // to exceed the L2 cache four times, every output is fresh, and each variant's largest error
 // against the chain's float64 form is reported, absolute and in units in the last place of the
 // element type.
@@ -212,11 +213,24 @@ void run_declaration(const Buffers<T>& b, int iters) {
   const act::Program program = act::program_of(Model::kChain);
   const std::string name = Model::kName;
   const auto compiled = device_chain<Model, P>(program);
-  const auto runtime = device_chain<RuntimeChain, P>(program);
   run_variant<T, Shape>(name + " compiled", b, iters, compiled, Model::kChain);
-  // At the run-time chains' own shape, as they run in production.
-  run_variant<T, cuda::ProductionShape<T, RuntimeChain>>(name + " run-time", b, iters, runtime,
-                                                         Model::kChain);
+  // The interpreter as it runs in production (its kernel for as many terms as the program reads,
+  // at the run-time chains' shape), at other shapes, and keeping all kMaxColumnTerms terms.
+  act::with_term_capacity(program.terms, [&](auto capacity) {
+    const act::ProgramChain<act::ResultPrecision::kFloat32, capacity()> runtime{program};
+    const auto shape = [&](auto s) {
+      run_variant<T, decltype(s)>(name + " run-time", b, iters, runtime, Model::kChain);
+    };
+    shape(cuda::ProductionShape<T, RuntimeChain>{});
+    shape(LaunchShape<1, 256, 0>{});
+    shape(LaunchShape<2, 256, 2>{});
+    shape(LaunchShape<4, 256, 2>{});
+    shape(LaunchShape<2, 128, 2>{});
+    shape(LaunchShape<4, 128, 2>{});
+  });
+  run_variant<T, cuda::ProductionShape<T, RuntimeChain>>(
+      name + " run-time, all terms kept", b, iters, device_chain<RuntimeChain, P>(program),
+      Model::kChain);
   if constexpr (!std::is_same_v<T, float>) {
     const auto shape = [&](auto s) {
       run_variant<T, decltype(s)>(name + " compiled", b, iters, compiled, Model::kChain);

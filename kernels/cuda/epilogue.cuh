@@ -222,7 +222,8 @@ cudaError_t launch_fused_epilogue_typed(const T* y, T* out, int64_t rows, int64_
   return launch_fused_epilogue_kernel<T, 1, Shape>(y, out, rows, cols, epilogue, stream);
 }
 
-// The epilogue of declaration Model (or, for RuntimeChain, of `program`) on one call.
+// The epilogue of declaration Model (or, for RuntimeChain, of `program`, by the interpreter's
+// kernel for as many terms as the program reads) on one call.
 template <class Model>
 cudaError_t launch_epilogue_for(const act::Program& program, const EpilogueCall& call,
                                 cudaStream_t stream) {
@@ -230,11 +231,19 @@ cudaError_t launch_epilogue_for(const act::Program& program, const EpilogueCall&
   dispatch_element(call.type, [&](auto element) {
     constexpr ElementType E = decltype(element)::value;
     using T = DeviceElement<E>;
-    const auto chain = device_chain<Model, kResultPrecisionOf<E>>(program);
-    const ColumnEpilogue<T, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
-    err = launch_fused_epilogue_typed<T, ProductionShape<T, Model>>(
-        static_cast<const T*>(call.y), static_cast<T*>(call.out), call.rows, call.cols, epilogue,
-        stream);
+    const auto launch = [&](const auto& chain) {
+      const ColumnEpilogue<T, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
+      err = launch_fused_epilogue_typed<T, ProductionShape<T, Model>>(
+          static_cast<const T*>(call.y), static_cast<T*>(call.out), call.rows, call.cols,
+          epilogue, stream);
+    };
+    if constexpr (kIsRuntimeChain<Model>) {
+      act::with_term_capacity(program.terms, [&](auto capacity) {
+        launch(act::ProgramChain<act::ResultPrecision::kFloat32, capacity()>{program});
+      });
+    } else {
+      launch(device_chain<Model, kResultPrecisionOf<E>>(program));
+    }
   });
   return err;
 }

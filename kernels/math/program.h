@@ -111,12 +111,31 @@ double reference_of(const Chain<Fs...>& chain, double x, const double* terms) {
   return x;
 }
 
-// The interpreter, as a chain for results of precision P.
-template <ResultPrecision P>
+// The interpreter, as a chain for results of precision P whose program reads at most kTermCount
+// per-feature terms: the kernels keep that many in registers, so a kernel for fewer
+// (with_term_capacity) has registers to spare for more threads.
+template <ResultPrecision P, int kTermCount = kMaxColumnTerms>
 struct ProgramChain {
-  static constexpr int kTerms = kMaxColumnTerms;
+  static_assert(kTermCount >= 0 && kTermCount <= kMaxColumnTerms);
+  static constexpr int kTerms = kTermCount;
   Program program;
 };
+
+// Calls f(std::integral_constant<int, C>{}) with the least capacity C of 0, 1, 2 and
+// kMaxColumnTerms that holds `terms` (a Program's count).
+template <class F>
+void with_term_capacity(int terms, F&& f) {
+  static_assert(kMaxColumnTerms >= 2);
+  if (terms == 0) {
+    f(std::integral_constant<int, 0>{});
+  } else if (terms == 1) {
+    f(std::integral_constant<int, 1>{});
+  } else if (terms == 2) {
+    f(std::integral_constant<int, 2>{});
+  } else {
+    f(std::integral_constant<int, kMaxColumnTerms>{});
+  }
+}
 
 // Functor F of an op, for results of precision P (its Half form for 16-bit results).
 template <ResultPrecision P, class F>
@@ -128,37 +147,42 @@ FL_HOST_DEVICE auto functor_of(const ProgramOp& op) {
   }
 }
 
-template <ResultPrecision P, class F, class V, int N>
-FL_HOST_DEVICE void apply_op(const ProgramOp& op, V (&v)[N], const V (&terms)[kMaxColumnTerms][N]) {
+// Op F on a thread's values; a column op takes the first of `terms` and shifts the rest down one
+// place. Slots are given in order (append_op), so the first is always the op's own: each op reads
+// a fixed register, where picking the slot by its number, by index or by comparisons, had the
+// compiler keep the terms in local memory. kTerms: how many of `terms` the program reads.
+template <ResultPrecision P, class F, int kTerms, class V, int N>
+FL_HOST_DEVICE void apply_op(const ProgramOp& op, V (&v)[N], V (&terms)[kMaxColumnTerms][N]) {
   const auto f = functor_of<P, F>(op);
   FL_UNROLL
   for (int k = 0; k < N; ++k) {
     if constexpr (kTakesColumnTerm<F>) {
-      // The op's term picked by comparisons (uniform: every thread runs the same op), not an
-      // index, which would move the terms from registers to local memory.
-      V term = terms[0][k];
+      v[k] = f(v[k], terms[0][k]);
       FL_UNROLL
-      for (int j = 1; j < kMaxColumnTerms; ++j) {
-        if (op.slot == j) term = terms[j][k];
-      }
-      v[k] = f(v[k], term);
+      for (int j = 0; j + 1 < kTerms; ++j) terms[j][k] = terms[j + 1][k];
     } else {
       v[k] = f(v[k]);
     }
   }
 }
 
-template <ResultPrecision P, class V, int N>
-FL_HOST_DEVICE void apply_chain(const ProgramChain<P>& chain, V (&v)[N],
-                                const V (&terms)[kMaxColumnTerms][N]) {
+template <ResultPrecision P, int kTerms, class V, int N>
+FL_HOST_DEVICE void apply_chain(const ProgramChain<P, kTerms>& chain, V (&v)[N],
+                                const V (&column_terms)[kMaxColumnTerms][N]) {
   const Program& program = chain.program;
+  V terms[kMaxColumnTerms][N];  // the terms past kTerms: the caller's (unread) zeros
+  FL_UNROLL
+  for (int j = 0; j < kMaxColumnTerms; ++j) {
+    FL_UNROLL
+    for (int k = 0; k < N; ++k) terms[j][k] = column_terms[j][k];
+  }
   for (int i = 0; i < program.count; ++i) {
     const ProgramOp& op = program.ops[i];
     // clang-format off
     switch (op.code) {
 #define FUSEDLINEAR_OP_CASE(F) \
   case OpCode::k##F:           \
-    apply_op<P, F>(op, v, terms); \
+    apply_op<P, F, kTerms>(op, v, terms); \
     break;
       FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_CASE)
       FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_CASE)
