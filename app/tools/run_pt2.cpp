@@ -10,6 +10,7 @@
 #include <exception>
 
 #include "app/timing.h"
+#include "app/tools/check_support.h"
 #include "modules/linear_chain.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
@@ -27,16 +28,11 @@ int main(int argc, char** argv) {
     const torch::Tensor x = read_tensor(argv[3]).to(device);
     const torch::Tensor want = read_tensor(argv[4]);
     const torch::Tensor got = package.run({x})[0].cpu();
-    const double diff =
-        (got.to(torch::kFloat64) - want.to(torch::kFloat64)).abs().max().item<double>();
+    const double diff = max_abs_difference(got, want);
     auto model = make_model("swish_chain", x.size(-1), want.size(-1), uint64_t{0});
     load_state_dict(*model, argv[2]);
     model->to(device);
-    const double fused_diff =
-        (model->forward(x).cpu().to(torch::kFloat64) - want.to(torch::kFloat64))
-            .abs()
-            .max()
-            .item<double>();
+    const double fused_diff = max_abs_difference(model->forward(x), want);
     const auto times =
         time_interleaved(device, 10, 50,
                          {[&](int) { package.run({x}); }, [&](int) { model->forward_eager(x); },
@@ -49,7 +45,7 @@ int main(int argc, char** argv) {
                 times[0].median_us, times[1].median_us, times[2].median_us);
     return diff <= 1e-5 ? 0 : 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fusedlinear_pt2: error: %s\n", e.what());
+    std::fprintf(stderr, "fusedlinear_pt2: error: %s\n", error_line(e).c_str());
     return 2;
   }
 }
