@@ -234,8 +234,8 @@ cudaError_t launch_epilogue_for(const act::Program& program, const EpilogueCall&
     const auto launch = [&](const auto& chain) {
       const ColumnEpilogue<T, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
       err = launch_fused_epilogue_typed<T, ProductionShape<T, Model>>(
-          static_cast<const T*>(call.y), static_cast<T*>(call.out), call.rows, call.cols,
-          epilogue, stream);
+          static_cast<const T*>(call.y), static_cast<T*>(call.out), call.rows, call.cols, epilogue,
+          stream);
     };
     if constexpr (kIsRuntimeChain<Model>) {
       act::with_term_capacity(program.terms, [&](auto capacity) {
