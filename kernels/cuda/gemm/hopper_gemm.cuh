@@ -1,0 +1,587 @@
+// out = chain(x W^T + bias) on Hopper (sm_90a): a TMA-fed, warp-specialized wgmma GEMM whose
+// epilogue applies the activation chain to the float32 accumulators before the one store.
+//
+// x [m][k] and W [n][k] row-major (both K-major), of bfloat16 or float16, or for bf16x3 each given
+// as its bfloat16 hi and lo parts (split_bf16); out [m][n] float32 or the 16-bit type.
+//
+// A block of three warpgroups: one producer (a single thread issues every TMA tile copy; the
+// warpgroup gives its registers up with setmaxnreg) and two consumers (wgmma straight from shared
+// memory, float32 accumulators in registers, then the epilogue). Between them a ring of stages in
+// shared memory, each with a full and an empty mbarrier (pipeline.cuh). Blocks are persistent,
+// one an SM, and walk the tiles in groups of rows of tiles (TileOrder) so that the tiles in flight
+// share their x rows and W columns in L2. Two ways to split the work:
+//   - shared tiles: both consumers work on one tile, 64 or 128 rows each, and read every stage;
+//   - tiles in turns: each consumer its own tiles, the two taking the tensor cores in turn (named
+//     barriers), so that one's epilogue runs while the other's products do.
+// The TMA writes zeros past the matrix (tails of m, n and k), and the stores are masked.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/device.cuh"
+#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemm/pipeline.cuh"
+#include "kernels/cuda/gemm/wgmma.cuh"
+#include "kernels/cuda/skinny/staged.cuh"  // swizzled_tile_descriptor, warpgroup_mma_fence
+#include "kernels/cuda/tma.cuh"
+
+namespace fusedlinear {
+namespace cuda {
+namespace gemm {
+
+// How a tile's sums are formed: one product of x and W, or bf16x3's three from the operands'
+// bfloat16 parts, x_lo W_hi + x_hi W_lo + x_hi W_hi, smallest first at every 16 k:
+//   - kBf16x3: the two small products into an accumulator of their own, added to x_hi W_hi's in
+//     float32 at the end. The tensor cores' float32 sums drop the low bits of an addend far
+//     smaller than the sum (they are not IEEE additions), so small terms summed into the large
+//     sum lose most of their own bits; apart they keep them, as cuBLAS's three GEMMs do.
+//   - kBf16x3OneSum: all three into one accumulator; measured 2.7x the error of cuBLAS's three
+//     GEMMs against float64 at k = 8192.
+enum class GemmProducts { kOne, kBf16x3, kBf16x3OneSum };
+
+// The tile shapes the launcher knows (rows of x x rows of W); kAuto: chosen from the problem's
+// size (choose_tile). The "Turns" tiles are the consumers' own, taken in turns (see above).
+enum class GemmTile {
+  kAuto,
+  k128x256,
+  k128x128,
+  k128x64,
+  k256x128,
+  k64x256Turns,
+  k64x128Turns,
+  k128x128Turns
+};
+
+constexpr int kGemmThreads = 384;           // the producer warpgroup, then two consumers
+constexpr int kGemmSmemBytes = 227 * 1024;  // the most a block may take on sm_90
+// Registers a thread after setmaxnreg: 128 x 40 + 256 x 232 fit the SM's 64 Ki; a consumer holds
+// up to 128 accumulators.
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+// Rows of tiles a group of TileOrder spans.
+constexpr int kGroupRows = 16;
+
+// kConsumerRowsOf rows of x a consumer takes of each of its tiles (64 or 128: one or two m64
+// products a 16-k step), kTileNOf rows of W; kTurnsOf: the consumers' tiles their own (kTileM =
+// kConsumerRows) or shared (kTileM = 2 kConsumerRows).
+template <GemmProducts kProductsOf, int kTileNOf, int kConsumerRowsOf, bool kTurnsOf>
+struct GemmShape {
+  static constexpr GemmProducts kProducts = kProductsOf;
+  static constexpr int kParts = kProducts == GemmProducts::kOne ? 1 : 2;    // hi (and lo)
+  static constexpr int kSums = kProducts == GemmProducts::kBf16x3 ? 2 : 1;  // accumulator sets
+  static constexpr bool kTurns = kTurnsOf;
+  static constexpr int kConsumerRows = kConsumerRowsOf;
+  static constexpr int kBlocks = kConsumerRows / 64;
+  static constexpr int kTileM = kTurns ? kConsumerRows : 2 * kConsumerRows;
+  static constexpr int kTileN = kTileNOf;
+  // Accumulators a consumer thread holds; the shape exists only where they fit its registers.
+  static constexpr int kAccumulators = kSums * kBlocks * kTileN / 2;
+  static constexpr bool kFits = kAccumulators <= 128;
+  static constexpr int kTileK = 64;  // 128-byte rows of 16-bit values: the swizzle's width
+  static constexpr int kABytes = kTileM * kTileK * 2;  // a part of x's tile
+  static constexpr int kBBytes = kTileN * kTileK * 2;  // a part of W's tile
+  // A stage: x's parts, then W's parts, each 1024-byte aligned (the swizzle's period).
+  static constexpr int kStageBytes = kParts * (kABytes + kBBytes);
+  // After the ring, each consumer's copy of its tile's columns' bias and chain terms (floats).
+  static constexpr int kColumnValues = 1 + act::kMaxColumnTerms;
+  static constexpr int kColumnBytes = 2 * kColumnValues * kTileN * 4;
+  static constexpr int kMaxStages = 8;
+  static constexpr int kStages =
+      std::min(kMaxStages, (kGemmSmemBytes - 1024 - 16 * kMaxStages - kColumnBytes) / kStageBytes);
+  using RingT = Ring<kStages, kStageBytes>;
+  // 1024: room to align the ring.
+  static constexpr int kSmemBytes = 1024 + RingT::kBytes + kColumnBytes;
+  static constexpr int kConsumerWarps = kTurns ? 4 : 8;  // the warps that read each stage
+  static_assert(kTileN == 64 || kTileN == 128 || kTileN == 256, "wgmma's N here");
+  static_assert(kConsumerRows == 64 || kConsumerRows == 128);
+  static_assert(kStages >= 2 && kSmemBytes <= kGemmSmemBytes);
+};
+
+// The tiles in the order blocks take them: groups of group_m rows of tiles, each group column by
+// column, so that the tiles in flight at once read a few rows of x and columns of W, from L2.
+struct TileOrder {
+  int tiles_m = 0, tiles_n = 0, group_m = 1;
+  __host__ __device__ int count() const { return tiles_m * tiles_n; }
+  __device__ void coords(int t, int& tm, int& tn) const {
+    const int per_group = group_m * tiles_n;
+    const int group = t / per_group, first = group * group_m;
+    const int rows = min(tiles_m - first, group_m);
+    const int in_group = t - group * per_group;
+    tm = first + in_group % rows;
+    tn = in_group / rows;
+  }
+};
+
+// The TMA's descriptions of x's and W's parts (hi, lo; lo unused for one product).
+struct GemmMaps {
+  CUtensorMap x[2], w[2];
+};
+
+// The producer: every k-tile of every tile of this block, in order, into the ring.
+template <class Shape>
+__device__ __forceinline__ void produce_tiles(const GemmMaps& maps,
+                                              const typename Shape::RingT& ring,
+                                              const TileOrder& order, int k_tiles) {
+  using RingT = typename Shape::RingT;
+  int64_t t = 0;
+  for (int tile = blockIdx.x; tile < order.count(); tile += gridDim.x) {
+    int tm, tn;
+    order.coords(tile, tm, tn);
+    const int64_t row_x = int64_t(tm) * Shape::kTileM, row_w = int64_t(tn) * Shape::kTileN;
+    for (int kt = 0; kt < k_tiles; ++kt, ++t) {
+      const int stage = RingT::stage_of(t);
+      ring.wait_empty(t);
+      const uint32_t full = ring.full(stage), slot = ring.slot(stage);
+      expect_bytes(full, Shape::kStageBytes);  // zeros past the matrix count too
+      const int64_t k = int64_t(kt) * Shape::kTileK;
+#pragma unroll
+      for (int p = 0; p < Shape::kParts; ++p) {
+        copy_tile(slot + p * Shape::kABytes, maps.x[p], row_x, k, full);
+      }
+#pragma unroll
+      for (int p = 0; p < Shape::kParts; ++p) {
+        copy_tile(slot + Shape::kParts * Shape::kABytes + p * Shape::kBBytes, maps.w[p], row_w, k,
+                  full);
+      }
+    }
+  }
+}
+
+// The epilogue of a consumer's 64 x kTileN accumulators (warpgroup_mma's layout): the bias and the
+// chain's terms of each column, the chain, then 16-byte stores where vector_stores (n a multiple
+// of a store's elements), one element at a time otherwise. `row`: this thread's first row; n0: the
+// tile's first column.
+template <int kTileN, typename Out, class ChainT>
+__device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64_t row, int64_t n0,
+                                           int m, int n, bool vector_stores,
+                                           const ColumnEpilogue<Out, ChainT>& epilogue,
+                                           const float* columns, Out* __restrict__ out, int lane) {
+  constexpr int kTerms = ChainT::kTerms;
+  // 8-column groups a 16-byte store takes: 4 floats of one group's row, or 8 16-bit values of two.
+  constexpr int kGroups = sizeof(Out) == 4 ? 1 : 2;
+  const int quad = lane % 4;
+  const bool odd = quad & 1, upper = quad & 2;
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; j += kGroups) {
+    float v[kGroups][4];  // rows row, row, row + 8, row + 8; columns c, c + 1, c, c + 1
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      // This group's two columns' bias and terms: every quad of the warp reads the same 8 values.
+      const int c = 8 * (j + g) + 2 * quad;
+      const float2 bias = *reinterpret_cast<const float2*>(columns + c);
+      float terms[act::kMaxColumnTerms][4] = {};
+#pragma unroll
+      for (int s = 0; s < kTerms; ++s) {
+        const float2 term = *reinterpret_cast<const float2*>(columns + (1 + s) * kTileN + c);
+        terms[s][0] = terms[s][2] = term.x;
+        terms[s][1] = terms[s][3] = term.y;
+      }
+      v[g][0] = acc[4 * (j + g)] + bias.x;
+      v[g][1] = acc[4 * (j + g) + 1] + bias.y;
+      v[g][2] = acc[4 * (j + g) + 2] + bias.x;
+      v[g][3] = acc[4 * (j + g) + 3] + bias.y;
+      act::apply_chain(epilogue.chain, v[g], terms);
+    }
+    if (vector_stores) {
+      // Lanes q and q ^ 1 swap halves: the even lane ends with 4 columns of `row`, the odd one
+      // with 4 of row + 8.
+      float four[kGroups][4];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const float send0 = odd ? v[g][0] : v[g][2], send1 = odd ? v[g][1] : v[g][3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+        const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+        four[g][0] = odd ? got0 : v[g][0];
+        four[g][1] = odd ? got1 : v[g][1];
+        four[g][2] = odd ? v[g][2] : got0;
+        four[g][3] = odd ? v[g][3] : got1;
+      }
+      const int64_t r = row + (odd ? 8 : 0);
+      if constexpr (sizeof(Out) == 4) {
+        const int64_t c = n0 + 8 * j + 4 * (quad / 2);
+        if (r < m && c < n) {
+          *reinterpret_cast<float4*>(out + r * n + c) =
+              make_float4(four[0][0], four[0][1], four[0][2], four[0][3]);
+        }
+      } else {
+        // Then lanes q and q ^ 2 swap groups: the lower lane ends with group j's 8 columns, the
+        // upper with group j + 1's.
+        uint32_t pairs[2][2];
+#pragma unroll
+        for (int g = 0; g < 2; ++g) {
+          pairs[g][0] = pack_pair<Out>(four[g][0], four[g][1]);
+          pairs[g][1] = pack_pair<Out>(four[g][2], four[g][3]);
+        }
+        const uint32_t send0 = upper ? pairs[0][0] : pairs[1][0];
+        const uint32_t send1 = upper ? pairs[0][1] : pairs[1][1];
+        const uint32_t got0 = __shfl_xor_sync(0xffffffffu, send0, 2);
+        const uint32_t got1 = __shfl_xor_sync(0xffffffffu, send1, 2);
+        const uint4 eight = upper ? make_uint4(got0, got1, pairs[1][0], pairs[1][1])
+                                  : make_uint4(pairs[0][0], pairs[0][1], got0, got1);
+        const int64_t c = n0 + 8 * (j + (upper ? 1 : 0));
+        if (r < m && c < n) *reinterpret_cast<uint4*>(out + r * n + c) = eight;
+      }
+    } else {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t r = row + 8 * (e / 2), c = n0 + 8 * (j + g) + 2 * quad + e % 2;
+          if (r < m && c < n) out[r * n + c] = from_float<Out>(v[g][e]);
+        }
+      }
+    }
+  }
+}
+
+// One block: the ring's barriers, then the producer warpgroup and the two consumers. Launched
+// with Shape::kSmemBytes of dynamic shared memory, kGemmThreads threads, at most a block an SM.
+template <class Shape, typename In, typename Out, class ChainT>
+__global__ void __launch_bounds__(kGemmThreads, 1)
+    hopper_gemm_kernel(const __grid_constant__ GemmMaps maps, Out* __restrict__ out, int m, int n,
+                       int k_tiles, TileOrder order, int vector_stores,
+                       const __grid_constant__ ColumnEpilogue<Out, ChainT> epilogue) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using RingT = typename Shape::RingT;
+  constexpr int kTileN = Shape::kTileN;
+  extern __shared__ unsigned char shared[];
+  const RingT ring{(skinny::shared_address(shared) + 1023u) & ~1023u};
+  if (threadIdx.x == 0) ring.init(Shape::kConsumerWarps);
+  __syncthreads();
+  wait_for_previous_kernel();  // x and W may be the kernel before's outputs
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    set_register_count<kProducerRegisters, true>();
+    if (threadIdx.x == 0) produce_tiles<Shape>(maps, ring, order, k_tiles);
+  } else {
+    set_register_count<kConsumerRegisters, false>();
+    constexpr int kBlocks = Shape::kBlocks, kRowBytes = Shape::kTileK * 2;
+    const int consumer = warpgroup - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    // Bytes into a stage's x tiles where this consumer's rows start.
+    const uint32_t a_offset =
+        Shape::kTurns ? 0u : uint32_t(consumer) * Shape::kConsumerRows * kRowBytes;
+    const int first = Shape::kTurns ? consumer : 0, step = Shape::kTurns ? 2 : 1;
+    const int tiles = order.count();
+    // A slot read: this warp's arrival on its empty barrier.
+    const auto release = [&](int64_t t) {
+      if (lane == 0) arrive(ring.empty(RingT::stage_of(t)));
+    };
+    // This consumer's copy of its tiles' column values: [value][column], value 0 the bias, 1 ...
+    // the chain's terms; named barrier 3 + consumer orders its 128 threads' writes and reads.
+    constexpr int kColumnValues = 1 + ChainT::kTerms, kColumnsPerThread = (kTileN + 127) / 128;
+    float* const columns =
+        reinterpret_cast<float*>(shared + (ring.first - skinny::shared_address(shared)) +
+                                 RingT::kBytes + consumer * Shape::kColumnValues * kTileN * 4);
+    const int column_thread = threadIdx.x % 128;
+    // [set][block]: set 0 the products' sums (x_hi W_hi's for bf16x3), set 1 bf16x3's small
+    // terms'; block b rows 64 b ... of this consumer's.
+    float acc[Shape::kSums][kBlocks][kTileN / 2];
+#pragma unroll
+    for (int s = 0; s < Shape::kSums; ++s)
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b)
+#pragma unroll
+        for (int i = 0; i < kTileN / 2; ++i) acc[s][b][i] = 0.0f;
+    // i: the block's i-th tile, which the producer's ring iterations i k_tiles ... hold.
+    for (int i = first; int64_t(blockIdx.x) + int64_t(i) * gridDim.x < tiles; i += step) {
+      const int tile = blockIdx.x + i * gridDim.x;
+      const bool has_next = int64_t(tile) + gridDim.x < tiles;
+      int tm, tn;
+      order.coords(tile, tm, tn);
+      // The tile's column values loaded now, stored for the epilogue after the products: their
+      // latency hides under the products instead of stalling the epilogue's few warps.
+      float column_values[kColumnValues][kColumnsPerThread];
+#pragma unroll
+      for (int j = 0; j < kColumnsPerThread; ++j) {
+        const int64_t col = int64_t(tn) * kTileN + column_thread + 128 * j;
+        const bool inside = col < n && column_thread + 128 * j < kTileN;
+        column_values[0][j] = inside && epilogue.bias ? to_float(epilogue.bias[col]) : 0.0f;
+#pragma unroll
+        for (int v = 1; v < kColumnValues; ++v) {
+          const int term = v - 1;
+          column_values[v][j] =
+              inside && term < epilogue.term_count
+                  ? to_float(epilogue.terms[term][(epilogue.broadcast >> term) & 1 ? 0 : col])
+                  : 0.0f;
+        }
+      }
+      // In turns: this tile's products wait for the other consumer's of the tile before, which
+      // also keeps every ring wait within a phase of its barrier (Ring::wait_full).
+      if (Shape::kTurns && i > 0) named_barrier_sync(1 + consumer, 256);
+      const int64_t t0 = int64_t(i) * k_tiles;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int64_t t = t0 + kt;
+        ring.wait_full(t);
+        skinny::warpgroup_mma_fence();
+        const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
+        const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes;
+#pragma unroll
+        for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
+          const bool accumulate = kt > 0 || k16 > 0;  // the tile's first product starts its sums
+          const uint64_t b = skinny::swizzled_tile_descriptor(b_hi + 32 * k16);
+          [[maybe_unused]] const uint64_t b_lo =
+              skinny::swizzled_tile_descriptor(b_hi + Shape::kBBytes + 32 * k16);
+#pragma unroll
+          for (int blk = 0; blk < kBlocks; ++blk) {
+            const uint32_t a_at = a_hi + blk * 64 * kRowBytes + 32 * k16;
+            const uint64_t a = skinny::swizzled_tile_descriptor(a_at);
+            [[maybe_unused]] const uint64_t a_lo =
+                skinny::swizzled_tile_descriptor(a_at + Shape::kABytes);
+            if constexpr (Shape::kProducts == GemmProducts::kBf16x3) {
+              warpgroup_mma<kTileN, In>(acc[1][blk], a_lo, b, accumulate);
+              warpgroup_mma<kTileN, In>(acc[1][blk], a, b_lo, true);
+              warpgroup_mma<kTileN, In>(acc[0][blk], a, b, accumulate);
+            } else if constexpr (Shape::kProducts == GemmProducts::kBf16x3OneSum) {
+              warpgroup_mma<kTileN, In>(acc[0][blk], a_lo, b, accumulate);
+              warpgroup_mma<kTileN, In>(acc[0][blk], a, b_lo, true);
+              warpgroup_mma<kTileN, In>(acc[0][blk], a, b, true);
+            } else {
+              warpgroup_mma<kTileN, In>(acc[0][blk], a, b, accumulate);
+            }
+          }
+        }
+        warpgroup_commit();
+        // In turns: the other consumer's next tile may queue its products behind these.
+        if (Shape::kTurns && kt == k_tiles - 1 && has_next) {
+          named_barrier_arrive(2 - consumer, 256);
+        }
+        // The k-tile before this one has been read: its slot may be refilled. (Two k-tiles left
+        // running in turns measured slower: fewer slots for the producer's copies in flight.)
+        warpgroup_wait<1>();
+        if (kt > 0) release(t - 1);
+      }
+      warpgroup_wait<0>();
+      release(t0 + k_tiles - 1);
+#pragma unroll
+      for (int s = 0; s < Shape::kSums; ++s)
+#pragma unroll
+        for (int blk = 0; blk < kBlocks; ++blk) fence_accumulators(acc[s][blk]);
+
+      named_barrier_sync(3 + consumer, 128);  // the tile before's epilogue has read them
+#pragma unroll
+      for (int v = 0; v < kColumnValues; ++v)
+#pragma unroll
+        for (int j = 0; j < kColumnsPerThread; ++j) {
+          if (column_thread + 128 * j < kTileN) {
+            columns[v * kTileN + column_thread + 128 * j] = column_values[v][j];
+          }
+        }
+      named_barrier_sync(3 + consumer, 128);
+      const int64_t row = int64_t(tm) * Shape::kTileM +
+                          (Shape::kTurns ? 0 : Shape::kConsumerRows * consumer) + 16 * warp +
+                          lane / 4;
+#pragma unroll
+      for (int blk = 0; blk < kBlocks; ++blk) {
+        if constexpr (Shape::kSums == 2) {  // the small terms' sum added once, in float32
+#pragma unroll
+          for (int i = 0; i < kTileN / 2; ++i) acc[0][blk][i] += acc[1][blk][i];
+        }
+        store_tile<kTileN>(acc[0][blk], row + 64 * blk, int64_t(tn) * kTileN, m, n,
+                           vector_stores != 0, epilogue, columns, out, lane);
+      }
+    }
+  }
+#else
+  __trap();  // launched only on sm_90 (launch_hopper_gemm refuses other GPUs)
+#endif
+}
+
+// A tile's shape: rows of x each consumer takes, rows of W, and whether the consumers take tiles
+// in turns (their own) or share one.
+struct TileShape {
+  int consumer_rows = 0, cols = 0;
+  bool turns = false;
+  constexpr int rows() const { return turns ? consumer_rows : 2 * consumer_rows; }
+};
+constexpr TileShape shape_of(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::k128x256:
+      return {64, 256, false};
+    case GemmTile::k128x128:
+      return {64, 128, false};
+    case GemmTile::k128x64:
+      return {64, 64, false};
+    case GemmTile::k256x128:
+      return {128, 128, false};
+    case GemmTile::k64x256Turns:
+      return {64, 256, true};
+    case GemmTile::k64x128Turns:
+      return {64, 128, true};
+    case GemmTile::k128x128Turns:
+      return {128, 128, true};
+
+    case GemmTile::kAuto:
+      break;
+  }
+  return {};
+}
+// Whether a consumer's accumulators for `tile` fit its registers (GemmShape::kFits): bf16x3's two
+// sets of sums take twice one product's.
+constexpr bool tile_fits(GemmProducts products, GemmTile tile) {
+  if (tile == GemmTile::kAuto) return true;
+  const TileShape shape = shape_of(tile);
+  const int sums = products == GemmProducts::kBf16x3 ? 2 : 1;
+  return sums * (shape.consumer_rows / 64) * shape.cols / 2 <= 128;
+}
+
+// The tile for an m x n problem on `multiprocessors` SMs: the fewest waves of tiles, each tile's
+// time taken as its area over how well that shape keeps the tensor cores busy.
+inline GemmTile choose_tile(GemmProducts products, int64_t m, int64_t n, int multiprocessors) {
+  struct Candidate {
+    GemmTile tile;
+    double efficiency;
+  };
+  // Efficiencies from the timings at 128-1024 rows x 8192 -> 8192 on an H200 (one product: the
+  // shared 128-row tiles ahead; bf16x3: 64 x 128 in turns ahead at 256-1024 rows).
+  static constexpr Candidate kOne[] = {
+      {GemmTile::k128x256, 1.0}, {GemmTile::k128x128, 0.98}, {GemmTile::k128x64, 0.75}};
+  static constexpr Candidate kThree[] = {
+      {GemmTile::k64x128Turns, 1.05}, {GemmTile::k128x128, 1.0}, {GemmTile::k128x64, 0.9}};
+  const bool one = products == GemmProducts::kOne;
+  const Candidate* const candidates = one ? kOne : kThree;
+  GemmTile best = GemmTile::kAuto;
+  double best_cost = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const Candidate& c = candidates[i];
+    if (!tile_fits(products, c.tile)) continue;
+    const TileShape shape = shape_of(c.tile);
+    const int64_t tiles = ceil_div(m, shape.rows()) * ceil_div(n, shape.cols);
+    const double waves = double(ceil_div(tiles, multiprocessors));
+    const double cost = waves * shape.rows() * shape.cols / c.efficiency;
+    if (best == GemmTile::kAuto || cost < best_cost) {
+      best = c.tile;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+namespace detail {
+
+template <class Shape, typename In, typename Out, class ChainT>
+cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[2],
+                         const void* const (&w)[2], Out* out, int64_t m, int64_t n, int64_t k,
+                         const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream) {
+  GemmMaps maps{};
+  for (int p = 0; p < Shape::kParts; ++p) {
+    cudaError_t err = describe_matrix(maps.x[p], x[p], 2, m, k, Shape::kTileM);
+    if (err == cudaSuccess) err = describe_matrix(maps.w[p], w[p], 2, n, k, Shape::kTileN);
+    if (err != cudaSuccess) return err;
+  }
+  TileOrder order;
+  const int64_t tiles_m = ceil_div(m, Shape::kTileM), tiles_n = ceil_div(n, Shape::kTileN);
+  if (tiles_m * tiles_n >= (int64_t(1) << 31)) return cudaErrorNotSupported;
+  order.tiles_m = int(tiles_m);
+  order.tiles_n = int(tiles_n);
+  order.group_m = int(std::min<int64_t>(tiles_m, kGroupRows));
+  const int grid = int(std::min<int64_t>(tiles_m * tiles_n, limits.multiprocessors));
+  const int k_tiles = int(ceil_div(k, Shape::kTileK));
+  const int vector_stores = n % (16 / int(sizeof(Out))) == 0 ? 1 : 0;
+  const auto kernel = hopper_gemm_kernel<Shape, In, Out, ChainT>;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  return launch_dependent(limits, kernel, dim3(grid), dim3(kGemmThreads), Shape::kSmemBytes, stream,
+                          maps, out, int(m), int(n), k_tiles, order, vector_stores, epilogue);
+}
+
+template <GemmProducts kProducts, typename In, typename Out, class ChainT>
+cudaError_t launch_products(const void* const (&x)[2], const void* const (&w)[2], Out* out,
+                            int64_t m, int64_t n, int64_t k,
+                            const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
+                            GemmTile tile) {
+  constexpr int kParts = kProducts == GemmProducts::kOne ? 1 : 2;
+  if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
+  // The TMA reads 16-byte aligned rows (k a multiple of 8), from 16-byte aligned bases.
+  bool supported = k > 0 && k % 8 == 0 && aligned16(out);
+  for (int p = 0; p < kParts; ++p) supported = supported && aligned16(x[p]) && aligned16(w[p]);
+  if (!supported) return cudaErrorNotSupported;
+  DeviceLimits limits;
+  cudaError_t err = current_device_limits(limits);
+  if (err != cudaSuccess) return err;
+  int minor = 0;
+  err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, limits.device);
+  if (err != cudaSuccess) return err;
+  // Built for sm_90a only: its wgmma and setmaxnreg run on compute capability 9.0 alone.
+  if (limits.compute_major != 9 || minor != 0 || limits.shared_bytes_per_block < kGemmSmemBytes) {
+    return cudaErrorNotSupported;
+  }
+  if (m == 0 || n == 0) return cudaSuccess;
+  if (tile == GemmTile::kAuto) tile = choose_tile(kProducts, m, n, limits.multiprocessors);
+  const auto launch = [&](auto shape) {
+    using Shape = decltype(shape);
+    if constexpr (Shape::kFits) {
+      return launch_shape<Shape, In>(limits, x, w, out, m, n, k, epilogue, stream);
+    } else {
+      return cudaErrorNotSupported;  // more accumulators than a consumer's registers
+    }
+  };
+  switch (tile) {
+    case GemmTile::k128x256:
+      return launch(GemmShape<kProducts, 256, 64, false>{});
+    case GemmTile::k128x128:
+      return launch(GemmShape<kProducts, 128, 64, false>{});
+    case GemmTile::k128x64:
+      return launch(GemmShape<kProducts, 64, 64, false>{});
+    case GemmTile::k256x128:
+      return launch(GemmShape<kProducts, 128, 128, false>{});
+    case GemmTile::k64x256Turns:
+      return launch(GemmShape<kProducts, 256, 64, true>{});
+    case GemmTile::k64x128Turns:
+      return launch(GemmShape<kProducts, 128, 64, true>{});
+    case GemmTile::k128x128Turns:
+      return launch(GemmShape<kProducts, 128, 128, true>{});
+
+    case GemmTile::kAuto:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace detail
+
+// out = chain(x W^T + bias): x [m][k] and w [n][k] row-major of In (__nv_bfloat16 or __half), out
+// [m][n] row-major of Out (float or In); the epilogue's bias and terms of Out, per column (n).
+// float32 sums. cudaErrorNotSupported, with nothing launched, where the kernel cannot take the
+// call (a GPU other than compute capability 9.0, a base pointer not 16-byte aligned, k not a
+// positive multiple of 8): the caller then takes another GEMM. Asynchronous on `stream`.
+template <typename In, typename Out, class ChainT>
+cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, int64_t n, int64_t k,
+                               const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
+                               GemmTile tile = GemmTile::kAuto) {
+  static_assert(std::is_same_v<In, __nv_bfloat16> || std::is_same_v<In, __half>);
+  static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, In>);
+  const void* const xs[2] = {x, x};
+  const void* const ws[2] = {w, w};
+  return detail::launch_products<GemmProducts::kOne, In>(xs, ws, out, m, n, k, epilogue, stream,
+                                                         tile);
+}
+
+// bf16x3: out = chain(x W^T + bias) from x's and W's bfloat16 parts (x = x_hi + x_lo, W = w_hi +
+// w_lo, as split_bf16 gives them; each [m][k] or [n][k] row-major), x_lo W_hi + x_hi W_lo + x_hi
+// W_hi; out and the epilogue's terms float32. kProducts: kBf16x3 (the small terms summed apart)
+// or kBf16x3OneSum (GemmProducts says why not). Refuses as launch_hopper_gemm does, and a tile
+// whose accumulators would not fit a consumer's registers (cudaErrorNotSupported).
+template <GemmProducts kProducts = GemmProducts::kBf16x3, class ChainT>
+cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo,
+                                      const __nv_bfloat16* w_hi, const __nv_bfloat16* w_lo,
+                                      float* out, int64_t m, int64_t n, int64_t k,
+                                      const ColumnEpilogue<float, ChainT>& epilogue,
+                                      cudaStream_t stream, GemmTile tile = GemmTile::kAuto) {
+  static_assert(kProducts != GemmProducts::kOne);
+  const void* const xs[2] = {x_hi, x_lo};
+  const void* const ws[2] = {w_hi, w_lo};
+  return detail::launch_products<kProducts, __nv_bfloat16>(xs, ws, out, m, n, k, epilogue, stream,
+                                                           tile);
+}
+
+}  // namespace gemm
+}  // namespace cuda
+}  // namespace fusedlinear
