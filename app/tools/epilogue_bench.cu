@@ -18,19 +18,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "app/tools/cuda_check.h"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/math/reference_models.h"
 
 using namespace fusedlinear;
 
-#define CHECK_CUDA(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t err_ = (call);                                                     \
-    if (err_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "epilogue_bench: %s: %s\n", #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
+constexpr const char* kToolName = "epilogue_bench";
 
 namespace {
 

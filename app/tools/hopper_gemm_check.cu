@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "app/tools/cuda_check.h"
 #include "kernels/cuda/gemm/hopper_gemm.cuh"
 #include "kernels/math/bf16_split.h"
 #include "kernels/math/reference_models.h"
@@ -38,14 +39,7 @@ using namespace fusedlinear;
 using cuda::gemm::GemmProducts;
 using cuda::gemm::GemmTile;
 
-#define CHECK_CUDA(call)                                                                    \
-  do {                                                                                      \
-    const cudaError_t err_ = (call);                                                        \
-    if (err_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "hopper_gemm_check: %s: %s\n", #call, cudaGetErrorString(err_)); \
-      std::exit(2);                                                                         \
-    }                                                                                       \
-  } while (0)
+constexpr const char* kToolName = "hopper_gemm_check";
 #define CHECK_CUBLAS(call)                                                               \
   do {                                                                                   \
     const cublasStatus_t status_ = (call);                                               \
