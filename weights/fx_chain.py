@@ -980,38 +980,13 @@ class MyNet(nn.Module):
         return x.clamp(-2, 2)
 
 
-class SwishChain(nn.Module):
-    """Linear -> + add_value -> Swish -> Tanh -> GELU(exact) -> Hardtanh(-1, 1).
+def reference_model(name):
+    """The reference model class NAME (SwishChain, MishMish) of weights/export.py, beside this
+    file: imported when a demo needs it, so that this module alone still needs only torch."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import export
 
-    Exactly as weights/export.py (the reference model) defines it."""
-
-    def __init__(self, in_features, out_features, add_value_shape):
-        super().__init__()
-        self.matmul = nn.Linear(in_features, out_features)
-        self.add_value = nn.Parameter(torch.randn(add_value_shape))
-
-    def forward(self, x):
-        x = self.matmul(x)
-        x = x + self.add_value
-        x = torch.sigmoid(x) * x
-        x = torch.tanh(x)
-        x = F.gelu(x)
-        x = F.hardtanh(x, min_val=-1, max_val=1)
-        return x
-
-
-class MishMish(nn.Module):
-    """Linear -> Mish -> Mish. Exactly as weights/export.py (the reference model) defines it."""
-
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-
-    def forward(self, x):
-        x = self.linear(x)
-        x = F.mish(x)
-        x = F.mish(x)
-        return x
+    return getattr(export, name)
 
 
 class ScaledSoftplus(nn.Module):
@@ -1094,8 +1069,8 @@ DEMOS = {
     "leaky_sigmoid": Demo(LeakySigmoid),
     "hardswish_clamp": Demo(HardswishClamp),
     "mynet": Demo(MyNet, 512, 256),
-    "swish_chain": Demo(lambda i, o: SwishChain(i, o, (o,))),
-    "mish_mish": Demo(MishMish),
+    "swish_chain": Demo(lambda i, o: reference_model("SwishChain")(i, o, (o,))),
+    "mish_mish": Demo(lambda i, o: reference_model("MishMish")(i, o)),
     "scaled_softplus": Demo(ScaledSoftplus),
     "clamp_div": Demo(ClampDiv),
     "selu_celu_softsign": Demo(SeluCeluSoftsign),
