@@ -17,6 +17,12 @@
 namespace fusedlinear {
 namespace cuda {
 
+// The shared-memory address of p, a pointer into shared memory, as the TMA, cp.async and wgmma
+// instructions take it.
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // The device type that holds an ElementType.
 template <ElementType E>
 using DeviceElement =

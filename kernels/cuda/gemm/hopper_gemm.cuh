@@ -29,9 +29,8 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/gemm/pipeline.cuh"
-#include "kernels/cuda/gemm/wgmma.cuh"
-#include "kernels/cuda/skinny/staged.cuh"  // swizzled_tile_descriptor, warpgroup_mma_fence
 #include "kernels/cuda/tma.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -252,7 +251,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
   using RingT = typename Shape::RingT;
   constexpr int kTileN = Shape::kTileN;
   extern __shared__ unsigned char shared[];
-  const RingT ring{(skinny::shared_address(shared) + 1023u) & ~1023u};
+  const RingT ring{(shared_address(shared) + 1023u) & ~1023u};
   if (threadIdx.x == 0) ring.init(Shape::kConsumerWarps);
   __syncthreads();
   wait_for_previous_kernel();  // x and W may be the kernel before's outputs
@@ -277,8 +276,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
     // the chain's terms; named barrier 3 + consumer orders its 128 threads' writes and reads.
     constexpr int kColumnValues = 1 + ChainT::kTerms, kColumnsPerThread = (kTileN + 127) / 128;
     float* const columns =
-        reinterpret_cast<float*>(shared + (ring.first - skinny::shared_address(shared)) +
-                                 RingT::kBytes + consumer * Shape::kColumnValues * kTileN * 4);
+        reinterpret_cast<float*>(shared + (ring.first - shared_address(shared)) + RingT::kBytes +
+                                 consumer * Shape::kColumnValues * kTileN * 4);
     const int column_thread = threadIdx.x % 128;
     // [set][block]: set 0 the products' sums (x_hi W_hi's for bf16x3), set 1 bf16x3's small
     // terms'; block b rows 64 b ... of this consumer's.
@@ -319,21 +318,20 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int64_t t = t0 + kt;
         ring.wait_full(t);
-        skinny::warpgroup_mma_fence();
+        warpgroup_mma_fence();
         const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
         const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes;
 #pragma unroll
         for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
           const bool accumulate = kt > 0 || k16 > 0;  // the tile's first product starts its sums
-          const uint64_t b = skinny::swizzled_tile_descriptor(b_hi + 32 * k16);
+          const uint64_t b = swizzled_tile_descriptor(b_hi + 32 * k16);
           [[maybe_unused]] const uint64_t b_lo =
-              skinny::swizzled_tile_descriptor(b_hi + Shape::kBBytes + 32 * k16);
+              swizzled_tile_descriptor(b_hi + Shape::kBBytes + 32 * k16);
 #pragma unroll
           for (int blk = 0; blk < kBlocks; ++blk) {
             const uint32_t a_at = a_hi + blk * 64 * kRowBytes + 32 * k16;
-            const uint64_t a = skinny::swizzled_tile_descriptor(a_at);
-            [[maybe_unused]] const uint64_t a_lo =
-                skinny::swizzled_tile_descriptor(a_at + Shape::kABytes);
+            const uint64_t a = swizzled_tile_descriptor(a_at);
+            [[maybe_unused]] const uint64_t a_lo = swizzled_tile_descriptor(a_at + Shape::kABytes);
             if constexpr (Shape::kProducts == GemmProducts::kBf16x3) {
               warpgroup_mma<kTileN, In>(acc[1][blk], a_lo, b, accumulate);
               warpgroup_mma<kTileN, In>(acc[1][blk], a, b_lo, true);

@@ -98,10 +98,6 @@ constexpr bool kHasCopyAsync = false;
 constexpr bool kHasCopyAsync = true;
 #endif
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // 16 bytes from global src to shared dst, zeros where !inside (src then not read).
 __device__ __forceinline__ void copy16_async(uint32_t dst, const void* src, bool inside) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

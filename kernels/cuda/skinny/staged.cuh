@@ -12,6 +12,7 @@
 #include "kernels/cuda/skinny/common.cuh"
 #include "kernels/cuda/skinny/tensor_core.cuh"
 #include "kernels/cuda/tma.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -74,61 +75,6 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
-#endif
-}
-
-// Warpgroup MMA (wgmma, sm_90a): its operands read straight from shared memory. Compiled only for
-// sm_90a (CMAKE_CUDA_ARCHITECTURES 90a-real, the default), where the staged kernel at 128 rows of W
-// and 64 k a stage takes it instead of ldmatrix and mma.sync.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-constexpr bool kHasWarpgroupMma = true;
-#else
-constexpr bool kHasWarpgroupMma = false;
-#endif
-
-// The descriptor of a K-major tile of 128-byte rows in shared memory at `address` (its 8-row
-// groups 1024 bytes apart, 1024-byte aligned at its first row), swizzled as staged_offset lays
-// pieces out, which is wgmma's 128-byte swizzle.
-[[maybe_unused]] __device__ __forceinline__ uint64_t swizzled_tile_descriptor(uint32_t address) {
-  return uint64_t((address >> 4) & 0x3fff) | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
-}
-
-// d += a b^T (d = a b^T where !accumulate) for a 64 x 16 tile a (rows of W) and a 64 x 16 tile b
-// (rows of x), bfloat16, float32 accumulators: thread t of the warpgroup holds d[i] at row
-// 16 (t / 32) + (t % 32) / 4 + 8 (i / 2 % 2), column 8 (i / 4) + 2 (t % 4) + i % 2.
-[[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_m64n64k16(float (&d)[32], uint64_t a,
-                                                                         uint64_t b,
-                                                                         bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
-      "%27, %28, %29, %30, %31}, %32, %33, accumulate, "
-      "1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(int(accumulate)));
-#endif
-}
-[[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_fence() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
-}
-[[maybe_unused]] __device__ __forceinline__ void warpgroup_mma_commit_and_wait() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
-#endif
-}
-// Makes this thread's writes to shared memory (cp.async's, once waited for) visible to the
-// tensor cores' reads (the async proxy); a barrier after it extends that to the block's.
-[[maybe_unused]] __device__ __forceinline__ void fence_shared_for_async_reads() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
 }
 
@@ -265,11 +211,12 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
         const uint64_t a_lo = swizzled_tile_descriptor(w_tile(stage, 1) + w_at);
         const uint64_t b_hi = swizzled_tile_descriptor(x_tile(stage, 0) + x_at);
         const uint64_t b_lo = swizzled_tile_descriptor(x_tile(stage, 1) + x_at);
-        warpgroup_mma_m64n64k16(stage_sum, a_hi, b_lo, k16 > 0);
-        warpgroup_mma_m64n64k16(stage_sum, a_lo, b_hi, true);
-        warpgroup_mma_m64n64k16(stage_sum, a_hi, b_hi, true);
+        warpgroup_mma<64, __nv_bfloat16>(stage_sum, a_hi, b_lo, k16 > 0);
+        warpgroup_mma<64, __nv_bfloat16>(stage_sum, a_lo, b_hi, true);
+        warpgroup_mma<64, __nv_bfloat16>(stage_sum, a_hi, b_hi, true);
       }
-      warpgroup_mma_commit_and_wait();
+      warpgroup_commit();
+      warpgroup_wait<0>();
 #pragma unroll
       for (int i = 0; i < 32; ++i) warpgroup_acc[i] += stage_sum[i];
     } else {
@@ -315,7 +262,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   float(*totals)[kRowsW + 1] = reinterpret_cast<float(*)[kRowsW + 1]>(staged);
   static_assert(kRows * (kRowsW + 1) * 4 <= Shape::kSmemBytes);
   if constexpr (kWarpgroupMma) {
-    // Each warpgroup's totals, laid out [row of x][row of W] (warpgroup_mma_m64n64k16's layout).
+    // Each warpgroup's totals, laid out [row of x][row of W] (warpgroup_mma's layout).
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       totals[8 * (i / 4) + 2 * quad + i % 2]

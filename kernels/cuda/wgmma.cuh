@@ -1,7 +1,9 @@
-// Warpgroup MMA (wgmma, sm_90a) for the Hopper GEMM: d (64 x N, float32) = or += a b^T, a a
-// 64 x 16 tile and b an N x 16 tile of 16-bit values, both K-major in shared memory (128-byte
-// swizzled rows, skinny::swizzled_tile_descriptor), N = 64, 128 or 256; and the instructions
-// around them (commit, wait, the register fences, setmaxnreg).
+// Warpgroup MMA (wgmma, sm_90a), for the Hopper GEMM and the small-batch staged kernel: d (64 x N,
+// float32) = or += a b^T, a a 64 x 16 tile and b an N x 16 tile of 16-bit values, both K-major in
+// shared memory (128-byte swizzled rows, swizzled_tile_descriptor), N = 64, 128 or 256; and the
+// instructions around them (the descriptor, commit, wait, the fences, setmaxnreg). Compiled only
+// for sm_90a (CMAKE_CUDA_ARCHITECTURES 90a-real, the default); elsewhere they are empty and
+// kHasWarpgroupMma is false, so callers take another way.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,7 +14,19 @@
 
 namespace fusedlinear {
 namespace cuda {
-namespace gemm {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kHasWarpgroupMma = true;
+#else
+constexpr bool kHasWarpgroupMma = false;
+#endif
+
+// The descriptor of a K-major tile of 128-byte rows in shared memory at `address` (its 8-row
+// groups 1024 bytes apart, 1024-byte aligned at its first row), 128-byte swizzled: 16-byte piece p
+// of row r at piece p ^ (r % 8), as the TMA writes it (tma.cuh).
+[[maybe_unused]] __device__ __forceinline__ uint64_t swizzled_tile_descriptor(uint32_t address) {
+  return uint64_t((address >> 4) & 0x3fff) | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+}
 
 // The accumulators as asm operands, d[i] ... d[i + count - 1].
 #define FL_WGMMA_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
@@ -93,6 +107,21 @@ __device__ __forceinline__ void warpgroup_mma(float (&d)[kN / 2], uint64_t a, ui
 #undef FL_WGMMA_D16
 #undef FL_WGMMA_D4
 
+// Orders this warpgroup's register accesses before the products issued after it.
+__device__ __forceinline__ void warpgroup_mma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+
+// Makes this thread's writes to shared memory (cp.async's, once waited for) visible to the
+// tensor cores' reads (the async proxy); a barrier after it extends that to the block's.
+__device__ __forceinline__ void fence_shared_for_async_reads() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // Closes the products issued since the last commit into one group.
 __device__ __forceinline__ void warpgroup_commit() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -130,6 +159,5 @@ __device__ __forceinline__ void set_register_count() {
 #endif
 }
 
-}  // namespace gemm
 }  // namespace cuda
 }  // namespace fusedlinear
