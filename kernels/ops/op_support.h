@@ -23,13 +23,9 @@ template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
 void append_text(std::string& s, I v) {
   s += std::to_string(v);
 }
-inline void append_text(std::string& s, c10::IntArrayRef shape) {  // as c10 prints it: [2, 3]
-  s += '[';
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  s += ']';
-}
-// Sizes as the checks read them (sym_size, sym_sizes): symbolic under torch.compile's fake
-// tensors, where a failing check prints the size it was traced with.
+// Sizes as the checks read them (sym_size, sym_sizes), printed as c10 prints shapes ([2, 3]):
+// symbolic under torch.compile's fake tensors, where a failing check prints the size it was
+// traced with.
 inline void append_text(std::string& s, const c10::SymInt& v) {
   s += std::to_string(v.guard_int(__FILE__, __LINE__));
 }
