@@ -123,11 +123,11 @@ __host__ __device__ inline bool aligned16(const void* p) {
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The current device: its number, multiprocessors, resident threads per multiprocessor (2048 on
-// sm_80 and sm_90, 1536 on sm_86 and sm_89), compute capability's major version and the shared
-// memory a block may opt in to, asked of the runtime once per device.
+// sm_80 and sm_90, 1536 on sm_86 and sm_89), compute capability and the shared memory a block may
+// opt in to, asked of the runtime once per device.
 struct DeviceLimits {
   int device = 0, multiprocessors = 0, threads_per_multiprocessor = 0, compute_major = 0;
-  int shared_bytes_per_block = 0;
+  int compute_minor = 0, shared_bytes_per_block = 0;
 };
 inline cudaError_t current_device_limits(DeviceLimits& limits) {
   int device = 0;
@@ -147,6 +147,9 @@ inline cudaError_t current_device_limits(DeviceLimits& limits) {
     }
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&asked.compute_major, cudaDevAttrComputeCapabilityMajor, device);
+    }
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&asked.compute_minor, cudaDevAttrComputeCapabilityMinor, device);
     }
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&asked.shared_bytes_per_block,

@@ -504,11 +504,9 @@ cudaError_t launch_products(const void* const (&x)[2], const void* const (&w)[2]
   DeviceLimits limits;
   cudaError_t err = current_device_limits(limits);
   if (err != cudaSuccess) return err;
-  int minor = 0;
-  err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, limits.device);
-  if (err != cudaSuccess) return err;
   // Built for sm_90a only: its wgmma and setmaxnreg run on compute capability 9.0 alone.
-  if (limits.compute_major != 9 || minor != 0 || limits.shared_bytes_per_block < kGemmSmemBytes) {
+  if (limits.compute_major != 9 || limits.compute_minor != 0 ||
+      limits.shared_bytes_per_block < kGemmSmemBytes) {
     return cudaErrorNotSupported;
   }
   if (m == 0 || n == 0) return cudaSuccess;
