@@ -3,11 +3,11 @@
 // output judged against a bound in sum_k |x||w| (the products' error) plus the chain's and the
 // output type's rounding: every tile shape on tails of m and n, k = 8, k not a multiple of the
 // k-tile, odd n (element stores); bf16x3's error beside a float32 GEMM's (cublasSgemm, TF32 off)
-// and cuBLAS's three bf16 GEMMs'; misaligned pointers and k not a multiple of 8 refused with
-// nothing written; two runs bitwise the same; a CUDA graph captured on a side stream and replayed.
-// Exits non-zero on any failure. Then the timings at 128-1024 rows x 8192 -> 8192: the median of
-// 50 runs of each (cudaEvents), the kernel in every mode beside cuBLAS's bf16 GEMM alone and
-// cuBLAS's bf16x3 as three GEMMs summed.
+// and cuBLAS's three bf16 GEMMs' (the promoted bf16x3's within 1.5x float32's); misaligned pointers
+// and k not a multiple of 8 refused with nothing written; two runs bitwise the same; a CUDA graph
+// captured on a side stream and replayed. Exits non-zero on any failure. Then the timings at
+// 128-1024 rows x 8192 -> 8192: the median of 50 runs of each (cudaEvents), the kernel in every
+// mode beside cuBLAS's bf16 GEMM alone and cuBLAS's bf16x3 as three GEMMs summed.
 //
 // clang-format off
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I. app/tools/hopper_gemm_check.cu -lcublas -o hopper_gemm_check
@@ -107,25 +107,36 @@ Problem make_problem(int64_t m, int64_t n, int64_t k, uint64_t seed) {
   return p;
 }
 
-enum class Mode { kBf16ToF32, kBf16ToBf16, kFp16ToF32, kFp16ToFp16, kBf16x3, kBf16x3OneSum };
+enum class Mode {
+  kBf16ToF32,
+  kBf16ToBf16,
+  kFp16ToF32,
+  kFp16ToFp16,
+  kBf16x3,
+  kBf16x3OneSum,
+  kBf16x3Promoted
+};
 
 template <Mode kMode>
 struct ModeTraits {
-  static constexpr bool kThree = kMode == Mode::kBf16x3 || kMode == Mode::kBf16x3OneSum;
-  static constexpr GemmProducts kProducts = kMode == Mode::kBf16x3 ? GemmProducts::kBf16x3
-                                            : kMode == Mode::kBf16x3OneSum
-                                                ? GemmProducts::kBf16x3OneSum
-                                                : GemmProducts::kOne;
+  static constexpr bool kThree =
+      kMode == Mode::kBf16x3 || kMode == Mode::kBf16x3OneSum || kMode == Mode::kBf16x3Promoted;
+  static constexpr GemmProducts kProducts =
+      kMode == Mode::kBf16x3           ? GemmProducts::kBf16x3
+      : kMode == Mode::kBf16x3OneSum   ? GemmProducts::kBf16x3OneSum
+      : kMode == Mode::kBf16x3Promoted ? GemmProducts::kBf16x3Promoted
+                                       : GemmProducts::kOne;
   static constexpr bool kHalfIn = kMode == Mode::kFp16ToF32 || kMode == Mode::kFp16ToFp16;
   using In = std::conditional_t<kHalfIn, __half, __nv_bfloat16>;
   using Out = std::conditional_t<kMode == Mode::kBf16ToBf16, __nv_bfloat16,
                                  std::conditional_t<kMode == Mode::kFp16ToFp16, __half, float>>;
-  static constexpr const char* kName = kMode == Mode::kBf16ToF32    ? "bf16 -> f32"
-                                       : kMode == Mode::kBf16ToBf16 ? "bf16 -> bf16"
-                                       : kMode == Mode::kFp16ToF32  ? "fp16 -> f32"
-                                       : kMode == Mode::kFp16ToFp16 ? "fp16 -> fp16"
-                                       : kMode == Mode::kBf16x3     ? "bf16x3 -> f32"
-                                                                    : "bf16x3 1-sum";
+  static constexpr const char* kName = kMode == Mode::kBf16ToF32      ? "bf16 -> f32"
+                                       : kMode == Mode::kBf16ToBf16   ? "bf16 -> bf16"
+                                       : kMode == Mode::kFp16ToF32    ? "fp16 -> f32"
+                                       : kMode == Mode::kFp16ToFp16   ? "fp16 -> fp16"
+                                       : kMode == Mode::kBf16x3       ? "bf16x3 -> f32"
+                                       : kMode == Mode::kBf16x3OneSum ? "bf16x3 1-sum"
+                                                                      : "bf16x3 promoted";
   // The output's relative error beyond the products': the chain's float32 approximations (a few
   // ulp), or for 16-bit results one step of their rounding (half a step rounding, the rest the
   // chain's Half forms and the float32 value's error at a rounding boundary).
@@ -457,12 +468,12 @@ void check_tiles(const Problem& p, const char* what, cudaStream_t stream) {
     const cudaError_t err = launch<kMode, Model>(op, pointers_of(op, out.data), tile, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     if (!cuda::gemm::tile_fits(ModeTraits<kMode>::kProducts, tile)) {
-      verdict(err == cudaErrorNotSupported, "%-13s %-10s %-14s %s: refused (%s), does not fit",
+      verdict(err == cudaErrorNotSupported, "%-15s %-10s %-14s %s: refused (%s), does not fit",
               ModeTraits<kMode>::kName, Model::kName, tile_name(tile), what, cudaGetErrorName(err));
       continue;
     }
     if (err != cudaSuccess) {
-      verdict(false, "%-13s %-10s %-14s %s: launch %s", ModeTraits<kMode>::kName, Model::kName,
+      verdict(false, "%-15s %-10s %-14s %s: launch %s", ModeTraits<kMode>::kName, Model::kName,
               tile_name(tile), what, cudaGetErrorString(err));
       continue;
     }
@@ -471,7 +482,7 @@ void check_tiles(const Problem& p, const char* what, cudaStream_t stream) {
     if (first.empty()) first = host;
     const bool same = same_bits(host, first);
     verdict(e.finite && e.max_ratio <= 1.0 && same,
-            "%-13s %-10s %-14s %s: max error %.3e (%.3f of the bound)%s", ModeTraits<kMode>::kName,
+            "%-15s %-10s %-14s %s: max error %.3e (%.3f of the bound)%s", ModeTraits<kMode>::kName,
             Model::kName, tile_name(tile), what, e.max_abs, e.max_ratio,
             same ? "" : ", bits differ from the auto tile's");
   }
@@ -516,7 +527,7 @@ void check_refusals(const Problem& p, cudaStream_t stream) {
     bool untouched = true;
     const unsigned char* b = reinterpret_cast<const unsigned char*>(host.data());
     for (size_t i = 0; i < bytes; ++i) untouched = untouched && b[i] == 0x5a;
-    verdict(err == cudaErrorNotSupported && untouched, "%-13s refuses %s: %s, output %s",
+    verdict(err == cudaErrorNotSupported && untouched, "%-15s refuses %s: %s, output %s",
             ModeTraits<kMode>::kName, t.what, cudaGetErrorName(err),
             untouched ? "untouched" : "WRITTEN");
   }
@@ -538,7 +549,7 @@ void check_repeat_and_graph(const Problem& p, GemmTile tile, cudaStream_t stream
     CHECK_CUDA(cudaStreamSynchronize(stream));
     run = out.download(count);
   }
-  verdict(same_bits(runs[0], runs[1]), "%-13s %-12s two runs bitwise the same (%lldx%lldx%lld)",
+  verdict(same_bits(runs[0], runs[1]), "%-15s %-12s two runs bitwise the same (%lldx%lldx%lld)",
           ModeTraits<kMode>::kName, tile_name(tile), (long long)p.m, (long long)p.n,
           (long long)p.k);
 
@@ -564,7 +575,7 @@ void check_repeat_and_graph(const Problem& p, GemmTile tile, cudaStream_t stream
   }
   CHECK_CUDA(cudaGraphDestroy(graph));
   CHECK_CUDA(cudaStreamDestroy(side));
-  verdict(same, "%-13s %-12s graph captured on a side stream, 3 replays the same bits (%s)",
+  verdict(same, "%-15s %-12s graph captured on a side stream, 3 replays the same bits (%s)",
           ModeTraits<kMode>::kName, tile_name(tile), cudaGetErrorName(captured));
 }
 
@@ -694,6 +705,16 @@ void add_ours(std::vector<Entry>& entries, const Operands<kMode>& op,
   entries.push_back(Entry{name, tile_name(tile), run, reference});
 }
 
+// The GEMM alone in mode kMode (no chain, no bias; the auto tile) into out: its max error at the
+// sampled rows against the float64 sums.
+template <Mode kMode>
+double gemm_error(const Operands<kMode>& op, float* out, const Sums& sums, cudaStream_t stream) {
+  CHECK_CUDA(
+      (launch<kMode, IdentityModel>(op, pointers_of(op, out), GemmTile::kAuto, stream, false)));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  return max_gemm_error(download(out, size_t(op.m * op.n)), sums);
+}
+
 void bench(cudaStream_t stream, cublasHandle_t handle) {
   constexpr int64_t kMaxRows = 1024, n = 8192, k = 8192;
   std::printf(
@@ -707,6 +728,7 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
   Operands<Mode::kFp16ToFp16> fp16 = make_operands<Mode::kFp16ToFp16>(p);
   Operands<Mode::kBf16x3> three = make_operands<Mode::kBf16x3>(p);
   Operands<Mode::kBf16x3OneSum> one_sum = make_operands<Mode::kBf16x3OneSum>(p);
+  Operands<Mode::kBf16x3Promoted> promoted = make_operands<Mode::kBf16x3Promoted>(p);
   DeviceBuffer<float> x32(p.x.size()), w32(p.w.size());
   x32.upload(p.x);
   w32.upload(p.w);
@@ -716,7 +738,7 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
   DeviceBuffer<__half> out_fp16(count), cublas_fp16(count);
 
   for (const int64_t m : {int64_t(128), int64_t(256), int64_t(512), int64_t(1024)}) {
-    bf16_f32.m = bf16.m = fp16_f32.m = fp16.m = three.m = one_sum.m = m;
+    bf16_f32.m = bf16.m = fp16_f32.m = fp16.m = three.m = one_sum.m = promoted.m = m;
     const double flops = 2.0 * double(m * n * k);
     std::printf("\n%lld x %lld -> %lld (%.1f GFLOP a GEMM)\n", (long long)m, (long long)k,
                 (long long)n, flops * 1e-9);
@@ -753,7 +775,7 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
                             },
                             1});
     std::vector<__nv_bfloat16> first_bf16;
-    std::vector<float> first_f32, first_three;
+    std::vector<float> first_f32, first_three, first_promoted;
     for (GemmTile tile : kTiles) {
       add_ours<Mode::kBf16ToBf16, MishMishModel>(entries, bf16, out_bf16.data, tile, sums16, stream,
                                                  0, &first_bf16);
@@ -779,6 +801,11 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
       add_ours<Mode::kBf16x3OneSum, MishMishModel>(entries, one_sum, out32.data, tile, sums_three,
                                                    stream, 1);
     }
+    const size_t promoted_at = entries.size();
+    for (GemmTile tile : kTiles) {  // those that fit: auto, 128x128, 128x64, 64x128 turns
+      add_ours<Mode::kBf16x3Promoted, MishMishModel>(entries, promoted, out32.data, tile,
+                                                     sums_three, stream, 1, &first_promoted);
+    }
 
     time_entries(stream, entries);
     for (const Entry& e : entries) {
@@ -787,22 +814,19 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
                   e.tile.c_str(), e.us, flops / e.us * 1e-6, 100.0 * against.us / e.us,
                   against.name.c_str());
     }
-    std::printf("  bf16x3 (auto) against cuBLAS's three GEMMs: %.2fx as fast\n",
-                entries[3].us / entries[three_at].us);
+    std::printf(
+        "  bf16x3 (auto) against cuBLAS's three GEMMs: %.2fx as fast; promoted bf16x3 (auto)"
+        " %.2fx\n",
+        entries[3].us / entries[three_at].us, entries[3].us / entries[promoted_at].us);
 
     if (m == kMaxRows) {
       // bf16x3's accuracy: the GEMM alone (no chain, no bias) against the float64 product of the
       // float32 values x and W were split from, beside cuBLAS's three bf16 GEMMs' and a float32
       // GEMM's on the same values.
       const Sums sums32 = reference_sums(three.x32, three.w32, {}, {}, n, k, rows);
-      CHECK_CUDA((launch<Mode::kBf16x3, IdentityModel>(three, pointers_of(three, out32.data),
-                                                       GemmTile::kAuto, stream, false)));
-      CHECK_CUDA(cudaStreamSynchronize(stream));
-      const double ours = max_gemm_error(download(out32.data, count), sums32);
-      CHECK_CUDA((launch<Mode::kBf16x3OneSum, IdentityModel>(
-          one_sum, pointers_of(one_sum, out32.data), GemmTile::kAuto, stream, false)));
-      CHECK_CUDA(cudaStreamSynchronize(stream));
-      const double ours_one_sum = max_gemm_error(download(out32.data, count), sums32);
+      const double ours = gemm_error(three, out32.data, sums32, stream);
+      const double ours_one_sum = gemm_error(one_sum, out32.data, sums32, stream);
+      const double ours_promoted = gemm_error(promoted, out32.data, sums32, stream);
       cublas_bf16x3(handle, three.x[0].data, three.x[1].data, three.w[0].data, three.w[1].data,
                     cublas32.data, m, n, k);
       CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -816,13 +840,20 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
       const double float32 = max_gemm_error(download(cublas32.data, count), sums32);
       std::printf(
           "  GEMM error against float64 at %zu rows x %lld: ours bf16x3 %.3e, ours bf16x3"
-          " one sum %.3e, cuBLAS bf16x3 %.3e, float32 (cublasSgemm) %.3e\n",
-          rows.size(), (long long)n, ours, ours_one_sum, theirs, float32);
+          " one sum %.3e, ours bf16x3 promoted %.3e, cuBLAS bf16x3 %.3e, float32 (cublasSgemm)"
+          " %.3e\n",
+          rows.size(), (long long)n, ours, ours_one_sum, ours_promoted, theirs, float32);
       // Both bf16x3s leave out x_lo W_lo and the parts' own rounding; summing the small terms
       // apart must keep the rest of the error at cuBLAS's level.
       verdict(ours <= 1.25 * theirs,
               "bf16x3's GEMM error within 1.25x of cuBLAS bf16x3's (%.2fx; %.2fx float32's)",
               ours / theirs, ours / float32);
+      // Promotion leaves the tensor cores' truncation to each k-tile's sums: what remains is
+      // float32 accumulation's, and the parts' x_lo W_lo and rounding.
+      verdict(ours_promoted <= 1.5 * float32,
+              "promoted bf16x3's GEMM error within 1.5x of float32's (cublasSgemm) (%.2fx; %.2fx"
+              " cuBLAS bf16x3's)",
+              ours_promoted / float32, ours_promoted / theirs);
     }
   }
 }
@@ -849,11 +880,14 @@ int main(int argc, char** argv) {
     check_mode<Mode::kFp16ToFp16>(stream);
     check_mode<Mode::kBf16x3>(stream);
     check_mode<Mode::kBf16x3OneSum>(stream);
+    check_mode<Mode::kBf16x3Promoted>(stream);
     // A chain with a per-feature term (swish_chain's add_value) and 16-bit Half forms.
     check_tiles<Mode::kBf16ToBf16, SwishChainModel>(make_problem(300, 520, 1000, 21),
                                                     "300x520x1000", stream);
     check_tiles<Mode::kBf16x3, SwishChainModel>(make_problem(300, 520, 1000, 22), "300x520x1000",
                                                 stream);
+    check_tiles<Mode::kBf16x3Promoted, SwishChainModel>(make_problem(300, 520, 1000, 22),
+                                                        "300x520x1000", stream);
   }
   if (what == "all" || what == "bench") {
     cublasHandle_t handle;

@@ -36,15 +36,35 @@ namespace fusedlinear {
 namespace cuda {
 namespace gemm {
 
-// How a tile's sums are formed: one product of x and W, or bf16x3's three from the operands'
-// bfloat16 parts, x_lo W_hi + x_hi W_lo + x_hi W_hi, smallest first at every 16 k:
+// How a tile's sums are formed: kOne, one product of x and W; or bf16x3's three from the operands'
+// bfloat16 parts, x_lo W_hi + x_hi W_lo + x_hi W_hi, smallest first at every 16 k. The tensor
+// cores' float32 sums drop the low bits of an addend far smaller than the sum (they are not IEEE
+// additions), so what a sum loses grows with its magnitude, and so with k:
 //   - kBf16x3: the two small products into an accumulator of their own, added to x_hi W_hi's in
-//     float32 at the end. The tensor cores' float32 sums drop the low bits of an addend far
-//     smaller than the sum (they are not IEEE additions), so small terms summed into the large
-//     sum lose most of their own bits; apart they keep them, as cuBLAS's three GEMMs do.
-//   - kBf16x3OneSum: all three into one accumulator; measured 2.7x the error of cuBLAS's three
-//     GEMMs against float64 at k = 8192.
-enum class GemmProducts { kOne, kBf16x3, kBf16x3OneSum };
+//     float32 at the end: small terms summed into the large sum would lose most of their own
+//     bits; apart they keep them, as cuBLAS's three GEMMs do. Measured against float64 at 3 rows
+//     x k = 8192 on an H200: 1.41e-3, cuBLAS's three GEMMs' to the digit; float32's cublasSgemm
+//     3.99e-4.
+//   - kBf16x3OneSum: all three into one accumulator over the whole k: 3.83e-3 there, 2.7x.
+//   - kBf16x3Promoted: each k-tile's three products into fresh accumulators, which the consumer
+//     then adds into float32 running totals with the ALU's additions (rounded to nearest), as
+//     DeepSeek's "promotion" does for FP8: the tensor cores then drop bits relative to one
+//     k-tile's 64 k of sums, not the whole k's. Measured there: 4.79e-4, 1.20x float32's (0.34x
+//     the other modes'), at 1.1x kBf16x3's time on the 128x128 tile. A k-tile's sums go in
+//     64-column pieces into two buffers in turn, so that one piece's products run while the one
+//     before is added: totals and two pieces fit a consumer's registers for one 64-row block of at
+//     most 128 columns (the 128x128, 128x64 and 64x128 turns tiles).
+enum class GemmProducts { kOne, kBf16x3, kBf16x3OneSum, kBf16x3Promoted };
+
+// Accumulators a consumer thread holds for consumer_rows x cols of a tile (cols / 2 a 64-row
+// block): one set of sums, bf16x3's two, or the promoted bf16x3's totals and two 64-column
+// pieces' sums.
+constexpr int consumer_accumulators(GemmProducts products, int consumer_rows, int cols) {
+  const int per_block = products == GemmProducts::kBf16x3           ? cols
+                        : products == GemmProducts::kBf16x3Promoted ? cols / 2 + 64
+                                                                    : cols / 2;
+  return consumer_rows / 64 * per_block;
+}
 
 // The tile shapes the launcher knows (rows of x x rows of W); kAuto: chosen from the problem's
 // size (choose_tile). The "Turns" tiles are the consumers' own, taken in turns (see above).
@@ -62,8 +82,9 @@ enum class GemmTile {
 constexpr int kGemmThreads = 384;           // the producer warpgroup, then two consumers
 constexpr int kGemmSmemBytes = 227 * 1024;  // the most a block may take on sm_90
 // Registers a thread after setmaxnreg: 128 x 40 + 256 x 232 fit the SM's 64 Ki; a consumer holds
-// up to 128 accumulators.
-constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+// up to kMaxAccumulators accumulators (ptxas allocates the whole kernel within 64 Ki / 384 = 168
+// registers a thread, setmaxnreg's 232 notwithstanding: 192 spilled).
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232, kMaxAccumulators = 128;
 // Rows of tiles a group of TileOrder spans.
 constexpr int kGroupRows = 16;
 
@@ -81,8 +102,8 @@ struct GemmShape {
   static constexpr int kTileM = kTurns ? kConsumerRows : 2 * kConsumerRows;
   static constexpr int kTileN = kTileNOf;
   // Accumulators a consumer thread holds; the shape exists only where they fit its registers.
-  static constexpr int kAccumulators = kSums * kBlocks * kTileN / 2;
-  static constexpr bool kFits = kAccumulators <= 128;
+  static constexpr int kAccumulators = consumer_accumulators(kProducts, kConsumerRows, kTileN);
+  static constexpr bool kFits = kAccumulators <= kMaxAccumulators;
   static constexpr int kTileK = 64;  // 128-byte rows of 16-bit values: the swizzle's width
   static constexpr int kABytes = kTileM * kTileK * 2;  // a part of x's tile
   static constexpr int kBBytes = kTileN * kTileK * 2;  // a part of W's tile
@@ -279,8 +300,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         reinterpret_cast<float*>(shared + (ring.first - shared_address(shared)) + RingT::kBytes +
                                  consumer * Shape::kColumnValues * kTileN * 4);
     const int column_thread = threadIdx.x % 128;
-    // [set][block]: set 0 the products' sums (x_hi W_hi's for bf16x3), set 1 bf16x3's small
-    // terms'; block b rows 64 b ... of this consumer's.
+    // [set][block]: set 0 the products' sums (x_hi W_hi's for bf16x3, the running totals for the
+    // promoted bf16x3), set 1 bf16x3's small terms'; block b rows 64 b ... of this consumer's.
+    constexpr bool kPromoted = Shape::kProducts == GemmProducts::kBf16x3Promoted;
     float acc[Shape::kSums][kBlocks][kTileN / 2];
 #pragma unroll
     for (int s = 0; s < Shape::kSums; ++s)
@@ -315,48 +337,130 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       // also keeps every ring wait within a phase of its barrier (Ring::wait_full).
       if (Shape::kTurns && i > 0) named_barrier_sync(1 + consumer, 256);
       const int64_t t0 = int64_t(i) * k_tiles;
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int64_t t = t0 + kt;
-        ring.wait_full(t);
-        warpgroup_mma_fence();
-        const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
-        const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes;
-#pragma unroll
-        for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
-          const bool accumulate = kt > 0 || k16 > 0;  // the tile's first product starts its sums
-          const uint64_t b = swizzled_tile_descriptor(b_hi + 32 * k16);
-          [[maybe_unused]] const uint64_t b_lo =
-              swizzled_tile_descriptor(b_hi + Shape::kBBytes + 32 * k16);
+      if constexpr (kPromoted) {
+        // Groups of products, each one 64-column piece of one k-tile's sums (kPieces a k-tile),
+        // committed alone into piece_sums[g % 2] for group g: while one group's products run, the
+        // group before's sums are added into the totals (acc[0]) and its buffer readied again.
+        constexpr int kPieces = kTileN / 64;
+        const int groups = k_tiles * kPieces;
+        float piece_sums[2][kBlocks][32] = {};
+        // The sums of the group in buffer kBuffer, complete, into the totals' columns of its piece.
+        const auto promote = [&](auto buffer) {
+          constexpr int kBuffer = decltype(buffer)::value, kPiece = kPieces == 1 ? 0 : kBuffer;
 #pragma unroll
           for (int blk = 0; blk < kBlocks; ++blk) {
-            const uint32_t a_at = a_hi + blk * 64 * kRowBytes + 32 * k16;
-            const uint64_t a = swizzled_tile_descriptor(a_at);
-            [[maybe_unused]] const uint64_t a_lo = swizzled_tile_descriptor(a_at + Shape::kABytes);
-            if constexpr (Shape::kProducts == GemmProducts::kBf16x3) {
-              warpgroup_mma<kTileN, In>(acc[1][blk], a_lo, b, accumulate);
-              warpgroup_mma<kTileN, In>(acc[1][blk], a, b_lo, true);
-              warpgroup_mma<kTileN, In>(acc[0][blk], a, b, accumulate);
-            } else if constexpr (Shape::kProducts == GemmProducts::kBf16x3OneSum) {
-              warpgroup_mma<kTileN, In>(acc[0][blk], a_lo, b, accumulate);
-              warpgroup_mma<kTileN, In>(acc[0][blk], a, b_lo, true);
-              warpgroup_mma<kTileN, In>(acc[0][blk], a, b, true);
-            } else {
-              warpgroup_mma<kTileN, In>(acc[0][blk], a, b, accumulate);
+            fence_accumulators(piece_sums[kBuffer][blk]);  // read after the wait that ended them
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+              acc[0][blk][32 * kPiece + j] += piece_sums[kBuffer][blk][j];
+          }
+        };
+        // Group g's products into buffer kBuffer (g % 2, a constant so that it stays in
+        // registers; its piece g % kPieces then one too), then the group before's promoted.
+        const auto products = [&](int g, auto buffer) {
+          constexpr int kBuffer = decltype(buffer)::value, kPiece = kPieces == 1 ? 0 : kBuffer;
+          const int kt = g / kPieces;
+          const int64_t t = t0 + kt;
+          if (kPiece == 0) ring.wait_full(t);
+          warpgroup_mma_fence();  // also orders the buffer's reads by its last promote before
+          const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
+          const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes +
+                                kPiece * 64 * kRowBytes;
+#pragma unroll
+          for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
+            const bool accumulate = k16 > 0;  // each group's sums start afresh
+            const uint64_t b = swizzled_tile_descriptor(b_hi + 32 * k16);
+            const uint64_t b_lo = swizzled_tile_descriptor(b_hi + Shape::kBBytes + 32 * k16);
+#pragma unroll
+            for (int blk = 0; blk < kBlocks; ++blk) {
+              const uint32_t a_at = a_hi + blk * 64 * kRowBytes + 32 * k16;
+              const uint64_t a = swizzled_tile_descriptor(a_at);
+              const uint64_t a_lo = swizzled_tile_descriptor(a_at + Shape::kABytes);
+              warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a_lo, b, accumulate);
+              warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a, b_lo, true);
+              warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a, b, true);
             }
           }
+          warpgroup_commit();
+          if (Shape::kTurns && kPiece == kPieces - 1 && kt == k_tiles - 1 && has_next) {
+            named_barrier_arrive(2 - consumer, 256);
+          }
+          warpgroup_wait<1>();
+          if (g > 0) {
+            if (kPiece == 0) release(t - 1);  // the group before: the k-tile before's last
+            promote(std::integral_constant<int, 1 - kBuffer>{});
+          }
+        };
+        const std::integral_constant<int, 0> even;
+        const std::integral_constant<int, 1> odd;
+#pragma unroll
+        for (int blk = 0; blk < kBlocks; ++blk)  // each tile's totals from zero
+#pragma unroll
+          for (int j = 0; j < kTileN / 2; ++j) acc[0][blk][j] = 0.0f;
+        // Straight-line pairs, so that every way into the loop and out of it leaves the same
+        // buffer's group running (an odd count's `if` inside the loop had ptxas serialize every
+        // product, C7514).
+        products(0, even);
+        int g = 1;
+        for (; g + 1 < groups; g += 2) {
+          products(g, odd);
+          products(g + 1, even);
         }
-        warpgroup_commit();
-        // In turns: the other consumer's next tile may queue its products behind these.
-        if (Shape::kTurns && kt == k_tiles - 1 && has_next) {
-          named_barrier_arrive(2 - consumer, 256);
+        if (g < groups) {
+          products(g, odd);
+          warpgroup_wait<0>();
+          release(t0 + k_tiles - 1);
+          promote(odd);
+        } else {
+          warpgroup_wait<0>();
+          release(t0 + k_tiles - 1);
+          promote(even);
         }
-        // The k-tile before this one has been read: its slot may be refilled. (Two k-tiles left
-        // running in turns measured slower: fewer slots for the producer's copies in flight.)
-        warpgroup_wait<1>();
-        if (kt > 0) release(t - 1);
+      } else {
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          const int64_t t = t0 + kt;
+          ring.wait_full(t);
+          warpgroup_mma_fence();
+          const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
+          const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes;
+#pragma unroll
+          for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
+            const bool accumulate = kt > 0 || k16 > 0;  // the tile's first product starts its sums
+            const uint64_t b = swizzled_tile_descriptor(b_hi + 32 * k16);
+            [[maybe_unused]] const uint64_t b_lo =
+                swizzled_tile_descriptor(b_hi + Shape::kBBytes + 32 * k16);
+#pragma unroll
+            for (int blk = 0; blk < kBlocks; ++blk) {
+              const uint32_t a_at = a_hi + blk * 64 * kRowBytes + 32 * k16;
+              const uint64_t a = swizzled_tile_descriptor(a_at);
+              [[maybe_unused]] const uint64_t a_lo =
+                  swizzled_tile_descriptor(a_at + Shape::kABytes);
+              if constexpr (Shape::kProducts == GemmProducts::kBf16x3) {
+                warpgroup_mma<kTileN, In>(acc[1][blk], a_lo, b, accumulate);
+                warpgroup_mma<kTileN, In>(acc[1][blk], a, b_lo, true);
+                warpgroup_mma<kTileN, In>(acc[0][blk], a, b, accumulate);
+              } else if constexpr (Shape::kProducts == GemmProducts::kBf16x3OneSum) {
+                warpgroup_mma<kTileN, In>(acc[0][blk], a_lo, b, accumulate);
+                warpgroup_mma<kTileN, In>(acc[0][blk], a, b_lo, true);
+                warpgroup_mma<kTileN, In>(acc[0][blk], a, b, true);
+              } else {
+                warpgroup_mma<kTileN, In>(acc[0][blk], a, b, accumulate);
+              }
+            }
+          }
+          warpgroup_commit();
+          // In turns: the other consumer's next tile may queue its products behind these.
+          if (Shape::kTurns && kt == k_tiles - 1 && has_next) {
+            named_barrier_arrive(2 - consumer, 256);
+          }
+          // The k-tile before this one has been read: its slot may be refilled. (Two k-tiles left
+          // running in turns measured slower: fewer slots for the producer's copies in flight.)
+          warpgroup_wait<1>();
+          if (kt > 0) release(t - 1);
+        }
+        warpgroup_wait<0>();
+        release(t0 + k_tiles - 1);
       }
-      warpgroup_wait<0>();
-      release(t0 + k_tiles - 1);
 #pragma unroll
       for (int s = 0; s < Shape::kSums; ++s)
 #pragma unroll
@@ -421,33 +525,52 @@ constexpr TileShape shape_of(GemmTile tile) {
   return {};
 }
 // Whether a consumer's accumulators for `tile` fit its registers (GemmShape::kFits): bf16x3's two
-// sets of sums take twice one product's.
+// sets of sums take twice one product's, the promoted bf16x3's 64 more a block.
 constexpr bool tile_fits(GemmProducts products, GemmTile tile) {
   if (tile == GemmTile::kAuto) return true;
   const TileShape shape = shape_of(tile);
-  const int sums = products == GemmProducts::kBf16x3 ? 2 : 1;
-  return sums * (shape.consumer_rows / 64) * shape.cols / 2 <= 128;
+  return consumer_accumulators(products, shape.consumer_rows, shape.cols) <= kMaxAccumulators;
+}
+
+// The tiles choose_tile picks from, with how well each keeps the tensor cores busy: from the
+// timings at 128-1024 rows x 8192 -> 8192 on an H200 (one product: the shared 128-row tiles
+// ahead; bf16x3: 64 x 128 in turns ahead at 256-1024 rows; promoted bf16x3, at 1024 rows: 128 x
+// 128 628 us, 128 x 64 657 us, 64 x 128 in turns 804 us).
+struct TileCandidate {
+  GemmTile tile;
+  double efficiency;
+};
+constexpr int kTileCandidates = 3;
+inline constexpr TileCandidate kOneProductTiles[kTileCandidates] = {
+    {GemmTile::k128x256, 1.0}, {GemmTile::k128x128, 0.98}, {GemmTile::k128x64, 0.75}};
+inline constexpr TileCandidate kThreeProductTiles[kTileCandidates] = {
+    {GemmTile::k64x128Turns, 1.05}, {GemmTile::k128x128, 1.0}, {GemmTile::k128x64, 0.9}};
+inline constexpr TileCandidate kPromotedTiles[kTileCandidates] = {
+    {GemmTile::k128x128, 1.0}, {GemmTile::k128x64, 0.95}, {GemmTile::k64x128Turns, 0.78}};
+constexpr const TileCandidate* tile_candidates(GemmProducts products) {
+  return products == GemmProducts::kOne              ? kOneProductTiles
+         : products == GemmProducts::kBf16x3Promoted ? kPromotedTiles
+                                                     : kThreeProductTiles;
+}
+
+// Whether choose_tile may pick the tile of that shape for `products`.
+constexpr bool auto_candidate(GemmProducts products, TileShape shape) {
+  for (int i = 0; i < kTileCandidates; ++i) {
+    const TileShape c = shape_of(tile_candidates(products)[i].tile);
+    if (c.consumer_rows == shape.consumer_rows && c.cols == shape.cols && c.turns == shape.turns) {
+      return tile_fits(products, tile_candidates(products)[i].tile);
+    }
+  }
+  return false;
 }
 
 // The tile for an m x n problem on `multiprocessors` SMs: the fewest waves of tiles, each tile's
-// time taken as its area over how well that shape keeps the tensor cores busy.
+// time taken as its area over its efficiency.
 inline GemmTile choose_tile(GemmProducts products, int64_t m, int64_t n, int multiprocessors) {
-  struct Candidate {
-    GemmTile tile;
-    double efficiency;
-  };
-  // Efficiencies from the timings at 128-1024 rows x 8192 -> 8192 on an H200 (one product: the
-  // shared 128-row tiles ahead; bf16x3: 64 x 128 in turns ahead at 256-1024 rows).
-  static constexpr Candidate kOne[] = {
-      {GemmTile::k128x256, 1.0}, {GemmTile::k128x128, 0.98}, {GemmTile::k128x64, 0.75}};
-  static constexpr Candidate kThree[] = {
-      {GemmTile::k64x128Turns, 1.05}, {GemmTile::k128x128, 1.0}, {GemmTile::k128x64, 0.9}};
-  const bool one = products == GemmProducts::kOne;
-  const Candidate* const candidates = one ? kOne : kThree;
   GemmTile best = GemmTile::kAuto;
   double best_cost = 0.0;
-  for (int i = 0; i < 3; ++i) {
-    const Candidate& c = candidates[i];
+  for (int i = 0; i < kTileCandidates; ++i) {
+    const TileCandidate& c = tile_candidates(products)[i];
     if (!tile_fits(products, c.tile)) continue;
     const TileShape shape = shape_of(c.tile);
     const int64_t tiles = ceil_div(m, shape.rows()) * ceil_div(n, shape.cols);
@@ -460,6 +583,11 @@ inline GemmTile choose_tile(GemmProducts products, int64_t m, int64_t n, int mul
   }
   return best;
 }
+
+// The kernels a launcher is built with: every tile (a tile may be asked for: the check tool's
+// comparisons), or only those choose_tile picks from (kAuto only: a third of the kernels to
+// compile, for the library).
+enum class TileSet { kAll, kAutoCandidates };
 
 namespace detail {
 
@@ -490,7 +618,8 @@ cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[2],
                           maps, out, int(m), int(n), k_tiles, order, vector_stores, epilogue);
 }
 
-template <GemmProducts kProducts, typename In, typename Out, class ChainT>
+template <GemmProducts kProducts, typename In, TileSet kTiles = TileSet::kAll, typename Out,
+          class ChainT>
 cudaError_t launch_products(const void* const (&x)[2], const void* const (&w)[2], Out* out,
                             int64_t m, int64_t n, int64_t k,
                             const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
@@ -510,13 +639,17 @@ cudaError_t launch_products(const void* const (&x)[2], const void* const (&w)[2]
     return cudaErrorNotSupported;
   }
   if (m == 0 || n == 0) return cudaSuccess;
+  if (kTiles == TileSet::kAutoCandidates && tile != GemmTile::kAuto) return cudaErrorInvalidValue;
   if (tile == GemmTile::kAuto) tile = choose_tile(kProducts, m, n, limits.multiprocessors);
   const auto launch = [&](auto shape) {
     using Shape = decltype(shape);
-    if constexpr (Shape::kFits) {
+    constexpr bool kBuilt =
+        kTiles == TileSet::kAll ||
+        auto_candidate(kProducts, {Shape::kConsumerRows, Shape::kTileN, Shape::kTurns});
+    if constexpr (Shape::kFits && kBuilt) {
       return launch_shape<Shape, In>(limits, x, w, out, m, n, k, epilogue, stream);
     } else {
-      return cudaErrorNotSupported;  // more accumulators than a consumer's registers
+      return cudaErrorNotSupported;  // more accumulators than a consumer's registers, or not built
     }
   };
   switch (tile) {
@@ -547,8 +680,9 @@ cudaError_t launch_products(const void* const (&x)[2], const void* const (&w)[2]
 // [m][n] row-major of Out (float or In); the epilogue's bias and terms of Out, per column (n).
 // float32 sums. cudaErrorNotSupported, with nothing launched, where the kernel cannot take the
 // call (a GPU other than compute capability 9.0, a base pointer not 16-byte aligned, k not a
-// positive multiple of 8): the caller then takes another GEMM. Asynchronous on `stream`.
-template <typename In, typename Out, class ChainT>
+// positive multiple of 8): the caller then takes another GEMM. Asynchronous on `stream`. kTiles:
+// the tiles built (TileSet).
+template <TileSet kTiles = TileSet::kAll, typename In, typename Out, class ChainT>
 cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, int64_t n, int64_t k,
                                const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
                                GemmTile tile = GemmTile::kAuto) {
@@ -556,16 +690,19 @@ cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, in
   static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, In>);
   const void* const xs[2] = {x, x};
   const void* const ws[2] = {w, w};
-  return detail::launch_products<GemmProducts::kOne, In>(xs, ws, out, m, n, k, epilogue, stream,
-                                                         tile);
+  return detail::launch_products<GemmProducts::kOne, In, kTiles>(xs, ws, out, m, n, k, epilogue,
+                                                                 stream, tile);
 }
 
 // bf16x3: out = chain(x W^T + bias) from x's and W's bfloat16 parts (x = x_hi + x_lo, W = w_hi +
 // w_lo, as split_bf16 gives them; each [m][k] or [n][k] row-major), x_lo W_hi + x_hi W_lo + x_hi
-// W_hi; out and the epilogue's terms float32. kProducts: kBf16x3 (the small terms summed apart)
-// or kBf16x3OneSum (GemmProducts says why not). Refuses as launch_hopper_gemm does, and a tile
-// whose accumulators would not fit a consumer's registers (cudaErrorNotSupported).
-template <GemmProducts kProducts = GemmProducts::kBf16x3, class ChainT>
+// W_hi; out and the epilogue's terms float32. kProducts: kBf16x3 (the small terms summed apart),
+// kBf16x3OneSum (GemmProducts says why not) or kBf16x3Promoted (each k-tile's sums added into
+// float32 totals; 128x128, 128x64 and 64x128 turns tiles only). Refuses as launch_hopper_gemm
+// does, and a tile whose accumulators would not fit a consumer's registers (tile_fits false:
+// cudaErrorNotSupported, nothing launched).
+template <GemmProducts kProducts = GemmProducts::kBf16x3, TileSet kTiles = TileSet::kAll,
+          class ChainT>
 cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo,
                                       const __nv_bfloat16* w_hi, const __nv_bfloat16* w_lo,
                                       float* out, int64_t m, int64_t n, int64_t k,
@@ -574,8 +711,8 @@ cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bflo
   static_assert(kProducts != GemmProducts::kOne);
   const void* const xs[2] = {x_hi, x_lo};
   const void* const ws[2] = {w_hi, w_lo};
-  return detail::launch_products<kProducts, __nv_bfloat16>(xs, ws, out, m, n, k, epilogue, stream,
-                                                           tile);
+  return detail::launch_products<kProducts, __nv_bfloat16, kTiles>(xs, ws, out, m, n, k, epilogue,
+                                                                   stream, tile);
 }
 
 }  // namespace gemm
