@@ -169,7 +169,9 @@ void add_options(cxxopts::Options& options) {
        cxxopts::value<std::string>())
       ("gemm", "the fused forward's kernel: auto (default: on a GPU the skinny kernel, which "
        "reads W once and fuses the chain, up to the batch where it measured faster; cuBLAS "
-       "above), cublas or skinny; compare and bench: a comma-separated list or all",
+       "above), cublas, skinny, or hopper (the Hopper GEMM with the chain in its epilogue, on "
+       "sm_90 for 16-bit models and the bf16 and bf16x3 modes; cuBLAS elsewhere); compare and "
+       "bench: a comma-separated list or all",
        cxxopts::value<std::string>()->default_value("auto"))
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());
@@ -229,7 +231,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
       all_precisions(), "ieee, bf16x3, tf32, bf16", parse_precision);
   s.gemm_kernels =
       parse_list<GemmKernel>("--gemm", "kernel", parsed["gemm"].as<std::string>(), s.command,
-                             all_gemm_kernels(), "auto, cublas, skinny", parse_gemm_kernel);
+                             all_gemm_kernels(), "auto, cublas, skinny, hopper", parse_gemm_kernel);
   s.bf16x3_min_rows = count_option(parsed, "bf16x3-min-batch", kDefaultBf16x3MinRows, 1);
   if (s.precisions != std::vector<Precision>{Precision::kIeee} && s.dtype != torch::kFloat32 &&
       s.command != "bench") {

@@ -388,10 +388,12 @@ std::shared_ptr<LinearChainImpl> build_model(const ModelSpec& spec, const Settin
 
 std::string choose_weight_layout(LinearChainImpl& model, const torch::Tensor& x) {
   if (!x.is_cuda()) return "weight as loaded (output-major; layouts are chosen on GPUs only)";
-  if (model.runs_skinny(x)) {
+  const GemmPlan plan = model.gemm_plan(x);
+  if (plan.skinny || plan.hopper) {
     return std::string("weight ") +
            (model.weight_layout() == WeightLayout::kInputMajor ? "input-major" : "output-major") +
-           " (the skinny kernel reads W, or its split parts, output-major)";
+           " (the " + (plan.skinny ? "skinny kernel" : "Hopper GEMM") +
+           " reads W, or its split parts, output-major)";
   }
   torch::NoGradGuard no_grad;
   const WeightLayout current = model.weight_layout();

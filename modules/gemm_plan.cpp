@@ -42,23 +42,54 @@ int64_t skinny_max_rows(const GemmQuery& query, Precision precision) {
   return 0;
 }
 
+std::string hopper_refusal(const GemmQuery& query) {
+  if (!query.device.gpu) return "it runs on a GPU only";
+  if (query.device.compute_major != 9 || query.device.compute_minor != 0) {
+    return "it runs on compute capability 9.0 only, not " +
+           std::to_string(query.device.compute_major) + "." +
+           std::to_string(query.device.compute_minor);
+  }
+  if (query.float32_model &&
+      (query.precision == Precision::kIeee || query.precision == Precision::kTf32)) {
+    return std::string("it forms bfloat16 products, not ") + precision_name(query.precision) +
+           "'s (float32 models: bf16 or bf16x3)";
+  }
+  if (query.in_features % 8 != 0) {
+    return "in_features (" + std::to_string(query.in_features) + ") is not a multiple of 8";
+  }
+  if (!query.float32_model && !query.weight_output_major) {
+    return "W lies input-major, and it reads W output-major";
+  }
+  return "";
+}
+
 GemmPlan plan_gemm(const GemmQuery& query) {
   const std::string gemm = query.device.gpu ? "cuBLAS" : "CPU GEMM";
   const std::string mode = precision_name(query.precision);
   GemmPlan plan;
   // `from_rows`: where the products differ from the mode's, the rows from which the mode's own run.
-  const auto finish = [&](Precision products, bool skinny, const std::string& reason,
-                          int64_t from_rows) {
+  // `run`: cuBLAS (or the CPU's GEMM), the small-batch kernels or the Hopper GEMM.
+  const auto finish_on = [&](GemmKernel run, Precision products, const std::string& reason,
+                             int64_t from_rows) {
     plan.products = products;
-    plan.skinny = skinny;
+    plan.skinny = run == GemmKernel::kSkinny;
+    plan.hopper = run == GemmKernel::kHopper;
     plan.reason = reason;
-    plan.description = std::string(precision_name(products)) + ", " + (skinny ? "skinny" : gemm);
+    plan.description = std::string(precision_name(products)) + ", " +
+                       (plan.skinny   ? "skinny"
+                        : plan.hopper ? "Hopper GEMM"
+                                      : gemm);
     if (products != query.precision) {
       plan.description += " (" + mode +
                           (from_rows > 0 ? " from " + std::to_string(from_rows) + " rows)"
                                          : " runs ieee's kernel)");
     }
     return plan;
+  };
+  const auto finish = [&](Precision products, bool skinny, const std::string& reason,
+                          int64_t from_rows) {
+    return finish_on(skinny ? GemmKernel::kSkinny : GemmKernel::kCublas, products, reason,
+                     from_rows);
   };
   // The small-batch kernels form tf32's products as float32's: more accurate, and no slower there.
   const auto skinny_products = [&](Precision p) {
@@ -79,6 +110,11 @@ GemmPlan plan_gemm(const GemmQuery& query) {
   if (query.kernel == GemmKernel::kCublas) return library("asked for");
   if (query.kernel == GemmKernel::kSkinny) {
     return finish(skinny_products(query.precision), true, "asked for", 0);
+  }
+  if (query.kernel == GemmKernel::kHopper) {
+    const std::string refused = hopper_refusal(query);
+    if (!refused.empty()) return library("the Hopper GEMM was asked for, but " + refused);
+    return finish_on(GemmKernel::kHopper, query.precision, "asked for", 0);
   }
   if (!query.device.gpu) return library("the small-batch kernels run on a GPU only under auto");
   const SkinnyThresholds* table = skinny_thresholds(query.device);

@@ -58,11 +58,15 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
 //   skinny  always the skinny kernel (any number of rows, W then read once per tile of x's rows:
 //           16 for float32 W, 64 on the tensor cores; on the CPU its twin: the same products in
 //           float32 and the fused epilogue).
-enum class GemmKernel { kAuto, kCublas, kSkinny };
+//   hopper  the Hopper GEMM, the chain in its epilogue (kernels/cuda/gemm/), where it takes the
+//           forward: a GPU of compute capability 9.0, in_features a multiple of 8, the bf16 and
+//           bf16x3 modes of float32 models or any mode of 16-bit ones (their own products); cuBLAS
+//           otherwise, the plan's reason says why.
+enum class GemmKernel { kAuto, kCublas, kSkinny, kHopper };
 
 inline const std::vector<GemmKernel>& all_gemm_kernels() {
   static const std::vector<GemmKernel> all = {GemmKernel::kAuto, GemmKernel::kCublas,
-                                              GemmKernel::kSkinny};
+                                              GemmKernel::kSkinny, GemmKernel::kHopper};
   return all;
 }
 
@@ -74,11 +78,13 @@ inline const char* gemm_kernel_name(GemmKernel kernel) {
       return "cublas";
     case GemmKernel::kSkinny:
       return "skinny";
+    case GemmKernel::kHopper:
+      return "hopper";
   }
   return "?";
 }
 
-// "auto", "cublas", "skinny"; nothing for any other name.
+// "auto", "cublas", "skinny", "hopper"; nothing for any other name.
 inline std::optional<GemmKernel> parse_gemm_kernel(const std::string& name) {
   for (const GemmKernel kernel : all_gemm_kernels()) {
     if (name == gemm_kernel_name(kernel)) return kernel;
@@ -119,6 +125,7 @@ struct GemmQuery {
   Precision precision = Precision::kIeee;  // the mode set
   GemmKernel kernel = GemmKernel::kAuto;   // the kernel asked for
   int64_t rows = 0;                        // of the input
+  int64_t in_features = 0;                 // of the Linear
   bool float32_model = true;               // the bf16 modes and the thresholds are float32's
   GemmDevice device;
   // W lies output-major, as the small-batch kernels read it (ieee's and tf32's read W itself; the
@@ -129,16 +136,21 @@ struct GemmQuery {
 };
 
 // What the forward runs: the products (bf16x3 may run ieee's), the kernel (the small-batch
-// kernels, or cuBLAS / the CPU's GEMM followed by the fused epilogue), and why.
+// kernels, the Hopper GEMM, or cuBLAS / the CPU's GEMM followed by the fused epilogue), and why.
 struct GemmPlan {
   Precision products = Precision::kIeee;
   bool skinny = false;
+  bool hopper = false;
   std::string reason;
-  // "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 9 rows)", "ieee, CPU GEMM".
+  // "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 9 rows)", "ieee, CPU GEMM", "bf16, Hopper GEMM".
   std::string description;
 };
 
 GemmPlan plan_gemm(const GemmQuery& query);
+
+// Why the Hopper GEMM cannot take `query`'s forward ("it runs on compute capability 9.0 only,
+// not 8.0"); empty where it can.
+std::string hopper_refusal(const GemmQuery& query);
 
 // The most rows the small-batch kernels take under auto for `query`'s mode and model (the
 // override, or the table's; 0 off the GPU or where nothing was measured).

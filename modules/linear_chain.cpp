@@ -134,6 +134,7 @@ GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
   query.precision = precision_;
   query.kernel = gemm_kernel_;
   query.rows = rows_of(x);
+  query.in_features = linear_->weight.size(1);
   query.float32_model = linear_->weight.scalar_type() == torch::kFloat32;
   query.device = gemm_device_of(x);
   query.weight_output_major = linear_->weight.is_contiguous();
@@ -168,21 +169,23 @@ torch::Tensor LinearChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
 
 torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) {
   const GemmPlan plan = gemm_plan(x);
-  if (!plan.skinny) return epilogue_fused(matmul_without_bias(x));
+  if (!plan.skinny && !plan.hopper) return epilogue_fused(matmul_without_bias(x));
+  // The whole forward in one op: the small-batch kernels' or the Hopper GEMM's, the same
+  // arguments (ops.h).
+  const auto whole_forward = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
   const c10::optional<torch::Tensor> bias = linear_->bias;
   switch (plan.products) {
     case Precision::kIeee:
     case Precision::kTf32:
-      return fused_linear_epilogue(x, linear_->weight, c10::nullopt, bias, slot_params(),
-                                   chain_name_, "ieee");
+      return whole_forward(x, linear_->weight, c10::nullopt, bias, slot_params(), chain_name_,
+                           "ieee");
     case Precision::kBf16x3: {
       const SplitWeight parts = split_weight();
-      return fused_linear_epilogue(x, parts.hi, parts.lo, bias, slot_params(), chain_name_,
-                                   "bf16x3");
+      return whole_forward(x, parts.hi, parts.lo, bias, slot_params(), chain_name_, "bf16x3");
     }
     case Precision::kBf16:
-      return fused_linear_epilogue(x, split_weight().hi, c10::nullopt, bias, slot_params(),
-                                   chain_name_, "bf16");
+      return whole_forward(x, split_weight().hi, c10::nullopt, bias, slot_params(), chain_name_,
+                           "bf16");
   }
   return torch::Tensor();
 }

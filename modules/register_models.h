@@ -36,6 +36,12 @@ ChainKernels chain_kernels_at(int index) {
       cuda::cuda_skinny_at<List, cuda::SkinnyFamily::kBf16x3>(index);
   kernels.cuda.skinny[int(cuda::SkinnyFamily::kHalf)] =
       cuda::cuda_skinny_at<List, cuda::SkinnyFamily::kHalf>(index);
+  kernels.cuda.hopper[int(cuda::HopperFamily::kFloat32)] =
+      cuda::cuda_hopper_at<List, cuda::HopperFamily::kFloat32>(index);
+  kernels.cuda.hopper[int(cuda::HopperFamily::kBf16)] =
+      cuda::cuda_hopper_at<List, cuda::HopperFamily::kBf16>(index);
+  kernels.cuda.hopper[int(cuda::HopperFamily::kHalf)] =
+      cuda::cuda_hopper_at<List, cuda::HopperFamily::kHalf>(index);
 #endif
   return kernels;
 }

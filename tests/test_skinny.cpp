@@ -53,6 +53,10 @@ double per_product_error(const std::string& precision) {
                                  : std::ldexp(1.0, -8);
 }
 
+// A whole-forward op: fused_linear_epilogue (the small-batch kernels) or fused_gemm_epilogue
+// (the Hopper GEMM), which take the same arguments.
+using WholeForwardOp = decltype(&fused_linear_epilogue);
+
 struct Problem {
   ModelSpec spec;
   torch::Tensor x, w, bias;
@@ -74,16 +78,14 @@ Problem make_problem(const ModelSpec& spec, int64_t rows, int64_t out, int64_t i
   return p;
 }
 
-torch::Tensor run_op(const Problem& p, const torch::Tensor& w,
-                     const c10::optional<torch::Tensor>& w_lo, const std::string& precision) {
-  return fused_linear_epilogue(p.x, w, w_lo, p.bias, p.params, p.spec.op_chain(), precision);
-}
-
-torch::Tensor run_precision(const Problem& p, const std::string& precision) {
-  if (precision == "ieee") return run_op(p, p.w, c10::nullopt, precision);
+torch::Tensor run_precision(const Problem& p, const std::string& precision,
+                            WholeForwardOp op = &fused_linear_epilogue) {
+  if (precision == "ieee") {
+    return op(p.x, p.w, c10::nullopt, p.bias, p.params, p.spec.op_chain(), precision);
+  }
   const auto [hi, lo] = split_bf16(p.w);
-  return run_op(p, hi, precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt,
-                precision);
+  return op(p.x, hi, precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt,
+            p.bias, p.params, p.spec.op_chain(), precision);
 }
 
 // The chain in float64 on x W^T + bias, with the parameters as given.
@@ -119,15 +121,19 @@ double bound_used(const Problem& p, const torch::Tensor& got, const std::string&
   return (err / bound).max().item<double>();
 }
 
-// Every precision a dtype takes: ieee for all; bf16x3 and bf16 for float32.
-std::vector<std::string> precisions_of(torch::ScalarType dtype) {
-  if (dtype == torch::kFloat32) return {kPrecisions[0], kPrecisions[1], kPrecisions[2]};
-  return {kPrecisions[0]};
+// Every precision a dtype takes: ieee for all; bf16x3 and bf16 for float32 (the only two the
+// Hopper GEMM takes there: its products are bfloat16's).
+std::vector<std::string> precisions_of(torch::ScalarType dtype,
+                                       WholeForwardOp op = &fused_linear_epilogue) {
+  if (dtype != torch::kFloat32) return {kPrecisions[0]};
+  if (op == &fused_gemm_epilogue) return {kPrecisions[1], kPrecisions[2]};
+  return {kPrecisions[0], kPrecisions[1], kPrecisions[2]};
 }
 
 void check_shapes(torch::Device device, const std::vector<int64_t>& row_counts,
                   const std::vector<std::pair<int64_t, int64_t>>& shapes,
-                  const std::vector<torch::ScalarType>& dtypes) {
+                  const std::vector<torch::ScalarType>& dtypes,
+                  WholeForwardOp op = &fused_linear_epilogue) {
   torch::NoGradGuard no_grad;
   uint64_t seed = 100;
   for (const ModelSpec& spec : chains_under_test()) {
@@ -135,8 +141,8 @@ void check_shapes(torch::Device device, const std::vector<int64_t>& row_counts,
       for (const auto& [out, in] : shapes) {
         for (const int64_t rows : row_counts) {
           const Problem p = make_problem(spec, rows, out, in, dtype, device, ++seed);
-          for (const std::string& precision : precisions_of(dtype)) {
-            const torch::Tensor got = run_precision(p, precision);
+          for (const std::string& precision : precisions_of(dtype, op)) {
+            const torch::Tensor got = run_precision(p, precision, op);
             ASSERT_EQ(got.sizes(), (std::vector<int64_t>{rows, out}));
             ASSERT_EQ(got.scalar_type(), dtype);
             EXPECT_LE(bound_used(p, got, precision), 1.0)
@@ -151,6 +157,19 @@ void check_shapes(torch::Device device, const std::vector<int64_t>& row_counts,
 
 TEST(SkinnyLinear, CpuTwinWithinBoundsOfFloat64) {
   check_shapes(torch::kCPU, {1, 3, 17}, {{19, 37}, {8, 256}, {16, 0}}, {torch::kFloat32});
+}
+
+// On the CPU the Hopper GEMM's op is the small-batch op's twin: the same products, bitwise.
+TEST(HopperGemm, CpuTwinIsTheSmallBatchOpsTwin) {
+  torch::NoGradGuard no_grad;
+  for (const ModelSpec& spec : chains_under_test()) {
+    const Problem p = make_problem(spec, 5, 24, 40, torch::kFloat32, torch::kCPU, 3);
+    for (const std::string precision : {"ieee", "bf16x3", "bf16"}) {
+      EXPECT_TRUE(torch::equal(run_precision(p, precision, &fused_gemm_epilogue),
+                               run_precision(p, precision)))
+          << spec.name << " " << precision;
+    }
+  }
 }
 
 TEST(SkinnyLinear, LeadingDimensionsAndEmptyInputs) {
@@ -256,8 +275,10 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   q.float32_model = false;
   EXPECT_FALSE(plan_gemm(q).skinny);
   q.float32_model = true;
-  EXPECT_FALSE(
-      plan_gemm(GemmQuery{Precision::kIeee, GemmKernel::kAuto, 1, true, {true, 12, 0}}).skinny);
+  GemmQuery unmeasured;
+  unmeasured.rows = 1;
+  unmeasured.device = {true, 12, 0};
+  EXPECT_FALSE(plan_gemm(unmeasured).skinny);
   EXPECT_EQ(plan_gemm(GemmQuery{}).description, "ieee, CPU GEMM");
   q.kernel = GemmKernel::kSkinny;
   q.rows = 100000;
@@ -273,6 +294,50 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   q.kernel = GemmKernel::kAuto;
   q.rows = 2;
   EXPECT_FALSE(plan_gemm(q).skinny);
+}
+
+// The Hopper GEMM runs where it was asked for and takes the forward; elsewhere cuBLAS, and the
+// reason says why. Auto does not pick it (it measured no faster than cuBLAS and the epilogue).
+TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
+  GemmQuery q;
+  q.device = {true, 9, 0};
+  q.rows = 1024;
+  q.in_features = 8192;
+  q.precision = Precision::kBf16x3;
+  EXPECT_FALSE(plan_gemm(q).hopper);  // auto
+  q.kernel = GemmKernel::kHopper;
+  EXPECT_TRUE(plan_gemm(q).hopper);
+  EXPECT_EQ(plan_gemm(q).description, "bf16x3, Hopper GEMM");
+  q.rows = 1;  // asked for: any rows, bf16x3's own products
+  EXPECT_EQ(plan_gemm(q).description, "bf16x3, Hopper GEMM");
+  q.precision = Precision::kBf16;
+  EXPECT_TRUE(plan_gemm(q).hopper);
+  const auto refused = [&](const GemmQuery& query) {
+    const GemmPlan plan = plan_gemm(query);
+    EXPECT_FALSE(plan.hopper || plan.skinny);
+    return plan.reason;
+  };
+  for (const Precision precision : {Precision::kIeee, Precision::kTf32}) {
+    GemmQuery float32_products = q;
+    float32_products.precision = precision;
+    EXPECT_NE(refused(float32_products).find("it forms bfloat16 products, not"), std::string::npos);
+  }
+  GemmQuery half = q;
+  half.precision = Precision::kIeee;
+  half.float32_model = false;
+  EXPECT_EQ(plan_gemm(half).description, "ieee, Hopper GEMM");
+  half.weight_output_major = false;
+  EXPECT_NE(refused(half).find("W lies input-major"), std::string::npos);
+  GemmQuery other = q;
+  other.device = {true, 10, 0};
+  EXPECT_NE(refused(other).find("compute capability 9.0 only, not 10.0"), std::string::npos);
+  other.device = {};
+  EXPECT_NE(refused(other).find("on a GPU only"), std::string::npos);
+  EXPECT_EQ(plan_gemm(other).description, "bf16, CPU GEMM");
+  other = q;
+  other.in_features = 1003;
+  EXPECT_NE(refused(other).find("in_features (1003) is not a multiple of 8"), std::string::npos);
+  EXPECT_EQ(parse_gemm_kernel("hopper"), GemmKernel::kHopper);
 }
 
 TEST(SkinnyLinear, ModelFollowsThePlan) {
@@ -382,7 +447,8 @@ TEST_F(SkinnyLinearCuda, SplitOfExtremeInputsMatchesTheCpuTwin) {
     for (const std::string precision : {"bf16x3", "bf16"}) {
       const c10::optional<torch::Tensor> w_lo =
           precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt;
-      const torch::Tensor want = run_op(p, hi, w_lo, precision);
+      const torch::Tensor want =
+          fused_linear_epilogue(p.x, hi, w_lo, p.bias, {}, "mish_mish", precision);
       const torch::Tensor got =
           fused_linear_epilogue(p.x.cuda(), hi.cuda(),
                                 w_lo ? c10::optional<torch::Tensor>(w_lo->cuda()) : c10::nullopt,
@@ -434,9 +500,9 @@ TEST_F(SkinnyLinearCuda, TileCopiesGiveTheBitsOfThreadCopies) {
     const auto [hi, lo] = split_bf16(p.w);
     for (const std::string precision : {"ieee", "bf16x3"}) {
       const bool split = precision == "bf16x3";
-      cuda::SkinnyCall call;
+      cuda::LinearCall call;
       call.type = ElementType::kFloat32;
-      call.products = split ? cuda::SkinnyProducts::kBf16x3 : cuda::SkinnyProducts::kAsInput;
+      call.products = split ? cuda::LinearProducts::kBf16x3 : cuda::LinearProducts::kAsInput;
       call.x = p.x.data_ptr();
       call.w = split ? hi.data_ptr() : p.w.data_ptr();
       call.w_lo = split ? lo.data_ptr() : nullptr;
@@ -496,6 +562,86 @@ TEST_F(SkinnyLinearCuda, SameResultFromACudaGraph) {
   }
 }
 #endif
+
+// The Hopper GEMM's tests: on a GPU of compute capability 9.0 only.
+class HopperGemmCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: CUDA tests skipped";
+#ifdef FUSEDLINEAR_WITH_CUDA
+    const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
+    if (props->major != 9 || props->minor != 0) {
+      GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0, this GPU has "
+                   << props->major << "." << props->minor;
+    }
+#else
+    GTEST_SKIP() << "built without the CUDA kernels";
+#endif
+  }
+};
+
+// Rows and out_features that are not multiples of the tiles (1, 100, 300; 515, 67, 16), k a
+// multiple of 8 down to 8 itself: every chain, dtype and mode within the bounds of float64.
+TEST_F(HopperGemmCuda, EveryModeWithinBoundsOfFloat64) {
+  check_shapes(torch::kCUDA, {1, 100, 300}, {{515, 1000}, {67, 1000}, {256, 4096}, {16, 8}},
+               {torch::kFloat32, torch::kBFloat16, torch::kFloat16}, &fused_gemm_epilogue);
+}
+
+// Through the model (set_gemm_kernel): bitwise the same run to run and from a CUDA graph captured
+// on a side stream, in each mode it takes.
+TEST_F(HopperGemmCuda, RepeatableAndTheSameFromACudaGraph) {
+  torch::NoGradGuard no_grad;
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const Precision precision : {Precision::kBf16x3, Precision::kBf16, Precision::kIeee}) {
+      if ((dtype == torch::kFloat32) == (precision == Precision::kIeee)) continue;
+      auto model = make_model("swish_chain", 1024, 520, 11);
+      model->to(torch::kCUDA, dtype);
+      model->set_precision(precision);
+      model->set_gemm_kernel(GemmKernel::kHopper);
+      const torch::Tensor x = torch::rand({300, 1024}, torch::kCUDA).to(dtype);
+      ASSERT_TRUE(model->gemm_plan(x).hopper) << model->gemm_plan(x).reason;
+      const torch::Tensor want = model->forward(x);
+      EXPECT_TRUE(torch::equal(model->forward(x), want)) << precision_name(precision);
+#ifdef FUSEDLINEAR_WITH_CUDA
+      const torch::Tensor got =
+          testing_support::replayed_from_cuda_graph([&] { return model->forward(x); });
+      EXPECT_TRUE(torch::equal(got, want)) << precision_name(precision);
+#endif
+      const double tolerance = precision == Precision::kBf16x3 ? 1e-4 : 2e-2;
+      EXPECT_TRUE(torch::allclose(want.to(torch::kFloat32),
+                                  model->forward_eager(x).to(torch::kFloat32), tolerance,
+                                  tolerance))
+          << precision_name(precision);
+    }
+  }
+}
+
+// What the kernel cannot take: k not a multiple of 8 is refused by the op in one line, and the
+// model asked for the Hopper GEMM runs cuBLAS instead; an x whose base is not 16-byte aligned is
+// copied first, with the same result.
+TEST_F(HopperGemmCuda, RefusedOrCopiedNeverWrong) {
+  torch::NoGradGuard no_grad;
+  const Problem odd =
+      make_problem(find_model("mish_mish"), 40, 64, 12, torch::kBFloat16, torch::kCUDA, 12);
+  EXPECT_NE(message_of<c10::Error>([&] {
+              run_precision(odd, "ieee", &fused_gemm_epilogue);
+            }).find("in_features a multiple of 8, got in_features 12"),
+            std::string::npos);
+  auto model = make_model("mish_mish", 12, 64, 13);
+  model->to(torch::kCUDA);
+  model->set_precision(Precision::kBf16x3);
+  model->set_gemm_kernel(GemmKernel::kHopper);
+  const torch::Tensor x12 = torch::rand({40, 12}, torch::kCUDA);
+  EXPECT_FALSE(model->gemm_plan(x12).hopper);
+  EXPECT_TRUE(torch::allclose(model->forward(x12), model->forward_eager(x12), 1e-4, 1e-5));
+
+  Problem p =
+      make_problem(find_model("mish_mish"), 40, 64, 256, torch::kBFloat16, torch::kCUDA, 14);
+  const torch::Tensor aligned = run_precision(p, "ieee", &fused_gemm_epilogue);
+  const torch::Tensor flat = torch::empty({40 * 256 + 1}, p.x.options());
+  p.x = flat.narrow(0, 1, 40 * 256).view({40, 256}).copy_(p.x);  // 2 bytes past the base
+  EXPECT_TRUE(torch::equal(run_precision(p, "ieee", &fused_gemm_epilogue), aligned));
+}
 
 TEST_F(SkinnyLinearCuda, AutoPicksSkinnyForFewRowsOnly) {
   torch::NoGradGuard no_grad;

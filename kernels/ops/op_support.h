@@ -47,6 +47,12 @@ std::string text(const Parts&... parts) {
   return s;
 }
 
+// The ops' `params` (Tensor[]?, ops.cpp says why): a missing list is an empty one.
+using OptionalTensors = c10::optional<at::TensorList>;
+inline at::TensorList listed(const OptionalTensors& params) {
+  return params.value_or(at::TensorList());
+}
+
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
                            const c10::optional<torch::Tensor>& bias,
                            c10::ArrayRef<torch::Tensor> params, size_t chain_params);

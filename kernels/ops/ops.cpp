@@ -20,6 +20,13 @@ std::string describe(const torch::Tensor& t) {
   return text(t.scalar_type(), " ", t.sym_sizes(), " on ", t.device());
 }
 
+// "op: expected a tensor y, got an undefined tensor", or where t has no implementation.
+std::string no_implementation(const char* op, const char* name, const torch::Tensor& t) {
+  return t.defined() ? text(op, ": no implementation for ", name, " of ", describe(t),
+                            " (CPU, CUDA and meta tensors)")
+                     : text(op, ": expected a tensor ", name, ", got an undefined tensor");
+}
+
 bool is_float_type(torch::ScalarType dtype) {
   return dtype == torch::kFloat32 || dtype == torch::kFloat16 || dtype == torch::kBFloat16;
 }
@@ -222,9 +229,11 @@ namespace {
 
 constexpr const char* kEpilogue = "fusedlinear::epilogue";
 constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
+constexpr const char* kGemmEpilogue = "fusedlinear::gemm_epilogue";
 
 torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                           at::TensorList params, c10::string_view chain) {
+                           const detail::OptionalTensors& params_or_none, c10::string_view chain) {
+  const at::TensorList params = detail::listed(params_or_none);
   const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
   detail::EpilogueInputs in = detail::prepare_epilogue(kEpilogue, c10::DeviceType::CPU, y, bias,
                                                        params, entry.chain.slot_params().size());
@@ -232,17 +241,17 @@ torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Te
   return in.out;
 }
 
-// The CPU twin of the small-batch CUDA kernels: x W^T in float32 (for W's bfloat16 parts, the
-// products the precision defines: linear_bf16 or linear_bf16x3), then the chain in float32,
-// rounded once to x's dtype.
-torch::Tensor linear_epilogue_cpu(const torch::Tensor& x, const torch::Tensor& w,
-                                  const c10::optional<torch::Tensor>& w_lo,
-                                  const c10::optional<torch::Tensor>& bias, at::TensorList params,
-                                  c10::string_view chain, c10::string_view precision) {
-  const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
+// The CPU twin of the whole-forward CUDA ops (the small-batch kernels, the Hopper GEMM): x W^T in
+// float32 (for W's bfloat16 parts, the products the precision defines: linear_bf16 or
+// linear_bf16x3), then the chain in float32, rounded once to x's dtype.
+torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const torch::Tensor& w,
+                                const c10::optional<torch::Tensor>& w_lo,
+                                const c10::optional<torch::Tensor>& bias, at::TensorList params,
+                                c10::string_view chain, c10::string_view precision) {
+  const ChainEntry& entry = detail::chain_for(op, chain);
   const std::string products(precision);
-  detail::check_linear_epilogue_inputs(kLinearEpilogue, c10::DeviceType::CPU, x, w, w_lo, bias,
-                                       params, entry.chain.slot_params().size(), products);
+  detail::check_linear_epilogue_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, params,
+                                       entry.chain.slot_params().size(), products);
   const torch::Tensor x_rows = detail::linear_rows(x);
   torch::Tensor y;
   if (products == "bf16x3") {
@@ -257,31 +266,42 @@ torch::Tensor linear_epilogue_cpu(const torch::Tensor& x, const torch::Tensor& w
                               : c10::nullopt;
   std::vector<torch::Tensor> params32;
   for (const torch::Tensor& p : params) params32.push_back(p.to(torch::kFloat32));
-  detail::EpilogueInputs in = detail::prepare_epilogue(kLinearEpilogue, c10::DeviceType::CPU, y,
-                                                       bias32, params32, params32.size());
+  detail::EpilogueInputs in =
+      detail::prepare_epilogue(op, c10::DeviceType::CPU, y, bias32, params32, params32.size());
   cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
   return in.out.to(x.scalar_type()).view(detail::linear_output_shape(x.sizes(), w.size(0)));
+}
+
+// The Meta twin of the whole-forward ops: their checks and their output.
+torch::Tensor whole_forward_meta(const char* op, const torch::Tensor& x, const torch::Tensor& w,
+                                 const c10::optional<torch::Tensor>& w_lo,
+                                 const c10::optional<torch::Tensor>& bias, at::TensorList params,
+                                 c10::string_view chain, c10::string_view precision) {
+  const ChainEntry& entry = detail::chain_for(op, chain);
+  detail::check_linear_epilogue_inputs(op, c10::DeviceType::Meta, x, w, w_lo, bias, params,
+                                       entry.chain.slot_params().size(), std::string(precision));
+  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
+}
+
+// whole_forward_cpu or _meta as op kOp's implementation.
+template <const char* const& kOp, auto kBody>
+torch::Tensor whole_forward(const torch::Tensor& x, const torch::Tensor& w,
+                            const c10::optional<torch::Tensor>& w_lo,
+                            const c10::optional<torch::Tensor>& bias,
+                            const detail::OptionalTensors& params, c10::string_view chain,
+                            c10::string_view precision) {
+  return kBody(kOp, x, w, w_lo, bias, detail::listed(params), chain, precision);
 }
 
 // The Meta implementations: the CPU and CUDA ones' checks, and outputs of their shapes, dtypes and
 // strides (all contiguous), so that torch.compile, torch.export and AOTInductor can trace the ops.
 torch::Tensor epilogue_meta(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                            at::TensorList params, c10::string_view chain) {
+                            const detail::OptionalTensors& params_or_none, c10::string_view chain) {
+  const at::TensorList params = detail::listed(params_or_none);
   const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
   detail::check_epilogue_inputs(kEpilogue, c10::DeviceType::Meta, y, bias, params,
                                 entry.chain.slot_params().size());
   return at::empty_symint(y.sym_sizes(), y.options());
-}
-
-torch::Tensor linear_epilogue_meta(const torch::Tensor& x, const torch::Tensor& w,
-                                   const c10::optional<torch::Tensor>& w_lo,
-                                   const c10::optional<torch::Tensor>& bias, at::TensorList params,
-                                   c10::string_view chain, c10::string_view precision) {
-  const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
-  detail::check_linear_epilogue_inputs(kLinearEpilogue, c10::DeviceType::Meta, x, w, w_lo, bias,
-                                       params, entry.chain.slot_params().size(),
-                                       std::string(precision));
-  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_meta(const torch::Tensor& v) {
@@ -313,16 +333,37 @@ torch::Tensor linear_tf32_meta(const torch::Tensor& x, const torch::Tensor& w) {
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 
-const char* const kOps[] = {"epilogue",      "linear_epilogue", "split_bf16",
+// The ops whose first tensor is undefined, or on a device with no implementation: one line saying
+// so. libtorch 1.13 takes no dispatch key from a Tensor[]? argument, so an undefined y with params
+// alone comes here rather than to the CPU's checks.
+torch::Tensor epilogue_elsewhere(const torch::Tensor& y, const c10::optional<torch::Tensor>&,
+                                 const detail::OptionalTensors&, c10::string_view) {
+  TORCH_CHECK(false, detail::no_implementation(kEpilogue, "y", y));
+}
+template <const char* const& kOp>
+torch::Tensor whole_forward_elsewhere(const torch::Tensor& x, const torch::Tensor&,
+                                      const c10::optional<torch::Tensor>&,
+                                      const c10::optional<torch::Tensor>&,
+                                      const detail::OptionalTensors&, c10::string_view,
+                                      c10::string_view) {
+  TORCH_CHECK(false, detail::no_implementation(kOp, "x", x));
+}
+
+const char* const kOps[] = {"epilogue",      "linear_epilogue", "gemm_epilogue", "split_bf16",
                             "linear_bf16x3", "linear_bf16",     "linear_tf32"};
 
 }  // namespace
 
 TORCH_LIBRARY(fusedlinear, m) {
-  m.def("epilogue(Tensor y, Tensor? bias, Tensor[] params, str chain) -> Tensor");
+  // params is Tensor[]? though callers pass a list: libtorch 2.11's AOTInductor runtime (its proxy
+  // executor) passes an empty list as None, which a Tensor[] argument refuses.
+  m.def("epilogue(Tensor y, Tensor? bias, Tensor[]? params, str chain) -> Tensor");
   m.def(
-      "linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[] params, str chain, "
-      "str precision) -> Tensor");
+      "linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[]? params, "
+      "str chain, str precision) -> Tensor");
+  m.def(
+      "gemm_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[]? params, "
+      "str chain, str precision) -> Tensor");
   m.def("split_bf16(Tensor v) -> (Tensor, Tensor)");
   m.def("linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w_hi) -> Tensor");
@@ -346,16 +387,24 @@ TORCH_LIBRARY_IMPL(fusedlinear, Autograd, m) {
 
 TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {
   m.impl("epilogue", &epilogue_cpu);
-  m.impl("linear_epilogue", &linear_epilogue_cpu);
+  m.impl("linear_epilogue", &whole_forward<kLinearEpilogue, whole_forward_cpu>);
+  m.impl("gemm_epilogue", &whole_forward<kGemmEpilogue, whole_forward_cpu>);
   m.impl("split_bf16", &detail::split_bf16_cpu);
   m.impl("linear_bf16x3", &detail::linear_bf16x3_cpu);
   m.impl("linear_bf16", &detail::linear_bf16_cpu);
   m.impl("linear_tf32", &detail::linear_tf32_cpu);
 }
 
+TORCH_LIBRARY_IMPL(fusedlinear, CompositeExplicitAutograd, m) {
+  m.impl("epilogue", &epilogue_elsewhere);
+  m.impl("linear_epilogue", &whole_forward_elsewhere<kLinearEpilogue>);
+  m.impl("gemm_epilogue", &whole_forward_elsewhere<kGemmEpilogue>);
+}
+
 TORCH_LIBRARY_IMPL(fusedlinear, Meta, m) {
   m.impl("epilogue", &epilogue_meta);
-  m.impl("linear_epilogue", &linear_epilogue_meta);
+  m.impl("linear_epilogue", &whole_forward<kLinearEpilogue, whole_forward_meta>);
+  m.impl("gemm_epilogue", &whole_forward<kGemmEpilogue, whole_forward_meta>);
   m.impl("split_bf16", &split_bf16_meta);
   m.impl("linear_bf16x3", &linear_bf16x3_meta);
   m.impl("linear_bf16", &linear_bf16_meta);
@@ -368,8 +417,8 @@ torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::
       c10::Dispatcher::singleton()
           .findSchemaOrThrow(kEpilogue, "")
           .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&,
-                               at::TensorList, c10::string_view)>();
-  return op.call(y, bias, params, chain);
+                               const detail::OptionalTensors&, c10::string_view)>();
+  return op.call(y, bias, detail::OptionalTensors(params), chain);
 }
 
 torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor& w,
@@ -379,11 +428,25 @@ torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor&
                                     const std::string& chain, const std::string& precision) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow(kLinearEpilogue, "")
-                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
-                                            const c10::optional<torch::Tensor>&,
-                                            const c10::optional<torch::Tensor>&, at::TensorList,
-                                            c10::string_view, c10::string_view)>();
-  return op.call(x, w, w_lo, bias, params, chain, precision);
+                       .typed<torch::Tensor(
+                           const torch::Tensor&, const torch::Tensor&,
+                           const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&,
+                           const detail::OptionalTensors&, c10::string_view, c10::string_view)>();
+  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain, precision);
+}
+
+torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w,
+                                  const c10::optional<torch::Tensor>& w_lo,
+                                  const c10::optional<torch::Tensor>& bias,
+                                  const std::vector<torch::Tensor>& params,
+                                  const std::string& chain, const std::string& precision) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow(kGemmEpilogue, "")
+                       .typed<torch::Tensor(
+                           const torch::Tensor&, const torch::Tensor&,
+                           const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&,
+                           const detail::OptionalTensors&, c10::string_view, c10::string_view)>();
+  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain, precision);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {

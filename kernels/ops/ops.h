@@ -1,11 +1,13 @@
 // The ops of fusedlinear, each declared once (TORCH_LIBRARY in ops.cpp) with CPU, CUDA and Meta
 // implementations registered apart (ops.cpp, ops_cuda.cpp), one schema set for every chain:
 //
-//   epilogue(Tensor y, Tensor? bias, Tensor[] params, str chain) -> Tensor
+//   epilogue(Tensor y, Tensor? bias, Tensor[]? params, str chain) -> Tensor
 //       chain(y + bias) in one pass; `chain` a registered model's name or a chain spec
-//   linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[] params, str chain,
+//   linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[]? params, str chain,
 //                   str precision) -> Tensor
 //       the whole forward for few rows (W read once, the chain fused)
+//   gemm_epilogue(same arguments) -> Tensor
+//       the whole forward on the Hopper GEMM (sm_90), the chain in its epilogue
 //   split_bf16(Tensor v) -> (Tensor, Tensor)            float32 -> bfloat16 hi + lo
 //   linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor,
 //   linear_bf16(Tensor x, Tensor w_hi) -> Tensor,
@@ -50,6 +52,18 @@ torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor&
                                     const c10::optional<torch::Tensor>& bias,
                                     const std::vector<torch::Tensor>& params,
                                     const std::string& chain, const std::string& precision);
+
+// The same forward, arguments and checks as fused_linear_epilogue's, for inputs of many rows: on
+// the Hopper GEMM (kernels/cuda/gemm/: TMA, wgmma, the chain applied to the float32 accumulators
+// before the one store), which takes a GPU of compute capability 9.0 and in_features a multiple
+// of 8 (elsewhere a one-line error). Its products: "ieee" for 16-bit x only (x's type on the
+// tensor cores); "bf16" and "bf16x3" as fused_linear_epilogue's, x split into its bfloat16 parts
+// first. On the CPU: fused_linear_epilogue's twin.
+torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w,
+                                  const c10::optional<torch::Tensor>& w_lo,
+                                  const c10::optional<torch::Tensor>& bias,
+                                  const std::vector<torch::Tensor>& params,
+                                  const std::string& chain, const std::string& precision);
 
 // v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
 // hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,

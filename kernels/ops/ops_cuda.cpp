@@ -24,9 +24,11 @@ void check_launch(const char* op, cudaError_t err) {
 
 constexpr const char* kEpilogue = "fusedlinear::epilogue";
 constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
+constexpr const char* kGemmEpilogue = "fusedlinear::gemm_epilogue";
 
 torch::Tensor epilogue_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                            at::TensorList params, c10::string_view chain) {
+                            const detail::OptionalTensors& params_or_none, c10::string_view chain) {
+  const at::TensorList params = detail::listed(params_or_none);
   const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(y.device());
   detail::EpilogueInputs in = detail::prepare_epilogue(kEpilogue, c10::DeviceType::CUDA, y, bias,
@@ -159,55 +161,109 @@ torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
   return call.result();
 }
 
+// What the whole-forward ops share: their checks, x as rows (copied where its base is not 16-byte
+// aligned, which the tensor cores' tile copies need), W and its lo part contiguous, and the call
+// the launchers take, with its output allocated.
+struct WholeForward {
+  torch::Tensor x_rows, weight, lo, out;
+  detail::ColumnInputs columns;
+  cuda::LinearCall call;
+  std::vector<int64_t> view;  // the output's shape
+};
+
+WholeForward prepare_whole_forward(const char* op, const ChainEntry& entry, const torch::Tensor& x,
+                                   const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                                   const c10::optional<torch::Tensor>& bias, at::TensorList params,
+                                   const std::string& products) {
+  detail::check_linear_epilogue_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, params,
+                                       entry.chain.slot_params().size(), products);
+  WholeForward f;
+  f.x_rows = detail::linear_rows(x);
+  if (reinterpret_cast<uintptr_t>(f.x_rows.data_ptr()) % 16 != 0) f.x_rows = f.x_rows.clone();
+  f.weight = w.contiguous();
+  if (products == "bf16x3") f.lo = w_lo->contiguous();
+  f.columns = detail::column_inputs(bias, params);
+  f.out = torch::empty({f.x_rows.size(0), w.size(0)}, x.options());
+  cuda::LinearCall& call = f.call;
+  call.type = detail::element_type_of(x);
+  call.products = products == "bf16x3" ? cuda::LinearProducts::kBf16x3
+                  : products == "bf16" ? cuda::LinearProducts::kBf16
+                                       : cuda::LinearProducts::kAsInput;
+  call.x = f.x_rows.data_ptr();
+  call.w = f.weight.data_ptr();
+  call.w_lo = f.lo.defined() ? f.lo.data_ptr() : nullptr;
+  call.bias = f.columns.bias_data;
+  call.terms = f.columns.terms;
+  call.out = f.out.data_ptr();
+  call.rows = f.x_rows.size(0);
+  call.out_features = w.size(0);
+  call.in_features = w.size(1);
+  f.view = detail::linear_output_shape(x.sizes(), w.size(0));
+  return f;
+}
+
+torch::Tensor float_workspace(int64_t floats, const torch::Tensor& like) {
+  return floats > 0 ? torch::empty({floats}, like.options().dtype(torch::kFloat32))
+                    : torch::Tensor();
+}
+
 // The small-batch kernels' whole forward (ops.h: fused_linear_epilogue). Their workspace, for the
 // partial sums when k is split and bf16x3's split of x from 9 rows, comes from libtorch's caching
 // allocator on the current stream.
 torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
                                    const c10::optional<torch::Tensor>& w_lo,
-                                   const c10::optional<torch::Tensor>& bias, at::TensorList params,
+                                   const c10::optional<torch::Tensor>& bias,
+                                   const detail::OptionalTensors& params_or_none,
                                    c10::string_view chain, c10::string_view precision) {
   const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
-  const std::string products(precision);
-  detail::check_linear_epilogue_inputs(kLinearEpilogue, c10::DeviceType::CUDA, x, w, w_lo, bias,
-                                       params, entry.chain.slot_params().size(), products);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const torch::Tensor x_rows = detail::linear_rows(x);
-  const torch::Tensor weight = w.contiguous();
-  torch::Tensor lo;
-  if (products == "bf16x3") lo = w_lo->contiguous();
-  const detail::ColumnInputs columns = detail::column_inputs(bias, params);
-  torch::Tensor out = torch::empty({x_rows.size(0), w.size(0)}, x.options());
-  cuda::SkinnyCall call;
-  call.type = detail::element_type_of(x);
-  call.products = products == "bf16x3" ? cuda::SkinnyProducts::kBf16x3
-                  : products == "bf16" ? cuda::SkinnyProducts::kBf16
-                                       : cuda::SkinnyProducts::kAsInput;
-  call.x = x_rows.data_ptr();
-  call.w = weight.data_ptr();
-  call.w_lo = lo.defined() ? lo.data_ptr() : nullptr;
-  call.bias = columns.bias_data;
-  call.terms = columns.terms;
-  call.out = out.data_ptr();
-  call.rows = x_rows.size(0);
-  call.out_features = w.size(0);
-  call.in_features = w.size(1);
-  const auto view = detail::linear_output_shape(x.sizes(), w.size(0));
-  if (call.rows == 0 || call.out_features == 0) return out.view(view);
+  WholeForward f = prepare_whole_forward(kLinearEpilogue, entry, x, w, w_lo, bias,
+                                         detail::listed(params_or_none), std::string(precision));
+  const cuda::LinearCall& call = f.call;
+  if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
   cuda::SkinnyPlan plan;
   const cudaError_t planned = cuda::plan_skinny_linear(call, plan);
   TORCH_CHECK(planned != cudaErrorInvalidConfiguration,
               text(kLinearEpilogue, ": too many rows for the small-batch kernels' grid (",
                    call.rows, "; they take up to 65535 tiles of 8 to 64 rows)"));
   check_launch(kLinearEpilogue, planned);
-  torch::Tensor workspace;
-  if (plan.workspace_floats() > 0) {
-    workspace = torch::empty({plan.workspace_floats()}, x.options().dtype(torch::kFloat32));
-  }
+  const torch::Tensor workspace = float_workspace(plan.workspace_floats(), x);
   const cuda::CudaSkinnyFn launch = entry.kernels.cuda.skinny[int(cuda::family_of(plan.variant))];
   check_launch(kLinearEpilogue, launch(entry.program, call, plan,
                                        workspace.defined() ? workspace.data_ptr<float>() : nullptr,
                                        at::cuda::getCurrentCUDAStream()));
-  return out.view(view);
+  return f.out.view(f.view);
+}
+
+// The Hopper GEMM's whole forward (ops.h: fused_gemm_epilogue); the workspace, float32 x's
+// bfloat16 parts, from libtorch's caching allocator on the current stream.
+torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
+                                 const c10::optional<torch::Tensor>& w_lo,
+                                 const c10::optional<torch::Tensor>& bias,
+                                 const detail::OptionalTensors& params_or_none,
+                                 c10::string_view chain, c10::string_view precision) {
+  const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  WholeForward f = prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias,
+                                         detail::listed(params_or_none), std::string(precision));
+  const cuda::LinearCall& call = f.call;
+  TORCH_CHECK(call.type != ElementType::kFloat32 || call.products != cuda::LinearProducts::kAsInput,
+              text(kGemmEpilogue,
+                   ": float32 x takes precision bf16 or bf16x3 (the Hopper GEMM "
+                   "forms bfloat16 products), got 'ieee'"));
+  if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
+  const torch::Tensor workspace = float_workspace(cuda::hopper_workspace_floats(call), x);
+  const cuda::CudaHopperFn launch = entry.kernels.cuda.hopper[int(cuda::hopper_family_of(call))];
+  const cudaError_t err =
+      launch(entry.program, call, workspace.defined() ? workspace.data_ptr<float>() : nullptr,
+             at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err != cudaErrorNotSupported,
+              text(kGemmEpilogue,
+                   ": the Hopper GEMM takes a GPU of compute capability 9.0 and "
+                   "in_features a multiple of 8, got in_features ",
+                   call.in_features, " on ", x.device()));
+  check_launch(kGemmEpilogue, err);
+  return f.out.view(f.view);
 }
 
 }  // namespace
@@ -219,6 +275,7 @@ TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
   m.impl("linear_bf16", &linear_bf16_cuda);
   m.impl("linear_tf32", &linear_tf32_cuda);
   m.impl("linear_epilogue", &linear_epilogue_cuda);
+  m.impl("gemm_epilogue", &gemm_epilogue_cuda);
 }
 
 }  // namespace fusedlinear

@@ -5,8 +5,9 @@
 # kernels/math/model.h). Into <target> go the CPU loops (scalar, and AVX2 and AVX-512 where this
 # build has them) and a file that registers the models at start-up (the ops' chain registry, the
 # model registry, hence the CLI, bench and the tests); into CUDA_TARGET (default: <target>) the
-# CUDA epilogue and the small-batch kernels, a kernel family a file so that they compile side by
-# side, where CUDA kernels are built. <target> links fusedlinear::fusedlinear (or is part of it).
+# CUDA epilogue, the small-batch kernels and the Hopper GEMM, a kernel family a file so that they
+# compile side by side, where CUDA kernels are built. <target> links fusedlinear::fusedlinear (or
+# is part of it).
 #
 # The library registers its own models so (kernels/math/reference_models.h); a project of its own
 # registers its declarations the same way (examples/).
@@ -57,6 +58,11 @@ function(fusedlinear_add_models)
       configure_file(${_fusedlinear_register_dir}/cuda_skinny.cu.in
                      ${_dir}/skinny_${FUSEDLINEAR_FAMILY}.cu @ONLY)
       target_sources(${ARG_CUDA_TARGET} PRIVATE ${_dir}/skinny_${FUSEDLINEAR_FAMILY}.cu)
+    endforeach()
+    foreach(FUSEDLINEAR_FAMILY kFloat32 kBf16 kHalf)
+      configure_file(${_fusedlinear_register_dir}/cuda_hopper.cu.in
+                     ${_dir}/hopper_${FUSEDLINEAR_FAMILY}.cu @ONLY)
+      target_sources(${ARG_CUDA_TARGET} PRIVATE ${_dir}/hopper_${FUSEDLINEAR_FAMILY}.cu)
     endforeach()
   endif()
 endfunction()

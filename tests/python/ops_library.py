@@ -32,6 +32,14 @@ def check_ops(device):
           F.mish(F.mish(y + bias)), 1e-5)
     check(device + " mish_mish without bias", ops.epilogue(y, None, [], "mish_mish"),
           F.mish(F.mish(y)), 1e-5)
+    # None for no params: what AOTInductor's runtime passes for an empty list (ops.cpp).
+    check(device + " mish_mish with params None", ops.epilogue(y, bias, None, "mish_mish"),
+          F.mish(F.mish(y + bias)), 1e-5)
+    try:
+        ops.epilogue(y, bias, None, "swish_chain")
+        raise SystemExit("FAIL  %s: swish_chain ran with params None" % device)
+    except RuntimeError as e:
+        assert "parameter tensor(s), got 0" in str(e), str(e)
     t = y + bias + add_value
     want = F.hardtanh(F.gelu(torch.tanh(torch.sigmoid(t) * t)), -1, 1)
     check(device + " swish_chain", ops.epilogue(y, bias, [add_value], "swish_chain"), want, 1e-5)
@@ -61,6 +69,17 @@ def check_ops(device):
           ops.linear_epilogue(x, hi, lo, b, [], "mish_mish", "bf16x3"),
           F.mish(F.mish(linear_out)), 1e-5)
     t = linear_out + shift
+    check(device + " linear_epilogue with params None",
+          ops.linear_epilogue(x, w, None, b, None, "mish_mish", "ieee"),
+          F.mish(F.mish(linear_out)), 1e-5)
+    # The Hopper GEMM's op, where it runs (its CPU twin: linear_epilogue's, bitwise).
+    if device == "cpu" or torch.cuda.get_device_capability() == (9, 0):
+        check(device + " gemm_epilogue bf16x3",
+              ops.gemm_epilogue(x, hi, lo, b, None, "mish_mish", "bf16x3"),
+              F.mish(F.mish(linear_out)), 1e-5)
+    if device == "cpu":
+        assert torch.equal(ops.gemm_epilogue(x, w, None, b, [], "mish_mish", "ieee"),
+                           ops.linear_epilogue(x, w, None, b, [], "mish_mish", "ieee"))
     check(device + " linear_epilogue of swish_chain",
           ops.linear_epilogue(x, w, None, b, [shift], "swish_chain", "ieee"),
           F.hardtanh(F.gelu(torch.tanh(torch.sigmoid(t) * t)), -1, 1), 1e-5)

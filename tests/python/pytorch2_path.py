@@ -81,6 +81,13 @@ def check_opcheck(device):
         (ops.linear_bf16.default, (x, hi)),
         (ops.linear_tf32.default, (x, w)),
     ]
+    # The Hopper GEMM's op: its CPU twin, and on CUDA where it runs (compute capability 9.0).
+    if device == "cpu" or torch.cuda.get_device_capability() == (9, 0):
+        cases += [
+            (ops.gemm_epilogue.default, (x, hi, lo, b, [p], "swish_chain", "bf16x3")),
+            (ops.gemm_epilogue.default, (x.bfloat16(), w.bfloat16(), None, b.bfloat16(), [],
+                                         "mish_mish", "ieee")),
+        ]
     def run(op, args):
         for requires_grad in (False, True):
             call = [a.detach().clone().requires_grad_(requires_grad and a.is_floating_point())

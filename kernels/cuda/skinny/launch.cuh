@@ -11,7 +11,7 @@ namespace fusedlinear {
 namespace cuda {
 
 template <class Model, SkinnyFamily kFamily>
-cudaError_t launch_skinny_for(const act::Program& program, const SkinnyCall& call,
+cudaError_t launch_skinny_for(const act::Program& program, const LinearCall& call,
                               const SkinnyPlan& plan, float* workspace, cudaStream_t stream) {
   using namespace skinny;
   if (call.rows == 0 || call.out_features == 0) return cudaSuccess;

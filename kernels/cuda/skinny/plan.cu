@@ -12,9 +12,9 @@ SkinnyFamily family_of(SkinnyVariant variant) {
   return SkinnyFamily::kHalf;
 }
 
-cudaError_t plan_skinny_linear(const SkinnyCall& call, SkinnyPlan& plan) {
+cudaError_t plan_skinny_linear(const LinearCall& call, SkinnyPlan& plan) {
   using namespace skinny;
-  if (call.type != ElementType::kFloat32 && call.products != SkinnyProducts::kAsInput) {
+  if (call.type != ElementType::kFloat32 && call.products != LinearProducts::kAsInput) {
     return cudaErrorInvalidValue;
   }
   DeviceLimits limits;

@@ -7,37 +7,10 @@
 
 #include <cstdint>
 
-#include "kernels/math/element.h"
+#include "kernels/cuda/linear_call.h"
 
 namespace fusedlinear {
 namespace cuda {
-
-// Which products a call forms, and so what it reads as W: W in x's type (float32 FMAs for float32;
-// tensor-core products for 16-bit x); or, for float32 x, W's bfloat16 hi part alone (the bf16
-// mode: x rounded to bfloat16, x_hi w_hi) or hi and lo (bf16x3: x split as W was, x_lo w_hi +
-// x_hi w_lo + x_hi w_hi, smallest first), as gemm_bf16_parts forms them.
-enum class SkinnyProducts { kAsInput, kBf16, kBf16x3 };
-
-// One fused forward for few rows:
-//   out[m, n] = chain(sum_k x[m, k] W[n, k] + bias[n], terms[.][n])
-// x [rows, in_features] row-major; W (and w_lo) [out_features, in_features] row-major
-// (output-major); bias [out_features] or null; x, bias, the terms and out hold `type`. Sums in
-// float32.
-struct SkinnyCall {
-  ElementType type = ElementType::kFloat32;
-  SkinnyProducts products = SkinnyProducts::kAsInput;
-  const void* x = nullptr;
-  const void* w = nullptr;
-  const void* w_lo = nullptr;  // with kBf16x3 only
-  const void* bias = nullptr;
-  ColumnTerms terms;
-  void* out = nullptr;
-  int64_t rows = 0, out_features = 0, in_features = 0;
-  // From sm_90 the kernels that stage W and x through shared memory have the TMA copy them where
-  // the driver can describe the matrices; false copies them thread by thread, as older GPUs do
-  // (the same bits: for tests and comparisons).
-  bool tile_copies = true;
-};
 
 // The kernel a call runs. The first three families read float32 W, bfloat16 W (the bf16 mode) and
 // bf16x3's parts for float32 x; the last, W of a 16-bit model's own type.
@@ -72,7 +45,7 @@ struct SkinnyPlan {
 // Picks the kernel for `call` on the current device and lays out its launch. Returns
 // cudaErrorInvalidValue for products the type does not take (bfloat16 parts with 16-bit x),
 // cudaErrorInvalidConfiguration for more rows than the grid takes (65535 tiles).
-cudaError_t plan_skinny_linear(const SkinnyCall& call, SkinnyPlan& plan);
+cudaError_t plan_skinny_linear(const LinearCall& call, SkinnyPlan& plan);
 
 // The kernel families, one a weight type (chain_kernels.h: a launcher each).
 enum class SkinnyFamily { kFloat, kBf16, kBf16x3, kHalf };

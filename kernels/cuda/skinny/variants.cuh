@@ -71,7 +71,7 @@ inline dim3 grid_of(const SkinnyPlan& plan) {
 // Launches a CUDA-core or tensor-core kernel (they take the same arguments) with the call's
 // pointers as its types.
 template <typename T, typename WT, class Kernel, class Epilogue>
-void launch_kernel(Kernel kernel, int threads, const SkinnyPlan& plan, const SkinnyCall& call,
+void launch_kernel(Kernel kernel, int threads, const SkinnyPlan& plan, const LinearCall& call,
                    float* partial, const Epilogue& epilogue, cudaStream_t stream) {
   kernel<<<grid_of(plan), threads, 0, stream>>>(
       static_cast<const T*>(call.x), static_cast<const WT*>(call.w),
@@ -90,9 +90,9 @@ struct CudaCoreKernel {
     cover.within_one_wave = Shape::kRows == kLargestTile;
     return cover;
   }
-  static int64_t x_workspace_floats(const SkinnyCall&) { return 0; }
+  static int64_t x_workspace_floats(const LinearCall&) { return 0; }
   template <class ChainT>
-  static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const SkinnyCall& call,
+  static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const LinearCall& call,
                             float*, float* partial, const ColumnEpilogue<T, ChainT>& epilogue,
                             cudaStream_t stream) {
     launch_kernel<T, WT>(skinny_cuda_core_kernel<T, WT, kHasLo, Shape, ChainT>, kWarps * 32, plan,
@@ -106,9 +106,9 @@ struct TensorCoreKernel {
   using Element = T;
   using Shape = MmaShape<kHasLo, 1>;  // tiles of 8 rows of x; more rows take more tiles
   static BlockCover cover() { return {kMmaRowsW, Shape::kRows, Shape::kChunk, kMmaWarps, 1}; }
-  static int64_t x_workspace_floats(const SkinnyCall&) { return 0; }
+  static int64_t x_workspace_floats(const LinearCall&) { return 0; }
   template <class ChainT>
-  static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const SkinnyCall& call,
+  static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const LinearCall& call,
                             float*, float* partial, const ColumnEpilogue<T, ChainT>& epilogue,
                             cudaStream_t stream) {
     launch_kernel<T, WT>(skinny_tensor_core_kernel<T, WT, kHasLo, Shape, ChainT>, kMmaWarps * 32,
@@ -132,7 +132,7 @@ cudaError_t allow_shared_bytes_once(int bytes, int device) {
 
 // Whether a launch may have the TMA copy its stages (the matrices must also be described:
 // describe_matrix): asked for, on sm_90 or newer.
-inline bool tile_copies_allowed(const SkinnyCall& call, const DeviceLimits& limits) {
+inline bool tile_copies_allowed(const LinearCall& call, const DeviceLimits& limits) {
   return call.tile_copies && limits.compute_major >= 9;
 }
 
@@ -144,12 +144,12 @@ struct StagedKernel {
     return {Shape::kRowsW, Shape::kRows, Shape::kK, Shape::kStages, Shape::kBlocksPerMultiprocessor,
             true};
   }
-  static int64_t x_workspace_floats(const SkinnyCall& call) {
+  static int64_t x_workspace_floats(const LinearCall& call) {
     return call.rows * call.in_features;  // two bfloat16 parts
   }
   template <class ChainT>
   static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
-                            const SkinnyCall& call, float* workspace, float* partial,
+                            const LinearCall& call, float* workspace, float* partial,
                             const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
     const int64_t count = call.rows * call.in_features;
     auto* x_hi = reinterpret_cast<__nv_bfloat16*>(workspace);
@@ -178,7 +178,7 @@ struct StagedKernel {
   }
   template <class ChainT, bool kTileCopies>
   static cudaError_t launch_as(const DeviceLimits& limits, const SkinnyPlan& plan,
-                               const SkinnyCall& call, const __nv_bfloat16* x_hi,
+                               const LinearCall& call, const __nv_bfloat16* x_hi,
                                const __nv_bfloat16* x_lo, const StagedMaps& maps, float* partial,
                                const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
     constexpr auto kernel = skinny_staged_kernel<Shape, ChainT, kTileCopies>;
@@ -202,10 +202,10 @@ struct LaneRowsKernel {
   static BlockCover cover() {
     return {Shape::kRowsW, Shape::kRows, Shape::kK, 1, Shape::kBlocks, true};
   }
-  static int64_t x_workspace_floats(const SkinnyCall&) { return 0; }
+  static int64_t x_workspace_floats(const LinearCall&) { return 0; }
   template <class ChainT>
   static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
-                            const SkinnyCall& call, float*, float* partial,
+                            const LinearCall& call, float*, float* partial,
                             const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
     CUtensorMap w_map{}, x_map{};
     const bool tile_copies =
@@ -220,7 +220,7 @@ struct LaneRowsKernel {
   }
   template <class ChainT, bool kTileCopies>
   static cudaError_t launch_as(const DeviceLimits& limits, const SkinnyPlan& plan,
-                               const SkinnyCall& call, float* partial, const CUtensorMap& w_map,
+                               const LinearCall& call, float* partial, const CUtensorMap& w_map,
                                const CUtensorMap& x_map,
                                const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
     constexpr auto kernel = skinny_lane_rows_kernel<Shape, ChainT, kTileCopies>;
@@ -320,8 +320,8 @@ cudaError_t with_variant(SkinnyVariant variant, Fn&& fn) {
 //   has mma.sync (sm_80 on) and W's and x's rows are 16-byte aligned, in tiles of 8 rows of x;
 //   bf16x3 from 9 rows the staged kernel, where the GPU has the shared memory for it; otherwise the
 //   CUDA-core kernel one element a load (float32 products of the same values, x not rounded).
-inline SkinnyVariant choose_variant(const SkinnyCall& call, const DeviceLimits& limits) {
-  if (call.type == ElementType::kFloat32 && call.products == SkinnyProducts::kAsInput) {
+inline SkinnyVariant choose_variant(const LinearCall& call, const DeviceLimits& limits) {
+  if (call.type == ElementType::kFloat32 && call.products == LinearProducts::kAsInput) {
     const bool vector_loads = call.in_features % 4 == 0 && aligned16(call.w) && aligned16(call.x);
     if (!vector_loads) return SkinnyVariant::kFloatUnaligned;
     if (call.rows <= 1) return SkinnyVariant::kFloatRows1;
@@ -332,7 +332,7 @@ inline SkinnyVariant choose_variant(const SkinnyCall& call, const DeviceLimits& 
     }
     return SkinnyVariant::kFloatUnaligned;
   }
-  const bool split = call.products == SkinnyProducts::kBf16x3;
+  const bool split = call.products == LinearProducts::kBf16x3;
   const bool tensor_cores = limits.compute_major >= 8 && call.in_features % 8 == 0 &&
                             aligned16(call.w) && (!split || aligned16(call.w_lo)) &&
                             aligned16(call.x);

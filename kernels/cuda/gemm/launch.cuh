@@ -1,0 +1,68 @@
+// The whole forward of a declaration's chain (kernels/math/model.h) on the Hopper GEMM
+// (hopper_gemm.cuh): for float32 x, x split into its bfloat16 parts in the workspace, then one
+// kernel, the chain in its epilogue. A launcher per family (the input's type, chain_kernels.h),
+// each instantiated in a file of its own (kernels/register/) so that they compile side by side.
+#pragma once
+
+#include "kernels/cuda/chain_kernels.h"
+#include "kernels/cuda/gemm/hopper_gemm.cuh"
+#include "kernels/cuda/linear.h"
+
+namespace fusedlinear {
+namespace cuda {
+
+// bf16x3's products in the library's forward (hopper_gemm.cuh: GemmProducts).
+constexpr gemm::GemmProducts kLibraryBf16x3 = gemm::GemmProducts::kBf16x3Promoted;
+
+template <class Model, HopperFamily kFamily>
+cudaError_t launch_hopper_for(const act::Program& program, const LinearCall& call, float* workspace,
+                              cudaStream_t stream) {
+  const int64_t m = call.rows, n = call.out_features, k = call.in_features;
+  if (hopper_family_of(call) != kFamily) return cudaErrorInvalidValue;
+  if (hopper_workspace_floats(call) > 0 && !workspace) return cudaErrorInvalidValue;
+  if (m == 0 || n == 0) return cudaSuccess;
+  if constexpr (kFamily == HopperFamily::kFloat32) {
+    if (call.products == LinearProducts::kAsInput) return cudaErrorNotSupported;  // float32's
+    const auto chain = device_chain<Model, act::ResultPrecision::kFloat32>(program);
+    const ColumnEpilogue<float, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms,
+                                                                        chain);
+    const auto* x = static_cast<const float*>(call.x);
+    auto* x_hi = reinterpret_cast<__nv_bfloat16*>(workspace);
+    const bool bf16x3 = call.products == LinearProducts::kBf16x3;
+    __nv_bfloat16* x_lo = bf16x3 ? x_hi + m * k : nullptr;
+    const auto* w_hi = static_cast<const __nv_bfloat16*>(call.w);
+    auto* out = static_cast<float*>(call.out);
+    const cudaError_t err = launch_split_bf16(x, x_hi, x_lo, m * k, stream);
+    if (err != cudaSuccess) return err;
+    if (bf16x3) {
+      return gemm::launch_hopper_gemm_bf16x3<kLibraryBf16x3, gemm::TileSet::kAutoCandidates>(
+          x_hi, x_lo, w_hi, static_cast<const __nv_bfloat16*>(call.w_lo), out, m, n, k, epilogue,
+          stream);
+    }
+    return gemm::launch_hopper_gemm<gemm::TileSet::kAutoCandidates>(
+        static_cast<const __nv_bfloat16*>(x_hi), w_hi, out, m, n, k, epilogue, stream);
+  } else {
+    constexpr ElementType E =
+        kFamily == HopperFamily::kBf16 ? ElementType::kBFloat16 : ElementType::kFloat16;
+    using T = DeviceElement<E>;
+    const auto chain = device_chain<Model, kResultPrecisionOf<E>>(program);
+    const ColumnEpilogue<T, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
+    return gemm::launch_hopper_gemm<gemm::TileSet::kAutoCandidates>(
+        static_cast<const T*>(call.x), static_cast<const T*>(call.w), static_cast<T*>(call.out), m,
+        n, k, epilogue, stream);
+  }
+}
+
+template <class List, HopperFamily kFamily>
+struct HopperTable;
+template <class... Ms, HopperFamily kFamily>
+struct HopperTable<std::tuple<Ms...>, kFamily> {
+  static constexpr CudaHopperFn fn[] = {&launch_hopper_for<Ms, kFamily>...};
+};
+template <class List, HopperFamily kFamily>
+CudaHopperFn cuda_hopper_at(int index) {
+  return HopperTable<typename ModelList<List>::type, kFamily>::fn[index];
+}
+
+}  // namespace cuda
+}  // namespace fusedlinear

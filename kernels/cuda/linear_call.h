@@ -1,0 +1,40 @@
+// One whole fused forward, as the kernels that fuse the chain into the products take it: the
+// small-batch kernels (skinny/skinny.h) and the Hopper GEMM (gemm/gemm.h). Torch-free.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/math/element.h"
+
+namespace fusedlinear {
+namespace cuda {
+
+// Which products a call forms, and so what it reads as W: W in x's type (float32 FMAs for float32;
+// tensor-core products for 16-bit x); or, for float32 x, W's bfloat16 hi part alone (the bf16
+// mode: x rounded to bfloat16, x_hi w_hi) or hi and lo (bf16x3: x split as W was, x_lo w_hi +
+// x_hi w_lo + x_hi w_hi, smallest first), as gemm_bf16_parts forms them.
+enum class LinearProducts { kAsInput, kBf16, kBf16x3 };
+
+// One fused forward:
+//   out[m, n] = chain(sum_k x[m, k] W[n, k] + bias[n], terms[.][n])
+// x [rows, in_features] row-major; W (and w_lo) [out_features, in_features] row-major
+// (output-major); bias [out_features] or null; x, bias, the terms and out hold `type`. Sums in
+// float32.
+struct LinearCall {
+  ElementType type = ElementType::kFloat32;
+  LinearProducts products = LinearProducts::kAsInput;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* w_lo = nullptr;  // with kBf16x3 only
+  const void* bias = nullptr;
+  ColumnTerms terms;
+  void* out = nullptr;
+  int64_t rows = 0, out_features = 0, in_features = 0;
+  // From sm_90 the kernels that stage W and x through shared memory have the TMA copy them where
+  // the driver can describe the matrices; false copies them thread by thread, as older GPUs do
+  // (the same bits: for tests and comparisons).
+  bool tile_copies = true;
+};
+
+}  // namespace cuda
+}  // namespace fusedlinear
