@@ -3,7 +3,7 @@
 // server does the same with the ops library preloaded); tests/python/pytorch2_path.py writes one
 // of swish_chain. Compares its output with PyTorch's (WANT) and times it in turns against
 // fusedlinear's own swish_chain module on the same weights, eager and fused. Exit code 0 when the
-// package's output is within 1e-5 of PyTorch's.
+// package's output is within 1e-6 of PyTorch's (2.4e-7 on an H200).
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <cstdio>
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
         device.str().c_str(), c10::str(x.sizes()).c_str(), diff, fused_diff);
     std::printf("median us: package %.1f, fusedlinear eager %.1f, fusedlinear fused %.1f\n",
                 times[0].median_us, times[1].median_us, times[2].median_us);
-    return diff <= 1e-5 ? 0 : 1;
+    return diff <= 1e-6 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fusedlinear_pt2: error: %s\n", error_line(e).c_str());
     return 2;
