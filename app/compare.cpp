@@ -71,6 +71,9 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
       configure_fused(*fused_model, precision, kernel, settings);
       p.weight = choose_weight_layout(*fused_model, x);
       p.weight += split_memory(*fused_model);
+      // A kernel asked for that cannot take this forward: what ran instead says why.
+      const GemmPlan plan = fused_model->gemm_plan(x);
+      if (kernel == GemmKernel::kHopper && !plan.hopper) p.weight += "; " + plan.reason;
       p.gemm = gemm_description(*fused_model, x);
       p.counted = verdict_counts(precision, settings);
       r.paths.push_back(p);

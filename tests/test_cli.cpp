@@ -123,6 +123,18 @@ TEST_F(Cli, ComparesEveryPrecision) {
   EXPECT_NE(small.out.find("ieee, CPU GEMM (bf16x3 from 2 rows)"), std::string::npos) << small.out;
 }
 
+// --gemm hopper where the Hopper GEMM cannot run: the CPU's GEMM instead, and the report says why.
+TEST_F(Cli, HopperGemmAskedForOnTheCpuSaysWhatRanInstead) {
+  const Result r =
+      run("compare --device cpu --model mish_mish --batch 9 --in-features 64 --out-features 48 "
+          "--iters 1 --warmup 0 --precision bf16x3 --gemm hopper");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("bf16x3, CPU GEMM"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the Hopper GEMM was asked for, but it runs on a GPU only"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(Cli, RunInEachPrecisionMatchesPyTorch) {
   for (const std::string precision : {"bf16x3", "tf32", "bf16"}) {
     const std::string out = path(precision + ".pt");

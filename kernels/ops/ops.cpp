@@ -421,18 +421,30 @@ torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::
   return op.call(y, bias, detail::OptionalTensors(params), chain);
 }
 
-torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor& w,
-                                    const c10::optional<torch::Tensor>& w_lo,
-                                    const c10::optional<torch::Tensor>& bias,
-                                    const std::vector<torch::Tensor>& params,
-                                    const std::string& chain, const std::string& precision) {
+namespace {
+// A whole-forward op (kOp: linear_epilogue or gemm_epilogue) through the dispatcher.
+template <const char* const& kOp>
+torch::Tensor call_whole_forward(const torch::Tensor& x, const torch::Tensor& w,
+                                 const c10::optional<torch::Tensor>& w_lo,
+                                 const c10::optional<torch::Tensor>& bias,
+                                 const std::vector<torch::Tensor>& params, const std::string& chain,
+                                 const std::string& precision) {
   static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow(kLinearEpilogue, "")
+                       .findSchemaOrThrow(kOp, "")
                        .typed<torch::Tensor(
                            const torch::Tensor&, const torch::Tensor&,
                            const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&,
                            const detail::OptionalTensors&, c10::string_view, c10::string_view)>();
   return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain, precision);
+}
+}  // namespace
+
+torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor& w,
+                                    const c10::optional<torch::Tensor>& w_lo,
+                                    const c10::optional<torch::Tensor>& bias,
+                                    const std::vector<torch::Tensor>& params,
+                                    const std::string& chain, const std::string& precision) {
+  return call_whole_forward<kLinearEpilogue>(x, w, w_lo, bias, params, chain, precision);
 }
 
 torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w,
@@ -440,13 +452,7 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
                                   const c10::optional<torch::Tensor>& bias,
                                   const std::vector<torch::Tensor>& params,
                                   const std::string& chain, const std::string& precision) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow(kGemmEpilogue, "")
-                       .typed<torch::Tensor(
-                           const torch::Tensor&, const torch::Tensor&,
-                           const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&,
-                           const detail::OptionalTensors&, c10::string_view, c10::string_view)>();
-  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain, precision);
+  return call_whole_forward<kGemmEpilogue>(x, w, w_lo, bias, params, chain, precision);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {
