@@ -317,7 +317,7 @@ ModelSpec detect_model(const Settings& settings) {
                      "; say which with --model");
   }
   if (fits.size() == 1) {
-    const ModelSpec spec = find_model(fits.front());
+    ModelSpec spec = find_model(fits.front());
     if (!spec.parsed_chain().params().empty()) return spec;
     throw UsageError("--weights " + settings.weights + ": its keys (" + keys_of(file) +
                      ") are a Linear's, which any chain may follow: say which with --model (" +

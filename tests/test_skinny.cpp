@@ -638,8 +638,9 @@ TEST_F(HopperGemmCuda, RefusedOrCopiedNeverWrong) {
   Problem p =
       make_problem(find_model("mish_mish"), 40, 64, 256, torch::kBFloat16, torch::kCUDA, 14);
   const torch::Tensor aligned = run_precision(p, "ieee", &fused_gemm_epilogue);
-  const torch::Tensor flat = torch::empty({40 * 256 + 1}, p.x.options());
-  p.x = flat.narrow(0, 1, 40 * 256).view({40, 256}).copy_(p.x);  // 2 bytes past the base
+  const int64_t count = int64_t(40) * 256;
+  const torch::Tensor flat = torch::empty({count + 1}, p.x.options());
+  p.x = flat.narrow(0, 1, count).view({40, 256}).copy_(p.x);  // 2 bytes past the base
   EXPECT_TRUE(torch::equal(run_precision(p, "ieee", &fused_gemm_epilogue), aligned));
 }
 

@@ -336,16 +336,18 @@ torch::Tensor linear_tf32_meta(const torch::Tensor& x, const torch::Tensor& w) {
 // The ops whose first tensor is undefined, or on a device with no implementation: one line saying
 // so. libtorch 1.13 takes no dispatch key from a Tensor[]? argument, so an undefined y with params
 // alone comes here rather than to the CPU's checks.
-torch::Tensor epilogue_elsewhere(const torch::Tensor& y, const c10::optional<torch::Tensor>&,
-                                 const detail::OptionalTensors&, c10::string_view) {
+torch::Tensor epilogue_elsewhere(const torch::Tensor& y,
+                                 const c10::optional<torch::Tensor>& /*bias*/,
+                                 const detail::OptionalTensors& /*params*/,
+                                 c10::string_view /*chain*/) {
   TORCH_CHECK(false, detail::no_implementation(kEpilogue, "y", y));
 }
 template <const char* const& kOp>
-torch::Tensor whole_forward_elsewhere(const torch::Tensor& x, const torch::Tensor&,
-                                      const c10::optional<torch::Tensor>&,
-                                      const c10::optional<torch::Tensor>&,
-                                      const detail::OptionalTensors&, c10::string_view,
-                                      c10::string_view) {
+torch::Tensor whole_forward_elsewhere(const torch::Tensor& x, const torch::Tensor& /*w*/,
+                                      const c10::optional<torch::Tensor>& /*w_lo*/,
+                                      const c10::optional<torch::Tensor>& /*bias*/,
+                                      const detail::OptionalTensors& /*params*/,
+                                      c10::string_view /*chain*/, c10::string_view /*precision*/) {
   TORCH_CHECK(false, detail::no_implementation(kOp, "x", x));
 }
 
