@@ -7,7 +7,7 @@ LIBRARY is libfusedlinear_ops.so. On two inputs: `torch.rand` x and nn.Linear's 
 `compare` runs), and wide-range x (torch.rand scaled by logspace(-6, 3) along K, the scales
 permuted) with the same weights. For each mode: the largest |error| against float64, the largest
 |error| / sum_k |x_k w_k| over the outputs, and the bound the README states for it
-(ieee: K 2^-24; bf16x3: 3 2^-16 + K 2^-24; tf32: 2 2^-11 + K 2^-24; bf16: 2 2^-8 + K 2^-24), and
+(ieee: K 2^-24; bf16x3: 3 2^-16 + K 2^-24; bf16x6: 3 2^-25 + K 2^-24; tf32: 2 2^-11 + K 2^-24; bf16: 2 2^-8 + K 2^-24), and
 whether allclose(1e-4, 1e-4) against PyTorch's float32 product holds.
 """
 import argparse
@@ -33,14 +33,17 @@ plain = torch.rand(args.rows, k)
 scales = torch.logspace(-6, 3, k)[torch.randperm(k)]
 inputs = {"torch.rand": plain.to(device), "wide range": (plain * scales).to(device)}
 hi, lo = ops.split_bf16(w)
+parts = ops.split_bf16_three(w)
 modes = {
     "ieee": lambda x: x @ w.t(),
     "bf16x3": lambda x: ops.linear_bf16x3(x, hi, lo),
+    "bf16x6": lambda x: ops.linear_bf16x6(x, *parts),
     "tf32": lambda x: ops.linear_tf32(x, w),
     "bf16": lambda x: ops.linear_bf16(x, hi),
 }
 sum_bound = k * 2.0 ** -24
 bounds = {"ieee": sum_bound, "bf16x3": 3 * 2.0 ** -16 + sum_bound,
+          "bf16x6": 3 * 2.0 ** -25 + sum_bound,
           "tf32": 2 * 2.0 ** -11 + sum_bound, "bf16": 2 * 2.0 ** -8 + sum_bound}
 
 print("%d x %d -> %d on %s" % (args.rows, k, args.out_features, device))

@@ -162,9 +162,11 @@ void add_options(cxxopts::Options& options) {
        std::to_string(max_threads()) + " here; default: libtorch's)",
        cxxopts::value<std::string>())
       ("precision", "the fused GEMM: ieee (float32, default), bf16x3 (float32-grade from bf16 "
-       "tensor cores), tf32 or bf16 (faster, less accurate); compare and bench: a "
+       "tensor cores for inputs of moderate range), bf16x6 (float32-grade for any range, about "
+       "twice bf16x3's time), tf32 or bf16 (faster, less accurate); compare and bench: a "
        "comma-separated list or all", cxxopts::value<std::string>()->default_value("ieee"))
-      ("bf16x3-min-batch", "with cuBLAS, bf16x3 runs ieee below this many rows (default 2: at "
+      ("bf16x3-min-batch", "with cuBLAS, bf16x3 and bf16x6 run ieee below this many rows "
+       "(default 2: at "
        "one row cuBLAS's float32 GEMM, reading W once, is faster on an H200)",
        cxxopts::value<std::string>())
       ("gemm", "the fused forward's kernel: auto (default: on a GPU the skinny kernel, which "
@@ -228,7 +230,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   s.threads = given(parsed, "threads") ? parse_threads(text("threads")) : 0;
   s.precisions = parse_list<Precision>(
       "--precision", "precision", parsed["precision"].as<std::string>(), s.command,
-      all_precisions(), "ieee, bf16x3, tf32, bf16", parse_precision);
+      all_precisions(), "ieee, bf16x3, bf16x6, tf32, bf16", parse_precision);
   s.gemm_kernels =
       parse_list<GemmKernel>("--gemm", "kernel", parsed["gemm"].as<std::string>(), s.command,
                              all_gemm_kernels(), "auto, cublas, skinny, hopper", parse_gemm_kernel);

@@ -34,6 +34,8 @@ int64_t skinny_max_rows(const GemmQuery& query, Precision precision) {
       return t->ieee;
     case Precision::kBf16x3:
       return t->bf16x3;
+    case Precision::kBf16x6:
+      return 0;  // no small-batch kernel forms its products
     case Precision::kTf32:
       return t->tf32;
     case Precision::kBf16:
@@ -53,6 +55,9 @@ std::string hopper_refusal(const GemmQuery& query) {
       (query.precision == Precision::kIeee || query.precision == Precision::kTf32)) {
     return std::string("it forms bfloat16 products, not ") + precision_name(query.precision) +
            "'s (float32 models: bf16 or bf16x3)";
+  }
+  if (query.float32_model && query.precision == Precision::kBf16x6) {
+    return "it has no bf16x6 products (float32 models: bf16 or bf16x3)";
   }
   if (query.in_features % 8 != 0) {
     return "in_features (" + std::to_string(query.in_features) + ") is not a multiple of 8";
@@ -95,20 +100,25 @@ GemmPlan plan_gemm(const GemmQuery& query) {
   const auto skinny_products = [&](Precision p) {
     return p == Precision::kTf32 ? Precision::kIeee : p;
   };
-  // cuBLAS (or the CPU's GEMM): bf16x3 runs ieee below bf16x3_min_rows.
-  const bool bf16x3_as_ieee =
-      query.precision == Precision::kBf16x3 && query.rows < query.bf16x3_min_rows;
+  // cuBLAS (or the CPU's GEMM): bf16x3 and bf16x6 run ieee below bf16x3_min_rows.
+  const bool split_as_ieee =
+      sums_split_products(query.precision) && query.rows < query.bf16x3_min_rows;
   const auto library = [&](const std::string& reason) {
-    return finish(bf16x3_as_ieee ? Precision::kIeee : query.precision, false,
-                  bf16x3_as_ieee ? reason +
-                                       "; bf16x3's three products are slower than one "
-                                       "float32 GEMM below " +
-                                       std::to_string(query.bf16x3_min_rows) + " rows"
-                                 : reason,
+    const int products = query.precision == Precision::kBf16x6 ? 6 : 3;
+    return finish(split_as_ieee ? Precision::kIeee : query.precision, false,
+                  split_as_ieee ? reason + "; " + mode + "'s " + std::to_string(products) +
+                                      " products are slower than one float32 GEMM below " +
+                                      std::to_string(query.bf16x3_min_rows) + " rows"
+                                : reason,
                   query.bf16x3_min_rows);
   };
+  const bool has_skinny_kernel = query.precision != Precision::kBf16x6;
   if (query.kernel == GemmKernel::kCublas) return library("asked for");
   if (query.kernel == GemmKernel::kSkinny) {
+    if (!has_skinny_kernel) {
+      return library("the small-batch kernels were asked for, but they have no " + mode +
+                     " products");
+    }
     return finish(skinny_products(query.precision), true, "asked for", 0);
   }
   if (query.kernel == GemmKernel::kHopper) {
@@ -126,15 +136,18 @@ GemmPlan plan_gemm(const GemmQuery& query) {
     return p == Precision::kIeee || p == Precision::kTf32;
   };
   const int64_t ieee_max = skinny_max_rows(query, Precision::kIeee);
-  if (query.precision == Precision::kBf16x3 && query.weight_output_major) {
+  if (sums_split_products(query.precision) && query.weight_output_major) {
     const int64_t as_ieee = std::min(table ? table->bf16x3_as_ieee : ieee_max, ieee_max);
     if (query.rows <= as_ieee) {
       return finish(Precision::kIeee, true,
                     "at up to " + std::to_string(as_ieee) +
-                        " rows ieee's small-batch kernel is faster than bf16x3's and more accurate",
+                        " rows ieee's small-batch kernel is faster than " + mode +
+                        "'s products and at least as accurate",
                     as_ieee + 1);
     }
   }
+  if (!has_skinny_kernel)
+    return library("auto: the small-batch kernels have no " + mode + " products");
   const int64_t max_rows = skinny_max_rows(query, query.precision);
   if (query.rows > max_rows) {
     return library("auto: above the " + std::to_string(max_rows) + " rows up to which the " + mode +

@@ -6,7 +6,11 @@
 //   bf16x3  x and W each split into bfloat16 hi + lo; x_lo W_hi^T + x_hi W_lo^T + x_hi W_hi^T on
 //           bf16 tensor cores with float32 accumulation: float32-grade results (within PyTorch's
 //           1e-4 tolerance; error against float64 of the same order as ieee's) at a few times
-//           the speed on large batches.
+//           the speed on large batches. Its split keeps 17 of x's and W's bits: the error is
+//           ~2^-17 sum_k |x||w|, float32-grade where the terms of each sum are of moderate range.
+//   bf16x6  x and W each split into three bfloat16 parts (24 bits, float32's), the six products
+//           of parts i, j with i + j <= 2: error ~2^-24 sum_k |x||w| for inputs of any range, at
+//           about twice bf16x3's time. cuBLAS products (no small-batch or Hopper kernel).
 //   tf32    one TF32 tensor-core product (10 significand bits): fastest float32-input mode,
 //           errors ~1e-3 relative, outside 1e-4 at the reference shape.
 //   bf16    one bfloat16 product (8 significand bits), float32 accumulation and epilogue: errors
@@ -21,11 +25,11 @@
 
 namespace fusedlinear {
 
-enum class Precision { kIeee, kBf16x3, kTf32, kBf16 };
+enum class Precision { kIeee, kBf16x3, kBf16x6, kTf32, kBf16 };
 
 inline const std::vector<Precision>& all_precisions() {
-  static const std::vector<Precision> all = {Precision::kIeee, Precision::kBf16x3, Precision::kTf32,
-                                             Precision::kBf16};
+  static const std::vector<Precision> all = {
+      Precision::kIeee, Precision::kBf16x3, Precision::kBf16x6, Precision::kTf32, Precision::kBf16};
   return all;
 }
 
@@ -35,6 +39,8 @@ inline const char* precision_name(Precision precision) {
       return "ieee";
     case Precision::kBf16x3:
       return "bf16x3";
+    case Precision::kBf16x6:
+      return "bf16x6";
     case Precision::kTf32:
       return "tf32";
     case Precision::kBf16:
@@ -43,7 +49,7 @@ inline const char* precision_name(Precision precision) {
   return "?";
 }
 
-// "ieee", "bf16x3", "tf32", "bf16"; nothing for any other name.
+// "ieee", "bf16x3", "bf16x6", "tf32", "bf16"; nothing for any other name.
 inline std::optional<Precision> parse_precision(const std::string& name) {
   for (const Precision precision : all_precisions()) {
     if (name == precision_name(precision)) return precision;
@@ -92,9 +98,17 @@ inline std::optional<GemmKernel> parse_gemm_kernel(const std::string& name) {
   return std::nullopt;
 }
 
-// Whether the mode keeps float32-grade accuracy (ieee, bf16x3); tf32 and bf16 trade it for speed.
+// Whether the mode keeps float32-grade accuracy (ieee, bf16x3, bf16x6); tf32 and bf16 trade it
+// for speed.
 inline bool keeps_float32_accuracy(Precision precision) {
-  return precision == Precision::kIeee || precision == Precision::kBf16x3;
+  return precision == Precision::kIeee || precision == Precision::kBf16x3 ||
+         precision == Precision::kBf16x6;
+}
+
+// Whether the mode sums several products of split parts (bf16x3, bf16x6): below bf16x3_min_rows
+// one float32 GEMM is faster, and at few rows ieee's small-batch kernel.
+inline bool sums_split_products(Precision precision) {
+  return precision == Precision::kBf16x3 || precision == Precision::kBf16x6;
 }
 
 // The device a forward runs on, as the plan needs it.
@@ -116,8 +130,8 @@ struct SkinnyThresholds {
 // cuBLAS at every batch).
 const SkinnyThresholds* skinny_thresholds(const GemmDevice& device);
 
-// Below this many rows bf16x3 with cuBLAS runs ieee (default 2: at one row cuBLAS's float32 GEMM,
-// reading W once, beats the three products, which each read their part of W).
+// Below this many rows bf16x3 and bf16x6 with cuBLAS run ieee (default 2: at one row cuBLAS's
+// float32 GEMM, reading W once, beats the three products, which each read their part of W).
 constexpr int64_t kDefaultBf16x3MinRows = 2;
 
 // What one forward's GEMM may take.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include "kernels/ops/ops.h"
 #include "modules/loader/state_dict.h"
@@ -60,6 +61,22 @@ torch::nn::Module& module_at(torch::nn::Module& root, const std::string& path) {
 std::string last_component(const std::string& path) {
   const size_t dot = path.rfind('.');
   return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+// How many bfloat16 parts of W the mode keeps (0: it reads W itself).
+int split_weight_parts(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return 1;
+    case Precision::kBf16x3:
+      return 2;
+    case Precision::kBf16x6:
+      return 3;
+    case Precision::kIeee:
+    case Precision::kTf32:
+      return 0;
+  }
+  return 0;
 }
 
 GemmDevice gemm_device_of(const torch::Tensor& x) {
@@ -155,6 +172,10 @@ torch::Tensor LinearChainImpl::matmul_without_bias(const torch::Tensor& x) {
       const SplitWeight parts = split_weight();
       return linear_bf16x3(x, parts.hi, parts.lo);
     }
+    case Precision::kBf16x6: {
+      const SplitWeight parts = split_weight();
+      return linear_bf16x6(x, parts.hi, parts.mid, parts.lo);
+    }
     case Precision::kTf32:
       return linear_tf32(x, linear_->weight);
     case Precision::kBf16:
@@ -186,7 +207,11 @@ torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) {
     case Precision::kBf16:
       return whole_forward(x, split_weight().hi, c10::nullopt, bias, slot_params(), chain_name_,
                            "bf16");
+    case Precision::kBf16x6:
+      break;  // cuBLAS's products only (plan_gemm)
   }
+  TORCH_CHECK(false, "forward: the plan gave ", plan.description,
+              ", which no whole-forward op runs");
   return torch::Tensor();
 }
 
@@ -209,7 +234,7 @@ void LinearChainImpl::set_precision(Precision precision) {
     precision_ = precision;
     split_ = SplitWeight{};
   }
-  if (precision == Precision::kBf16x3 || precision == Precision::kBf16) split_weight();
+  if (split_weight_parts(precision) > 0) split_weight();
 }
 
 void LinearChainImpl::set_bf16x3_min_rows(int64_t rows) {
@@ -218,9 +243,13 @@ void LinearChainImpl::set_bf16x3_min_rows(int64_t rows) {
 }
 
 int64_t LinearChainImpl::split_weight_bytes() {
-  if (precision_ != Precision::kBf16x3 && precision_ != Precision::kBf16) return 0;
+  if (split_weight_parts(precision_) == 0) return 0;
   const SplitWeight parts = split_weight();
-  return int64_t(parts.hi.nbytes()) + (parts.lo.defined() ? int64_t(parts.lo.nbytes()) : 0);
+  int64_t bytes = 0;
+  for (const torch::Tensor* part : {&parts.hi, &parts.mid, &parts.lo}) {
+    if (part->defined()) bytes += int64_t(part->nbytes());
+  }
+  return bytes;
 }
 
 LinearChainImpl::SplitWeight LinearChainImpl::split_weight() {
@@ -236,9 +265,14 @@ LinearChainImpl::SplitWeight LinearChainImpl::split_weight() {
                 " GEMM: needs a float32 weight, the model now holds ", weight.scalar_type(),
                 "; call set_precision(Precision::kIeee) before converting it");
     torch::NoGradGuard no_grad;
-    auto [hi, lo] = split_bf16(weight.detach());
-    split_.hi = hi;
-    split_.lo = precision_ == Precision::kBf16x3 ? lo : torch::Tensor();
+    split_ = SplitWeight{};
+    if (precision_ == Precision::kBf16x6) {
+      std::tie(split_.hi, split_.mid, split_.lo) = split_bf16_three(weight.detach());
+    } else {
+      auto [hi, lo] = split_bf16(weight.detach());
+      split_.hi = hi;
+      if (precision_ == Precision::kBf16x3) split_.lo = lo;
+    }
     split_.source = weight.detach();  // holds the storage: its address stays this weight's
     split_.source_version = version;
   }

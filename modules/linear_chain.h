@@ -67,13 +67,14 @@ class LinearChainImpl : public torch::nn::Module {
   torch::Tensor& param(const std::string& key);
 
   // The GEMM's precision (modules/gemm_plan.h; default kIeee, PyTorch's float32 semantics).
-  // bf16x3 and bf16 split W into bfloat16 parts once, here, and keep them beside the float32
-  // weight on its device (bf16x3: hi and lo, as many bytes as W; bf16: hi, half as many); they
+  // bf16x3, bf16x6 and bf16 split W into bfloat16 parts once, here, and keep them beside the
+  // float32 weight on its device (bf16x3: hi and lo, as many bytes as W; bf16x6: hi, mid and lo,
+  // 1.5 times as many; bf16: hi, half as many); they
   // are split again if the weight changes (a state-dict load, .to(), store_weight). The state
   // dict stays float32. Needs a float32 model for any mode but ieee (TORCH_CHECK).
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
-  // Below this many rows bf16x3 with cuBLAS runs ieee (kDefaultBf16x3MinRows).
+  // Below this many rows bf16x3 and bf16x6 with cuBLAS run ieee (kDefaultBf16x3MinRows).
   void set_bf16x3_min_rows(int64_t rows);
   int64_t bf16x3_min_rows() const { return bf16x3_min_rows_; }
   // Which kernel runs the GEMM (default kAuto) and, for kAuto, the most rows the small-batch
@@ -105,11 +106,12 @@ class LinearChainImpl : public torch::nn::Module {
   int64_t out_features();
 
  private:
-  // W's bfloat16 parts (lo undefined for bf16), and the weight they were split from: a tensor
+  // W's bfloat16 parts (lo undefined for bf16, mid for all but bf16x6, whose parts are hi, mid and
+  // lo; bf16x3's are hi and lo), and the weight they were split from: a tensor
   // on its storage, which keeps that address from being reused by a new weight, and the
   // weight's version counter then (in-place changes such as a state-dict load bump it).
   struct SplitWeight {
-    torch::Tensor hi, lo, source;
+    torch::Tensor hi, mid, lo, source;
     int64_t source_version = -1;
   };
   SplitWeight split_weight();

@@ -101,19 +101,23 @@ TEST_F(Cli, ComparesEveryPrecision) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto doc = nlohmann::json::parse(read_file(path("p.json")));
   const auto& paths = doc["models"][0]["paths"];
-  ASSERT_EQ(paths.size(), 6u);  // eager, eager GEMM + fused chain, four precisions
-  const std::vector<std::string> gemms = {"ieee, CPU GEMM",   "ieee, CPU GEMM", "ieee, CPU GEMM",
-                                          "bf16x3, CPU GEMM", "tf32, CPU GEMM", "bf16, CPU GEMM"};
+  ASSERT_EQ(paths.size(), 7u);  // eager, eager GEMM + fused chain, five precisions
+  const std::vector<std::string> gemms = {"ieee, CPU GEMM",   "ieee, CPU GEMM",   "ieee, CPU GEMM",
+                                          "bf16x3, CPU GEMM", "bf16x6, CPU GEMM", "tf32, CPU GEMM",
+                                          "bf16, CPU GEMM"};
   for (size_t i = 0; i < paths.size(); ++i) {
     EXPECT_EQ(paths[i]["gemm"], gemms[i]) << i;
     EXPECT_GT(paths[i]["forward"]["median_us"].get<double>(), 0) << i;
     EXPECT_LT(paths[i]["vs_float64"]["max_abs"].get<double>(), 0.1) << i;
   }
   EXPECT_EQ(paths[0]["path"], "eager");
-  EXPECT_TRUE(paths[3]["vs_eager"]["allclose"].get<bool>());  // bf16x3: within 1e-4
-  EXPECT_TRUE(paths[3]["counted_in_verdict"].get<bool>());
-  EXPECT_FALSE(paths[4]["counted_in_verdict"].get<bool>());  // tf32 and bf16: reported only
-  EXPECT_FALSE(paths[5]["counted_in_verdict"].get<bool>());
+  for (const size_t split :
+       {size_t{3}, size_t{4}}) {  // bf16x3 and bf16x6: within 1e-4, in the verdict
+    EXPECT_TRUE(paths[split]["vs_eager"]["allclose"].get<bool>()) << split;
+    EXPECT_TRUE(paths[split]["counted_in_verdict"].get<bool>()) << split;
+  }
+  EXPECT_FALSE(paths[5]["counted_in_verdict"].get<bool>());  // tf32 and bf16: reported only
+  EXPECT_FALSE(paths[6]["counted_in_verdict"].get<bool>());
   EXPECT_EQ(doc["models"][0]["input_shape"], (std::vector<int64_t>{70, 64}));
   // Below the minimum batch bf16x3 runs ieee and says so.
   const Result small =
@@ -202,7 +206,7 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   expect_usage_error("--batch many", "--batch");
   expect_usage_error("--threads 0", "--threads: expected a positive integer");
   expect_usage_error("--no-such-option", "no-such-option");
-  expect_usage_error("--precision fp8", "--precision: expected ieee, bf16x3, tf32, bf16");
+  expect_usage_error("--precision fp8", "--precision: expected ieee, bf16x3, bf16x6, tf32, bf16");
   expect_usage_error("--precision bf16x3,", "--precision: expected");
   expect_usage_error("--precision bf16x3 --dtype bfloat16",
                      "the tensor-core modes take float32 models, got --dtype bfloat16");

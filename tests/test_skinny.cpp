@@ -240,6 +240,7 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   const SkinnyThresholds* table = skinny_thresholds(q.device);
   ASSERT_TRUE(table);
   for (const Precision precision : all_precisions()) {
+    if (precision == Precision::kBf16x6) continue;  // no kernel of its own: below
     q.precision = precision;
     const int64_t most = skinny_max_rows(q, precision);
     q.rows = std::max<int64_t>(1, most);
@@ -260,6 +261,24 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   q.rows = table->bf16x3_as_ieee + 1;
   EXPECT_EQ(plan_gemm(q).products, Precision::kBf16x3);
   EXPECT_TRUE(plan_gemm(q).skinny);
+  // bf16x6 has no small-batch kernel: ieee's at few rows, as bf16x3, then its cuBLAS products,
+  // also when the small-batch kernels are asked for (the reason says why).
+  q.precision = Precision::kBf16x6;
+  EXPECT_EQ(skinny_max_rows(q, Precision::kBf16x6), 0);
+  q.rows = table->bf16x3_as_ieee;
+  EXPECT_EQ(plan_gemm(q).description,
+            "ieee, skinny (bf16x6 from " + std::to_string(table->bf16x3_as_ieee + 1) + " rows)");
+  q.rows = table->bf16x3_as_ieee + 1;
+  EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS");
+  EXPECT_NE(plan_gemm(q).reason.find("no bf16x6 products"), std::string::npos);
+  q.kernel = GemmKernel::kSkinny;
+  EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS");
+  EXPECT_NE(plan_gemm(q).reason.find("asked for, but they have no bf16x6 products"),
+            std::string::npos);
+  q.skinny_max_rows = 100;
+  q.kernel = GemmKernel::kAuto;
+  EXPECT_FALSE(plan_gemm(q).skinny);
+  q.skinny_max_rows = -1;
   // An input-major W is not read by the small-batch kernels under auto; bf16x3 reads its parts.
   q.weight_output_major = false;
   q.precision = Precision::kIeee;
@@ -322,6 +341,11 @@ TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
     float32_products.precision = precision;
     EXPECT_NE(refused(float32_products).find("it forms bfloat16 products, not"), std::string::npos);
   }
+  GemmQuery six = q;
+  six.precision = Precision::kBf16x6;
+  six.rows = 1024;
+  EXPECT_NE(refused(six).find("it has no bf16x6 products"), std::string::npos);
+  EXPECT_EQ(plan_gemm(six).description, "bf16x6, cuBLAS");
   GemmQuery half = q;
   half.precision = Precision::kIeee;
   half.float32_model = false;

@@ -29,7 +29,8 @@ TEST(TorchScript, ModuleCallingTheOpsRunsAsInPython) {
 TEST(TorchScript, OpsAreFoundThroughTheDispatcher) {
   // What a program that never calls the C++ wrappers sees (the static registrations linked in).
   for (const char* op : {"fusedlinear::epilogue", "fusedlinear::linear_epilogue",
-                         "fusedlinear::split_bf16", "fusedlinear::linear_bf16x3"}) {
+                         "fusedlinear::split_bf16", "fusedlinear::linear_bf16x3",
+                         "fusedlinear::split_bf16_three", "fusedlinear::linear_bf16x6"}) {
     EXPECT_TRUE(c10::Dispatcher::singleton().findSchema({op, ""}).has_value()) << op;
   }
 }

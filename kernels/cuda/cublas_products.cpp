@@ -1,5 +1,6 @@
 // The cuBLAS products of the split-precision linear layers (linear_cuda.h): y = x W^T as bfloat16
-// products with float32 accumulation (one, or three accumulated into y), or as TF32 products.
+// products with float32 accumulation (one, or three or six accumulated into y), or as TF32
+// products.
 #include "kernels/cuda/linear.h"
 
 namespace fusedlinear {
@@ -19,17 +20,20 @@ cublasStatus_t gemm(cublasHandle_t handle, int m, int n, int k, const void* x, c
 
 }  // namespace
 
-cublasStatus_t gemm_bf16_parts(cublasHandle_t handle, int m, int n, int k, const void* x_hi,
-                               const void* x_lo, const void* w_hi, const void* w_lo,
+cublasStatus_t gemm_bf16_parts(cublasHandle_t handle, int m, int n, int k, int parts,
+                               const void* const* x_parts, const void* const* w_parts,
                                WeightMajor w_major, float* y) {
-  const auto product = [&](const void* x, const void* w, float beta) {
-    return gemm(handle, m, n, k, x, w, CUDA_R_16BF, w_major, beta, y, CUBLAS_COMPUTE_32F);
-  };
-  if (!x_lo || !w_lo) return product(x_hi, w_hi, 0.0f);
-  cublasStatus_t status = product(x_lo, w_hi, 0.0f);
-  if (status == CUBLAS_STATUS_SUCCESS) status = product(x_hi, w_lo, 1.0f);
-  if (status == CUBLAS_STATUS_SUCCESS) status = product(x_hi, w_hi, 1.0f);
-  return status;
+  if (parts < 1 || parts > 3) return CUBLAS_STATUS_INVALID_VALUE;
+  float beta = 0.0f;  // the first product writes y, the others add to it
+  for (int order = parts - 1; order >= 0; --order) {
+    for (int i = order; i >= 0; --i) {
+      const cublasStatus_t status = gemm(handle, m, n, k, x_parts[i], w_parts[order - i],
+                                         CUDA_R_16BF, w_major, beta, y, CUBLAS_COMPUTE_32F);
+      if (status != CUBLAS_STATUS_SUCCESS) return status;
+      beta = 1.0f;
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t gemm_tf32(cublasHandle_t handle, int m, int n, int k, const float* x, const float* w,

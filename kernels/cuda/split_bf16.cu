@@ -1,5 +1,5 @@
-// Splits float32 values into bfloat16 hi and lo parts (bf16_split.h) in one pass: 8 values a
-// thread, read as two 16-byte loads and written as one 16-byte store to each of hi and lo.
+// Splits float32 values into bfloat16 hi and lo parts, or hi, mid and lo (bf16_split.h), in one
+// pass: 8 values a thread, read as two 16-byte loads and written as one 16-byte store per part.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,37 +20,50 @@ __device__ __forceinline__ uint32_t pair_word(uint16_t low, uint16_t high) {
   return uint32_t(low) | (uint32_t(high) << 16);
 }
 
-// n8: how many whole groups of 8 values; the last n % 8 values go through split_tail.
+// The parts of one value: split_bf16's (third = 0), or with `three` split_bf16_three's.
+__device__ __forceinline__ split::Bf16Triple parts_of(float v, bool three) {
+  if (three) return split::split_bf16_three(v);
+  const split::Bf16Pair pair = split::split_bf16(v);
+  return {pair.hi, pair.lo, 0};
+}
+
+// n8: how many whole groups of 8 values; the last n % 8 values go through split_bf16_one_kernel.
+// `third` is null for two parts (and lo too for hi alone).
 __global__ void split_bf16_kernel(const float4* __restrict__ v, uint4* __restrict__ hi,
-                                  uint4* __restrict__ lo, int64_t n8) {
+                                  uint4* __restrict__ lo, uint4* __restrict__ third, int64_t n8) {
   cuda::allow_next_kernel_start();  // the staged skinny kernel's first copies of W may start
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n8; i += stride) {
     const float4 a = v[2 * i], b = v[2 * i + 1];
     const float values[kValuesPerThread] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    uint32_t hi_words[4], lo_words[4];
+    uint32_t hi_words[4], lo_words[4], third_words[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const split::Bf16Pair first = split::split_bf16(values[2 * k]);
-      const split::Bf16Pair second = split::split_bf16(values[2 * k + 1]);
+      const split::Bf16Triple first = parts_of(values[2 * k], third != nullptr);
+      const split::Bf16Triple second = parts_of(values[2 * k + 1], third != nullptr);
       hi_words[k] = pair_word(first.hi, second.hi);
-      lo_words[k] = pair_word(first.lo, second.lo);
+      lo_words[k] = pair_word(first.mid, second.mid);
+      third_words[k] = pair_word(first.lo, second.lo);
     }
     hi[i] = make_uint4(hi_words[0], hi_words[1], hi_words[2], hi_words[3]);
     if (lo) lo[i] = make_uint4(lo_words[0], lo_words[1], lo_words[2], lo_words[3]);
+    if (third)
+      third[i] = make_uint4(third_words[0], third_words[1], third_words[2], third_words[3]);
   }
 }
 
 // One value a thread: the tail after the groups of 8, or everything when a pointer is not
 // 16-byte aligned.
 __global__ void split_bf16_one_kernel(const float* __restrict__ v, uint16_t* __restrict__ hi,
-                                      uint16_t* __restrict__ lo, int64_t n) {
+                                      uint16_t* __restrict__ lo, uint16_t* __restrict__ third,
+                                      int64_t n) {
   cuda::allow_next_kernel_start();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const split::Bf16Pair parts = split::split_bf16(v[i]);
+    const split::Bf16Triple parts = parts_of(v[i], third != nullptr);
     hi[i] = parts.hi;
-    if (lo) lo[i] = parts.lo;
+    if (lo) lo[i] = parts.mid;
+    if (third) third[i] = parts.lo;
   }
 }
 
@@ -64,17 +77,21 @@ unsigned blocks_for(int64_t work) {
 
 }  // namespace
 
-cudaError_t launch_split_bf16(const float* v, void* hi, void* lo, int64_t n, cudaStream_t stream) {
+cudaError_t launch_split_bf16_parts(const float* v, void* hi, void* lo, void* third, int64_t n,
+                                    cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  if (third && !lo) return cudaErrorInvalidValue;  // three parts need all three
   auto* hi16 = static_cast<uint16_t*>(hi);
   auto* lo16 = static_cast<uint16_t*>(lo);
+  auto* third16 = static_cast<uint16_t*>(third);
+  const auto at = [](uint16_t* part, int64_t offset) { return part ? part + offset : nullptr; };
   int64_t done = 0;
-  if (aligned16(v) && aligned16(hi) && (!lo || aligned16(lo))) {
+  if (aligned16(v) && aligned16(hi) && (!lo || aligned16(lo)) && (!third || aligned16(third))) {
     const int64_t n8 = n / kValuesPerThread;
     if (n8 > 0) {
       split_bf16_kernel<<<blocks_for(n8), kThreads, 0, stream>>>(
           reinterpret_cast<const float4*>(v), reinterpret_cast<uint4*>(hi16),
-          reinterpret_cast<uint4*>(lo16), n8);
+          reinterpret_cast<uint4*>(lo16), reinterpret_cast<uint4*>(third16), n8);
       const cudaError_t err = cudaGetLastError();
       if (err != cudaSuccess) return err;
     }
@@ -82,7 +99,7 @@ cudaError_t launch_split_bf16(const float* v, void* hi, void* lo, int64_t n, cud
   }
   if (done < n) {
     split_bf16_one_kernel<<<blocks_for(n - done), kThreads, 0, stream>>>(
-        v + done, hi16 + done, lo16 ? lo16 + done : nullptr, n - done);
+        v + done, hi16 + done, at(lo16, done), at(third16, done), n - done);
   }
   return cudaGetLastError();
 }

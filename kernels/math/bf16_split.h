@@ -1,5 +1,5 @@
-// Splitting a float32 value into two bfloat16 values, v ~= hi + lo: one definition for the CPU
-// path and the CUDA kernel (bf16_split.cu), so both give the same bits.
+// Splitting a float32 value into two bfloat16 values, v ~= hi + lo, or three, v ~= hi + mid + lo:
+// one definition for the CPU path and the CUDA kernel (bf16_split.cu), so both give the same bits.
 //
 //   hi = bfloat16(v), rounded to nearest even; lo = bfloat16(v - hi).
 //
@@ -61,6 +61,21 @@ FL_SPLIT_HOST_DEVICE Bf16Pair split_bf16(float v) {
   // Rounded up to infinity: keep the largest finite bfloat16 (v truncated) instead.
   if ((hi & 0x7fffu) == 0x7f80u) hi = uint16_t(bits_of(v) >> 16);
   return {hi, to_bf16_bits(v - from_bf16_bits(hi))};
+}
+
+struct Bf16Triple {
+  uint16_t hi, mid, lo;  // bfloat16 bits
+};
+
+// The three-way split of bf16x6: hi and mid are split_bf16(v)'s hi and lo, and lo = bfloat16(v -
+// hi - mid), where both subtractions are exact (as above, one level down). The parts hold 24
+// significant bits between them, float32's: |v - (hi + mid + lo)| <= 2^-9 |v - hi - mid| <=
+// 2^-26 |v| for normal v (at most 2^-134 below ~2^-108). +-inf and NaN keep mid = lo = 0.
+FL_SPLIT_HOST_DEVICE Bf16Triple split_bf16_three(float v) {
+  const Bf16Pair first = split_bf16(v);
+  if (first.lo == 0) return {first.hi, 0, 0};  // exact in hi (and +-inf, NaN)
+  const float rest = (v - from_bf16_bits(first.hi)) - from_bf16_bits(first.lo);
+  return {first.hi, first.lo, to_bf16_bits(rest)};
 }
 
 }  // namespace split

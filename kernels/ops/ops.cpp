@@ -180,7 +180,7 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
 
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
                          const torch::Tensor& w, torch::ScalarType w_dtype,
-                         const torch::Tensor* w_lo) {
+                         const torch::Tensor* w_lo, const torch::Tensor* w_third) {
   TORCH_CHECK(x.defined() && w.defined(), text(op, ": expected tensors, got an undefined tensor"));
   TORCH_CHECK(x.device().type() == device,
               text(op, ": expected x on ", c10::DeviceTypeName(device), ", got ", describe(x)));
@@ -190,12 +190,27 @@ void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Te
   check_weight(op, x, w);
   TORCH_CHECK(w.scalar_type() == w_dtype,
               text(op, ": expected a weight of dtype ", w_dtype, ", got ", w.scalar_type()));
-  if (w_lo) {
-    TORCH_CHECK(w_lo->defined() && w_lo->sym_sizes() == w.sym_sizes() &&
-                    w_lo->scalar_type() == w.scalar_type() && w_lo->device() == w.device(),
-                text(op, ": expected w_lo like w_hi (", describe(w), "), got ",
-                     w_lo->defined() ? describe(*w_lo) : std::string("an undefined tensor")));
-  }
+  // With three parts the second is w_mid and the third w_lo.
+  const auto check_part = [&](const torch::Tensor* part, const char* name) {
+    if (!part) return;
+    TORCH_CHECK(part->defined() && part->sym_sizes() == w.sym_sizes() &&
+                    part->scalar_type() == w.scalar_type() && part->device() == w.device(),
+                text(op, ": expected ", name, " like w_hi (", describe(w), "), got ",
+                     part->defined() ? describe(*part) : std::string("an undefined tensor")));
+  };
+  check_part(w_lo, w_third ? "w_mid" : "w_lo");
+  check_part(w_third, "w_lo");
+}
+
+void check_split_input(const char* op, c10::DeviceType device, const torch::Tensor& v) {
+  const bool on_device =
+      device == c10::DeviceType::Meta || (v.defined() && v.device().type() == device);
+  TORCH_CHECK(
+      v.defined() && v.scalar_type() == torch::kFloat32 && on_device,
+      text(op, ": expected a float32 tensor",
+           device == c10::DeviceType::Meta ? std::string()
+                                           : text(" on ", c10::DeviceTypeName(device, true)),
+           ", got ", v.defined() ? describe(v) : std::string("an undefined tensor")));
 }
 
 ElementType element_type_of(const torch::Tensor& t) {
@@ -305,11 +320,25 @@ torch::Tensor epilogue_meta(const torch::Tensor& y, const c10::optional<torch::T
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_meta(const torch::Tensor& v) {
-  TORCH_CHECK(v.defined() && v.scalar_type() == torch::kFloat32,
-              detail::text("fusedlinear::split_bf16: expected a float32 tensor, got ",
-                           v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor"));
+  detail::check_split_input("fusedlinear::split_bf16", c10::DeviceType::Meta, v);
   const auto options = v.options().dtype(torch::kBFloat16);
   return {at::empty_symint(v.sym_sizes(), options), at::empty_symint(v.sym_sizes(), options)};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_meta(
+    const torch::Tensor& v) {
+  detail::check_split_input("fusedlinear::split_bf16_three", c10::DeviceType::Meta, v);
+  const auto options = v.options().dtype(torch::kBFloat16);
+  return {at::empty_symint(v.sym_sizes(), options), at::empty_symint(v.sym_sizes(), options),
+          at::empty_symint(v.sym_sizes(), options)};
+}
+
+torch::Tensor linear_bf16x6_meta(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                 const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
+  detail::check_linear_inputs("fusedlinear::linear_bf16x6", c10::DeviceType::Meta, x, w_hi,
+                              torch::kBFloat16, &w_mid, &w_lo);
+  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w_hi.sym_size(0)),
+                          x.options());
 }
 
 torch::Tensor linear_bf16x3_meta(const torch::Tensor& x, const torch::Tensor& w_hi,
@@ -351,8 +380,9 @@ torch::Tensor whole_forward_elsewhere(const torch::Tensor& x, const torch::Tenso
   TORCH_CHECK(false, detail::no_implementation(kOp, "x", x));
 }
 
-const char* const kOps[] = {"epilogue",      "linear_epilogue", "gemm_epilogue", "split_bf16",
-                            "linear_bf16x3", "linear_bf16",     "linear_tf32"};
+const char* const kOps[] = {"epilogue",      "linear_epilogue",  "gemm_epilogue",
+                            "split_bf16",    "split_bf16_three", "linear_bf16x6",
+                            "linear_bf16x3", "linear_bf16",      "linear_tf32"};
 
 }  // namespace
 
@@ -367,6 +397,8 @@ TORCH_LIBRARY(fusedlinear, m) {
       "gemm_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[]? params, "
       "str chain, str precision) -> Tensor");
   m.def("split_bf16(Tensor v) -> (Tensor, Tensor)");
+  m.def("split_bf16_three(Tensor v) -> (Tensor, Tensor, Tensor)");
+  m.def("linear_bf16x6(Tensor x, Tensor w_hi, Tensor w_mid, Tensor w_lo) -> Tensor");
   m.def("linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w_hi) -> Tensor");
   m.def("linear_tf32(Tensor x, Tensor w) -> Tensor");
@@ -392,6 +424,8 @@ TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {
   m.impl("linear_epilogue", &whole_forward<kLinearEpilogue, whole_forward_cpu>);
   m.impl("gemm_epilogue", &whole_forward<kGemmEpilogue, whole_forward_cpu>);
   m.impl("split_bf16", &detail::split_bf16_cpu);
+  m.impl("split_bf16_three", &detail::split_bf16_three_cpu);
+  m.impl("linear_bf16x6", &detail::linear_bf16x6_cpu);
   m.impl("linear_bf16x3", &detail::linear_bf16x3_cpu);
   m.impl("linear_bf16", &detail::linear_bf16_cpu);
   m.impl("linear_tf32", &detail::linear_tf32_cpu);
@@ -408,6 +442,8 @@ TORCH_LIBRARY_IMPL(fusedlinear, Meta, m) {
   m.impl("linear_epilogue", &whole_forward<kLinearEpilogue, whole_forward_meta>);
   m.impl("gemm_epilogue", &whole_forward<kGemmEpilogue, whole_forward_meta>);
   m.impl("split_bf16", &split_bf16_meta);
+  m.impl("split_bf16_three", &split_bf16_three_meta);
+  m.impl("linear_bf16x6", &linear_bf16x6_meta);
   m.impl("linear_bf16x3", &linear_bf16x3_meta);
   m.impl("linear_bf16", &linear_bf16_meta);
   m.impl("linear_tf32", &linear_tf32_meta);
@@ -462,6 +498,23 @@ std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {
                        .findSchemaOrThrow("fusedlinear::split_bf16", "")
                        .typed<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&)>();
   return op.call(v);
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three(const torch::Tensor& v) {
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("fusedlinear::split_bf16_three", "")
+          .typed<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(const torch::Tensor&)>();
+  return op.call(v);
+}
+
+torch::Tensor linear_bf16x6(const torch::Tensor& x, const torch::Tensor& w_hi,
+                            const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("fusedlinear::linear_bf16x6", "")
+                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
+                                            const torch::Tensor&, const torch::Tensor&)>();
+  return op.call(x, w_hi, w_mid, w_lo);
 }
 
 torch::Tensor linear_bf16x3(const torch::Tensor& x, const torch::Tensor& w_hi,

@@ -9,6 +9,8 @@
 //   gemm_epilogue(same arguments) -> Tensor
 //       the whole forward on the Hopper GEMM (sm_90), the chain in its epilogue
 //   split_bf16(Tensor v) -> (Tensor, Tensor)            float32 -> bfloat16 hi + lo
+//   split_bf16_three(Tensor v) -> (Tensor, Tensor, Tensor)   float32 -> bfloat16 hi + mid + lo
+//   linear_bf16x6(Tensor x, Tensor w_hi, Tensor w_mid, Tensor w_lo) -> Tensor,
 //   linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor,
 //   linear_bf16(Tensor x, Tensor w_hi) -> Tensor,
 //   linear_tf32(Tensor x, Tensor w) -> Tensor          x W^T from tensor-core products
@@ -70,6 +72,19 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
 // any shape; hi and lo are new contiguous tensors of v's shape.
 std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v);
 
+// v ~= hi + mid + lo, all bfloat16 (split::split_bf16_three): hi and mid are split_bf16(v)'s hi and
+// lo, lo = bfloat16(v - hi - mid); |v - (hi + mid + lo)| <= 2^-26 |v| for normal v. As split_bf16.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three(const torch::Tensor& v);
+
+// x W^T from bfloat16 tensor-core products for inputs of any range (bf16x6): x split in three per
+// call, W given split (w_hi, w_mid, w_lo = split_bf16_three(W)), and the six products of parts i
+// and j with i + j <= 2 (0 = hi), each accumulated in float32 on its own and added smallest
+// first: x_lo w_hi, x_mid w_mid, x_hi w_lo, then x_mid w_hi, x_hi w_mid, then x_hi w_hi. The
+// parts' error (~2^-25 sum_k |x||w|) is below float32's rounding of the sum. Shapes and the CPU
+// emulation as linear_bf16x3's.
+torch::Tensor linear_bf16x6(const torch::Tensor& x, const torch::Tensor& w_hi,
+                            const torch::Tensor& w_mid, const torch::Tensor& w_lo);
+
 // x W^T (nn.Linear without bias) to about float32's accuracy from bfloat16 tensor-core products:
 // x is split per call, W is given split (w_hi, w_lo = split_bf16(W)), and
 //   y = x_lo w_hi^T + x_hi w_lo^T + x_hi w_hi^T
@@ -126,10 +141,14 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
 ElementType element_type_of(const torch::Tensor& t);
 
 // Checks of the linear ops: x float32 [..., in] on `device`; w [out, in] of `w_dtype` on the same
-// device; w_lo, where given, like w. Each failure says what was expected and what came.
+// device; the further parts of W, where given (w_lo; w_mid and w_lo), like w. Each failure says
+// what was expected and what came.
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
                          const torch::Tensor& w, torch::ScalarType w_dtype,
-                         const torch::Tensor* w_lo = nullptr);
+                         const torch::Tensor* w_lo = nullptr,
+                         const torch::Tensor* w_third = nullptr);
+// The split ops' check: v a float32 tensor on `device` (any device for Meta).
+void check_split_input(const char* op, c10::DeviceType device, const torch::Tensor& v);
 // x's leading dimensions with `out_features` last: the shape of x W^T, of int64_t sizes or of the
 // Meta kernels' SymInts.
 template <class Size>
@@ -143,6 +162,10 @@ torch::Tensor linear_rows(const torch::Tensor& x);
 
 // The CPU implementations (kernels/cpu/linear.cpp).
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_cpu(const torch::Tensor& v);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cpu(
+    const torch::Tensor& v);
+torch::Tensor linear_bf16x6_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                const torch::Tensor& w_mid, const torch::Tensor& w_lo);
 torch::Tensor linear_bf16x3_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
                                 const torch::Tensor& w_lo);
 torch::Tensor linear_bf16_cpu(const torch::Tensor& x, const torch::Tensor& w_hi);

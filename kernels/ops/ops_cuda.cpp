@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <vector>
 
 #include "kernels/cuda/chain_kernels.h"
 #include "kernels/cuda/linear.h"
@@ -48,18 +49,29 @@ torch::Tensor empty_bf16(const torch::Tensor& like) {
   return torch::empty(like.sizes(), like.options().dtype(torch::kBFloat16));
 }
 
-std::tuple<torch::Tensor, torch::Tensor> split_bf16_cuda(const torch::Tensor& v) {
-  TORCH_CHECK(v.defined() && v.scalar_type() == torch::kFloat32 && v.is_cuda(),
-              text("fusedlinear::split_bf16: expected a float32 tensor on cuda, got ",
-                   v.defined() ? c10::toString(v.scalar_type()) : "an undefined tensor", " on ",
-                   v.defined() ? v.device().str() : "-"));
+// v's bfloat16 parts, two or three (launch_split_bf16_parts).
+std::vector<torch::Tensor> split_parts_cuda(const char* op, const torch::Tensor& v, int parts) {
+  detail::check_split_input(op, c10::DeviceType::CUDA, v);
   const c10::cuda::CUDAGuard device_guard(v.device());
   const torch::Tensor input = v.contiguous();
-  torch::Tensor hi = empty_bf16(input), lo = empty_bf16(input);
-  check_launch("fusedlinear::split_bf16",
-               launch_split_bf16(input.data_ptr<float>(), hi.data_ptr(), lo.data_ptr(),
-                                 input.numel(), at::cuda::getCurrentCUDAStream()));
-  return {hi, lo};
+  std::vector<torch::Tensor> out;
+  for (int i = 0; i < parts; ++i) out.push_back(empty_bf16(input));
+  check_launch(
+      op, launch_split_bf16_parts(input.data_ptr<float>(), out[0].data_ptr(), out[1].data_ptr(),
+                                  parts == 3 ? out[2].data_ptr() : nullptr, input.numel(),
+                                  at::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> split_bf16_cuda(const torch::Tensor& v) {
+  const std::vector<torch::Tensor> parts = split_parts_cuda("fusedlinear::split_bf16", v, 2);
+  return {parts[0], parts[1]};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cuda(
+    const torch::Tensor& v) {
+  const std::vector<torch::Tensor> parts = split_parts_cuda("fusedlinear::split_bf16_three", v, 3);
+  return {parts[0], parts[1], parts[2]};
 }
 
 // How w lies in memory for cuBLAS: nn.Linear's row-major [out, in], the transpose of a row-major
@@ -110,41 +122,56 @@ bool prepare_linear(const char* op, const torch::Tensor& x, int64_t out_features
   return true;
 }
 
-// x W^T from bfloat16 parts: x split per call (hi, and lo when w_lo is given), then the products.
+// x W^T from bfloat16 parts: x split per call into as many parts as W comes in (1: hi; 2: hi, lo;
+// 3: hi, mid, lo), then the products (gemm_bf16_parts).
 torch::Tensor linear_bf16_parts_cuda(const char* op, const torch::Tensor& x,
-                                     const torch::Tensor& w_hi, const torch::Tensor* w_lo) {
-  detail::check_linear_inputs(op, c10::DeviceType::CUDA, x, w_hi, torch::kBFloat16, w_lo);
+                                     const std::vector<torch::Tensor>& w_parts) {
+  const int parts = int(w_parts.size());
+  detail::check_linear_inputs(op, c10::DeviceType::CUDA, x, w_parts[0], torch::kBFloat16,
+                              parts > 1 ? &w_parts[1] : nullptr, parts > 2 ? &w_parts[2] : nullptr);
   const c10::cuda::CUDAGuard device_guard(x.device());
   LinearCall call;
-  if (!prepare_linear(op, x, w_hi.size(0), call)) return call.result();
+  if (!prepare_linear(op, x, w_parts[0].size(0), call)) return call.result();
 
-  const torch::Tensor x_hi = empty_bf16(call.x_rows);
-  const torch::Tensor x_lo = w_lo ? empty_bf16(call.x_rows) : torch::Tensor();
-  check_launch(op, launch_split_bf16(call.x_rows.data_ptr<float>(), x_hi.data_ptr(),
-                                     w_lo ? x_lo.data_ptr() : nullptr, call.x_rows.numel(),
-                                     at::cuda::getCurrentCUDAStream()));
-  torch::Tensor hi, lo;
-  WeightMajor major = weight_major(w_hi, hi);
-  if (w_lo && weight_major(*w_lo, lo) != major) {  // parts in two layouts: both [out, in]
-    hi = w_hi.contiguous();
-    lo = w_lo->contiguous();
+  std::vector<torch::Tensor> x_parts;
+  for (int i = 0; i < parts; ++i) x_parts.push_back(empty_bf16(call.x_rows));
+  check_launch(op, launch_split_bf16_parts(call.x_rows.data_ptr<float>(), x_parts[0].data_ptr(),
+                                           parts > 1 ? x_parts[1].data_ptr() : nullptr,
+                                           parts > 2 ? x_parts[2].data_ptr() : nullptr,
+                                           call.x_rows.numel(), at::cuda::getCurrentCUDAStream()));
+  // W's parts in one layout for all products: each as it lies where they agree, else [out, in].
+  std::vector<torch::Tensor> w_kept(parts);
+  WeightMajor major = weight_major(w_parts[0], w_kept[0]);
+  bool agree = true;
+  for (int i = 1; i < parts; ++i) agree = agree && weight_major(w_parts[i], w_kept[i]) == major;
+  if (!agree) {
+    for (int i = 0; i < parts; ++i) w_kept[i] = w_parts[i].contiguous();
     major = WeightMajor::kOutput;
   }
-  check_cublas(op,
-               gemm_bf16_parts(at::cuda::getCurrentCUDABlasHandle(), call.rows, call.out_features,
-                               call.in_features, x_hi.data_ptr(), w_lo ? x_lo.data_ptr() : nullptr,
-                               hi.data_ptr(), w_lo ? lo.data_ptr() : nullptr, major,
-                               call.y.data_ptr<float>()));
+  const void* x_data[3] = {};
+  const void* w_data[3] = {};
+  for (int i = 0; i < parts; ++i) {
+    x_data[i] = x_parts[i].data_ptr();
+    w_data[i] = w_kept[i].data_ptr();
+  }
+  check_cublas(op, gemm_bf16_parts(at::cuda::getCurrentCUDABlasHandle(), call.rows,
+                                   call.out_features, call.in_features, parts, x_data, w_data,
+                                   major, call.y.data_ptr<float>()));
   return call.result();
+}
+
+torch::Tensor linear_bf16x6_cuda(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                 const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
+  return linear_bf16_parts_cuda("fusedlinear::linear_bf16x6", x, {w_hi, w_mid, w_lo});
 }
 
 torch::Tensor linear_bf16x3_cuda(const torch::Tensor& x, const torch::Tensor& w_hi,
                                  const torch::Tensor& w_lo) {
-  return linear_bf16_parts_cuda("fusedlinear::linear_bf16x3", x, w_hi, &w_lo);
+  return linear_bf16_parts_cuda("fusedlinear::linear_bf16x3", x, {w_hi, w_lo});
 }
 
 torch::Tensor linear_bf16_cuda(const torch::Tensor& x, const torch::Tensor& w_hi) {
-  return linear_bf16_parts_cuda("fusedlinear::linear_bf16", x, w_hi, nullptr);
+  return linear_bf16_parts_cuda("fusedlinear::linear_bf16", x, {w_hi});
 }
 
 torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
@@ -271,6 +298,8 @@ torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
 TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
   m.impl("epilogue", &epilogue_cuda);
   m.impl("split_bf16", &split_bf16_cuda);
+  m.impl("split_bf16_three", &split_bf16_three_cuda);
+  m.impl("linear_bf16x6", &linear_bf16x6_cuda);
   m.impl("linear_bf16x3", &linear_bf16x3_cuda);
   m.impl("linear_bf16", &linear_bf16_cuda);
   m.impl("linear_tf32", &linear_tf32_cuda);

@@ -59,6 +59,11 @@ def check_ops(device):
     check(device + " linear_bf16x3", ops.linear_bf16x3(x, hi, lo), exact, 1e-5)
     check(device + " linear_tf32", ops.linear_tf32(x, w), exact, 1e-2)
     check(device + " linear_bf16", ops.linear_bf16(x, hi), exact, 5e-2)
+    hi3, mid3, lo3 = ops.split_bf16_three(w)
+    assert torch.equal(hi3, hi) and torch.equal(mid3, lo), "split_bf16_three's hi, mid"
+    residual = (w.double() - hi3.double() - mid3.double() - lo3.double()).abs()
+    assert (residual <= w.double().abs() * 2.0 ** -26).all(), "split_bf16_three beyond 2^-26"
+    check(device + " linear_bf16x6", ops.linear_bf16x6(x, hi3, mid3, lo3), exact, 1e-5)
 
     # The whole forward for few rows (the small-batch kernels on CUDA), from W or its parts.
     b, shift = torch.randn(48, device=device) / 16, torch.randn(48, device=device)

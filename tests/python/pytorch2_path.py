@@ -70,6 +70,7 @@ def check_opcheck(device):
                torch.randn(48, device=device))
     x, w = torch.rand(5, 64, device=device), torch.randn(48, 64, device=device) / 8
     hi, lo = ops.split_bf16(w)
+    parts = ops.split_bf16_three(w)
     cases = [
         (ops.epilogue.default, (y, b, [p], "swish_chain")),
         (ops.epilogue.default, (y, None, [], "mish_mish")),
@@ -78,6 +79,8 @@ def check_opcheck(device):
         (ops.linear_epilogue.default, (x, hi, lo, b, [], "mish_mish", "bf16x3")),
         (ops.split_bf16.default, (w,)),
         (ops.linear_bf16x3.default, (x, hi, lo)),
+        (ops.split_bf16_three.default, (w,)),
+        (ops.linear_bf16x6.default, (x, *parts)),
         (ops.linear_bf16.default, (x, hi)),
         (ops.linear_tf32.default, (x, w)),
     ]
