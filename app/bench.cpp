@@ -45,7 +45,7 @@ constexpr int64_t kAssumedCacheBytes = 60'000'000;  // an H200's L2, the largest
 // Timings of one configuration shared by every precision, in the JSON and CSV column order.
 const char* const kSharedTimings[] = {"gemm_addmm",    "copy",           "chain_eager",
                                       "chain_fused",   "chain_compiled", "chain_runtime",
-                                      "forward_eager", "weight_copy"};
+                                      "forward_eager", "weight_copy",    "gemm_bf16"};
 // Timings of the fused forward in one precision.
 const char* const kFusedTimings[] = {"gemm", "forward", "forward_static", "graph_replay"};
 
@@ -114,6 +114,7 @@ Figures chain_figures(const Result& r) {
           {"chain_runtime_x_compiled", r.median("chain_runtime") / r.median("chain_compiled")},
           {"chain_runtime_x_copy", r.median("chain_runtime") / r.median("copy")},
           {"gemm_addmm_tflops", r.flops() / r.median("gemm_addmm") / 1e6},
+          {"gemm_bf16_tflops", r.flops() / r.median("gemm_bf16") / 1e6},
           {"weight_copy_gbps", 2 * r.weight_bytes() / r.median("weight_copy") / 1e3}};
 }
 
@@ -127,6 +128,8 @@ Figures fused_figures(const Result& r, const FusedResult& f) {
       {"forward_speedup", r.median("forward_eager") / forward},
       {"speedup_over_cublas_fused", f.cublas_forward_us / forward},
       {"gemm_tflops", r.flops() / median_of(f.timings, "gemm") / 1e6},
+      {"forward_tflops", r.flops() / forward / 1e6},
+      {"forward_percent_of_bf16_gemm", 100 * r.median("gemm_bf16") / forward},
       {"epilogue_share_of_forward", r.median("chain_fused") / forward},
       {"weight_gbps", weight_gbps},
       {"weight_percent_of_copy", 100 * weight_gbps / figure(chain_figures(r), "weight_copy_gbps")},
@@ -268,6 +271,14 @@ Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Set
   torch::manual_seed(s.seed + uint64_t(batch));
   const auto options = torch::TensorOptions().device(s.device);
   const torch::Tensor x_all = torch::rand({r.x_buffers, batch, r.in_features}, options).to(s.dtype);
+  // On a GPU the yardstick of the forwards: cuBLAS's bfloat16 GEMM alone (bfloat16 out, no bias)
+  // on the same rotating inputs, the fastest GEMM of this shape a float32-accumulating forward
+  // could run; timed in turns with them.
+  const bool time_bf16_gemm = s.device.is_cuda();
+  const std::vector<torch::Tensor> xs_bf16 =
+      time_bf16_gemm ? x_all.to(torch::kBFloat16).unbind(0) : std::vector<torch::Tensor>{};
+  const torch::Tensor w_bf16_t =
+      time_bf16_gemm ? model.linear()->weight.detach().to(torch::kBFloat16).t() : torch::Tensor();
   torch::Tensor y_all = torch::empty({r.y_buffers, batch, r.out_features}, options.dtype(s.dtype));
   for (int i = 0; i < r.y_buffers; ++i) {
     y_all[i].copy_(model.matmul_without_bias(x_all[i % r.x_buffers]));  // realistic values
@@ -333,10 +344,14 @@ Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Set
     gemms.emplace_back([&fused_model, &x](int i) { fused_model.matmul_without_bias(x(i)); });
     forwards.emplace_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
   }
+  if (time_bf16_gemm) {
+    forwards.emplace_back([&](int i) { torch::mm(xs_bf16[size_t(i) % xs_bf16.size()], w_bf16_t); });
+  }
   const auto gemm_times = time_interleaved(s.device, s.warmup, s.iters, gemms);
   const auto forward_times = time_interleaved(s.device, s.warmup, s.iters, forwards);
   r.timings["gemm_addmm"] = gemm_times[0];
   r.timings["forward_eager"] = forward_times[0];
+  if (time_bf16_gemm) r.timings["gemm_bf16"] = forward_times.back();
   for (size_t p = 0; p < r.fused.size(); ++p) {
     r.fused[p].timings["gemm"] = gemm_times[p + 1];
     r.fused[p].timings["forward"] = forward_times[p + 1];
@@ -538,9 +553,10 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
 
   std::cout << "\nwhole forward:\n";
   std::vector<std::string> header = {
-      "model",   "dtype",         "batch",        "GEMM ran",     "W",           "eager gemm us",
-      "GFLOP/s", "fused gemm us", "eager fwd us", "fused fwd us", "fwd speedup", "vs cuBLAS",
-      "W GB/s",  "W % copy",      "err vs eager", "err vs fp64",  "allclose"};
+      "model",         "dtype",        "batch",         "GEMM ran",     "W",
+      "eager gemm us", "GFLOP/s",      "fused gemm us", "eager fwd us", "fused fwd us",
+      "fwd speedup",   "vs cuBLAS",    "fwd TFLOP/s",   "% bf16 GEMM",  "W GB/s",
+      "W % copy",      "err vs eager", "err vs fp64",   "allclose"};
   if (plan.cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
   Table forwards(header);
   for (const auto& r : results) {
@@ -561,6 +577,10 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
           std::isfinite(f.cublas_forward_us)
               ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
               : "-",
+          fixed(figure(figures, "forward_tflops"), 1),
+          std::isfinite(r.median("gemm_bf16"))
+              ? fixed(figure(figures, "forward_percent_of_bf16_gemm"), 1)
+              : "-",
           fixed(figure(figures, "weight_gbps"), 0),
           fixed(figure(figures, "weight_percent_of_copy"), 0),
           scientific(f.vs_eager.max_abs, 1),
@@ -580,7 +600,11 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
                "at this batch); GEMM ran: the precision and kernel at this batch; x copy: fused "
                "chain time / copy time; GB/s: bytes read + written; speedups: eager time / fused "
                "time; vs cuBLAS: the same precision's cuBLAS forward time / this one (with --gemm "
-               "cublas,...); W GB/s: W's bytes as the forward reads them / its time, and that as a "
+               "cublas,...); fwd TFLOP/s: the model's 2 x batch x in x out / the fused forward's "
+               "time; % bf16 "
+               "GEMM: on a GPU, the time of cuBLAS's bfloat16 GEMM alone at this shape (timed in "
+               "turns with the forwards) / the fused forward's, in percent; W GB/s: W's bytes as "
+               "the forward reads them / its time, and that as a "
                "percentage of a copy of W (read + written); errors: max abs, forward outputs "
                "against eager's and against float64"
             << (plan.cuda_graph ? "; graph speedup: launches / graph replay of the fused forward"
