@@ -5,6 +5,8 @@
 // For testing the modes without a GPU: slower than x W^T itself.
 #include <ATen/Parallel.h>
 
+#include <vector>
+
 #include "kernels/math/bf16_split.h"
 #include "kernels/ops/ops.h"
 
@@ -77,40 +79,26 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cpu(
   return {hi, mid, lo};
 }
 
-// Each product on its own, then added, smallest first: as the GPU's beta = 1 accumulation.
-torch::Tensor linear_bf16x3_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
-                                const torch::Tensor& w_lo) {
-  check_linear_inputs("fusedlinear::linear_bf16x3", c10::DeviceType::CPU, x, w_hi, torch::kBFloat16,
-                      &w_lo);
-  const torch::Tensor x_rows = linear_rows(x);
-  torch::Tensor x_hi = empty_bf16_like(x_rows), x_lo = empty_bf16_like(x_rows);
-  split_into(x_rows, x_hi, &x_lo);
-  const torch::Tensor xh = x_hi.to(torch::kFloat32), xl = x_lo.to(torch::kFloat32);
-  const torch::Tensor wh = w_hi.to(torch::kFloat32).t(), wl = w_lo.to(torch::kFloat32).t();
-  torch::Tensor y = torch::mm(xl, wh);
-  y += torch::mm(xh, wl);
-  y += torch::mm(xh, wh);
-  return y.view(linear_output_shape(x.sizes(), w_hi.size(0)));
-}
+namespace {
 
-// The six products of gemm_bf16_parts with three parts, in its order: those of parts i and j with
-// i + j = 2 (the smallest), then 1, then hi hi.
-torch::Tensor linear_bf16x6_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
-                                const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
-  check_linear_inputs("fusedlinear::linear_bf16x6", c10::DeviceType::CPU, x, w_hi, torch::kBFloat16,
-                      &w_mid, &w_lo);
+// x W^T from W's bfloat16 parts (1: hi; 2: hi, lo; 3: hi, mid, lo), x split into as many: the
+// products of gemm_bf16_parts in its order (parts i, j with i + j < parts, larger i + j first),
+// each on its own and then added, as the GPU's beta = 1 accumulation.
+torch::Tensor linear_bf16_parts_cpu(const char* op, const torch::Tensor& x,
+                                    const std::vector<torch::Tensor>& w_parts) {
+  const int parts = int(w_parts.size());
+  check_linear_inputs(op, c10::DeviceType::CPU, x, w_parts[0], torch::kBFloat16,
+                      parts > 1 ? &w_parts[1] : nullptr, parts > 2 ? &w_parts[2] : nullptr);
   const torch::Tensor x_rows = linear_rows(x);
-  torch::Tensor x_hi = empty_bf16_like(x_rows), x_mid = empty_bf16_like(x_rows),
-                x_lo = empty_bf16_like(x_rows);
-  split_into(x_rows, x_hi, &x_mid, &x_lo);
-  const torch::Tensor xp[3] = {x_hi.to(torch::kFloat32), x_mid.to(torch::kFloat32),
-                               x_lo.to(torch::kFloat32)};
-  const torch::Tensor wp[3] = {w_hi.to(torch::kFloat32).t(), w_mid.to(torch::kFloat32).t(),
-                               w_lo.to(torch::kFloat32).t()};
+  std::vector<torch::Tensor> x_parts;
+  for (int i = 0; i < parts; ++i) x_parts.push_back(empty_bf16_like(x_rows));
+  split_into(x_rows, x_parts[0], parts > 1 ? &x_parts[1] : nullptr,
+             parts > 2 ? &x_parts[2] : nullptr);
   torch::Tensor y;
-  for (int order = 2; order >= 0; --order) {
+  for (int order = parts - 1; order >= 0; --order) {
     for (int i = order; i >= 0; --i) {
-      const torch::Tensor product = torch::mm(xp[i], wp[order - i]);
+      const torch::Tensor product = torch::mm(x_parts[size_t(i)].to(torch::kFloat32),
+                                              w_parts[size_t(order - i)].to(torch::kFloat32).t());
       if (y.defined()) {
         y += product;
       } else {
@@ -118,16 +106,23 @@ torch::Tensor linear_bf16x6_cpu(const torch::Tensor& x, const torch::Tensor& w_h
       }
     }
   }
-  return y.view(linear_output_shape(x.sizes(), w_hi.size(0)));
+  return y.view(linear_output_shape(x.sizes(), w_parts[0].size(0)));
+}
+
+}  // namespace
+
+torch::Tensor linear_bf16x6_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
+  return linear_bf16_parts_cpu("fusedlinear::linear_bf16x6", x, {w_hi, w_mid, w_lo});
+}
+
+torch::Tensor linear_bf16x3_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
+                                const torch::Tensor& w_lo) {
+  return linear_bf16_parts_cpu("fusedlinear::linear_bf16x3", x, {w_hi, w_lo});
 }
 
 torch::Tensor linear_bf16_cpu(const torch::Tensor& x, const torch::Tensor& w_hi) {
-  check_linear_inputs("fusedlinear::linear_bf16", c10::DeviceType::CPU, x, w_hi, torch::kBFloat16);
-  const torch::Tensor x_rows = linear_rows(x);
-  torch::Tensor x_hi = empty_bf16_like(x_rows);
-  split_into(x_rows, x_hi, nullptr);
-  const torch::Tensor y = torch::mm(x_hi.to(torch::kFloat32), w_hi.to(torch::kFloat32).t());
-  return y.view(linear_output_shape(x.sizes(), w_hi.size(0)));
+  return linear_bf16_parts_cpu("fusedlinear::linear_bf16", x, {w_hi});
 }
 
 torch::Tensor linear_tf32_cpu(const torch::Tensor& x, const torch::Tensor& w) {

@@ -73,7 +73,7 @@ struct Bf16Triple {
 // 2^-26 |v| for normal v (at most 2^-134 below ~2^-108). +-inf and NaN keep mid = lo = 0.
 FL_SPLIT_HOST_DEVICE Bf16Triple split_bf16_three(float v) {
   const Bf16Pair first = split_bf16(v);
-  if (first.lo == 0) return {first.hi, 0, 0};  // exact in hi (and +-inf, NaN)
+  if (first.lo == 0) return {first.hi, 0, 0};  // nothing left (or too little); +-inf, NaN
   const float rest = (v - from_bf16_bits(first.hi)) - from_bf16_bits(first.lo);
   return {first.hi, first.lo, to_bf16_bits(rest)};
 }
