@@ -146,8 +146,9 @@ GemmPlan plan_gemm(const GemmQuery& query) {
                     as_ieee + 1);
     }
   }
-  if (!has_skinny_kernel)
+  if (!has_skinny_kernel) {
     return library("auto: the small-batch kernels have no " + mode + " products");
+  }
   const int64_t max_rows = skinny_max_rows(query, query.precision);
   if (query.rows > max_rows) {
     return library("auto: above the " + std::to_string(max_rows) + " rows up to which the " + mode +

@@ -90,8 +90,8 @@ torch::Tensor linear_bf16_parts_cpu(const char* op, const torch::Tensor& x,
   check_linear_inputs(op, c10::DeviceType::CPU, x, w_parts[0], torch::kBFloat16,
                       parts > 1 ? &w_parts[1] : nullptr, parts > 2 ? &w_parts[2] : nullptr);
   const torch::Tensor x_rows = linear_rows(x);
-  std::vector<torch::Tensor> x_parts;
-  for (int i = 0; i < parts; ++i) x_parts.push_back(empty_bf16_like(x_rows));
+  std::vector<torch::Tensor> x_parts(static_cast<size_t>(parts));
+  for (torch::Tensor& part : x_parts) part = empty_bf16_like(x_rows);
   split_into(x_rows, x_parts[0], parts > 1 ? &x_parts[1] : nullptr,
              parts > 2 ? &x_parts[2] : nullptr);
   torch::Tensor y;
