@@ -59,27 +59,15 @@ torch::Tensor rounded_to_tf32(const torch::Tensor& v) {
   return out;
 }
 
-}  // namespace
-
-std::tuple<torch::Tensor, torch::Tensor> split_bf16_cpu(const torch::Tensor& v) {
-  check_split_input("fusedlinear::split_bf16", c10::DeviceType::CPU, v);
+// v's bfloat16 parts, two or three (split_into), after the split ops' check.
+std::vector<torch::Tensor> split_parts_cpu(const char* op, const torch::Tensor& v, int parts) {
+  check_split_input(op, c10::DeviceType::CPU, v);
   const torch::Tensor input = v.contiguous();
-  torch::Tensor hi = empty_bf16_like(input), lo = empty_bf16_like(input);
-  split_into(input, hi, &lo);
-  return {hi, lo};
+  std::vector<torch::Tensor> out(static_cast<size_t>(parts));
+  for (torch::Tensor& part : out) part = empty_bf16_like(input);
+  split_into(input, out[0], &out[1], parts == 3 ? &out[2] : nullptr);
+  return out;
 }
-
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cpu(
-    const torch::Tensor& v) {
-  check_split_input("fusedlinear::split_bf16_three", c10::DeviceType::CPU, v);
-  const torch::Tensor input = v.contiguous();
-  torch::Tensor hi = empty_bf16_like(input), mid = empty_bf16_like(input),
-                lo = empty_bf16_like(input);
-  split_into(input, hi, &mid, &lo);
-  return {hi, mid, lo};
-}
-
-namespace {
 
 // x W^T from W's bfloat16 parts (1: hi; 2: hi, lo; 3: hi, mid, lo), x split into as many: the
 // products of gemm_bf16_parts in its order (parts i, j with i + j < parts, larger i + j first),
@@ -90,15 +78,20 @@ torch::Tensor linear_bf16_parts_cpu(const char* op, const torch::Tensor& x,
   check_linear_inputs(op, c10::DeviceType::CPU, x, w_parts[0], torch::kBFloat16,
                       parts > 1 ? &w_parts[1] : nullptr, parts > 2 ? &w_parts[2] : nullptr);
   const torch::Tensor x_rows = linear_rows(x);
-  std::vector<torch::Tensor> x_parts(static_cast<size_t>(parts));
-  for (torch::Tensor& part : x_parts) part = empty_bf16_like(x_rows);
-  split_into(x_rows, x_parts[0], parts > 1 ? &x_parts[1] : nullptr,
-             parts > 2 ? &x_parts[2] : nullptr);
+  std::vector<torch::Tensor> x_split(static_cast<size_t>(parts));
+  for (torch::Tensor& part : x_split) part = empty_bf16_like(x_rows);
+  split_into(x_rows, x_split[0], parts > 1 ? &x_split[1] : nullptr,
+             parts > 2 ? &x_split[2] : nullptr);
+  // Each part in float32 once (exact), as the products' operands: x's [rows, in], W's [in, out].
+  std::vector<torch::Tensor> xf, wf;
+  for (int i = 0; i < parts; ++i) {
+    xf.push_back(x_split[size_t(i)].to(torch::kFloat32));
+    wf.push_back(w_parts[size_t(i)].to(torch::kFloat32).t());
+  }
   torch::Tensor y;
   for (int order = parts - 1; order >= 0; --order) {
     for (int i = order; i >= 0; --i) {
-      const torch::Tensor product = torch::mm(x_parts[size_t(i)].to(torch::kFloat32),
-                                              w_parts[size_t(order - i)].to(torch::kFloat32).t());
+      const torch::Tensor product = torch::mm(xf[size_t(i)], wf[size_t(order - i)]);
       if (y.defined()) {
         y += product;
       } else {
@@ -110,6 +103,17 @@ torch::Tensor linear_bf16_parts_cpu(const char* op, const torch::Tensor& x,
 }
 
 }  // namespace
+
+std::tuple<torch::Tensor, torch::Tensor> split_bf16_cpu(const torch::Tensor& v) {
+  const std::vector<torch::Tensor> parts = split_parts_cpu("fusedlinear::split_bf16", v, 2);
+  return {parts[0], parts[1]};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cpu(
+    const torch::Tensor& v) {
+  const std::vector<torch::Tensor> parts = split_parts_cpu("fusedlinear::split_bf16_three", v, 3);
+  return {parts[0], parts[1], parts[2]};
+}
 
 torch::Tensor linear_bf16x6_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
                                 const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
