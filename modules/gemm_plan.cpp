@@ -13,9 +13,12 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // bf16x3's parts 1.5x at 9-32 and 1.4x at 48-64 (ieee's kernel 1.55-1.65x at 2-8, and more
   // accurate); the bf16 mode's hi part 1.09-1.14x at 1-8; 16-bit models 0.92-0.98x (cuBLAS's
   // 16-bit GEMM reads W as fast).
+  // The Hopper GEMM's promoted bf16x3 against cuBLAS's three products and the epilogue, both
+  // models: 1.40-1.44x at 128 rows, 1.10-1.14x at 256, 1.04-1.07x at 512, 1.01-1.03x at 1024, and
+  // 2.3-3.6x closer to float64 (docs/RESULTS.md); not measured at 65-127 rows nor above 1024.
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
-       /*bf16x3_as_ieee*/ 8},
+       /*bf16x3_as_ieee*/ 8, /*bf16x3_hopper_min*/ 128, /*bf16x3_hopper_max*/ 1024},
   };
   if (!device.gpu) return nullptr;
   for (const SkinnyThresholds& t : kMeasured) {
@@ -150,6 +153,18 @@ GemmPlan plan_gemm(const GemmQuery& query) {
     return library("auto: the small-batch kernels have no " + mode + " products");
   }
   const int64_t max_rows = skinny_max_rows(query, query.precision);
+  const bool hopper_rows = table && query.skinny_max_rows < 0 &&
+                           query.rows >= table->bf16x3_hopper_min &&
+                           query.rows <= table->bf16x3_hopper_max;
+  if (query.precision == Precision::kBf16x3 && query.float32_model && query.rows > max_rows &&
+      hopper_rows && hopper_refusal(query).empty()) {
+    return finish_on(GemmKernel::kHopper, query.precision,
+                     "auto: at " + std::to_string(table->bf16x3_hopper_min) + "-" +
+                         std::to_string(table->bf16x3_hopper_max) +
+                         " rows the Hopper GEMM's bf16x3 measured faster than cuBLAS's, and as "
+                         "accurate as float32",
+                     0);
+  }
   if (query.rows > max_rows) {
     return library("auto: above the " + std::to_string(max_rows) + " rows up to which the " + mode +
                    " small-batch kernel measured faster");

@@ -59,7 +59,9 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
 
 // Which kernel runs the fused forward's GEMM (LinearChain::set_gemm_kernel).
 //   auto    the skinny kernel on a GPU for inputs of up to skinny_max_rows() rows (where it
-//           measured faster: it reads W once and fuses the epilogue), cuBLAS otherwise;
+//           measured faster: it reads W once and fuses the epilogue); above them bf16x3 on the
+//           Hopper GEMM where it takes the forward, at the rows where it measured faster
+//           (SkinnyThresholds::bf16x3_hopper_min to _max); cuBLAS otherwise;
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
 //   skinny  always the skinny kernel (any number of rows, W then read once per tile of x's rows:
 //           16 for float32 W, 64 on the tensor cores; on the CPU its twin: the same products in
@@ -117,14 +119,17 @@ struct GemmDevice {
   int compute_major = 0, compute_minor = 0;
 };
 
-// The small-batch kernels' limits on one architecture: the most rows at which each mode's kernel
-// measured faster than cuBLAS with the epilogue (0: never), and up to how many rows bf16x3 runs
-// ieee's kernel instead of its own (faster there, and more accurate).
+// What auto runs on one architecture, as measured: the most rows at which each mode's small-batch
+// kernel measured faster than cuBLAS with the epilogue (0: never), up to how many rows bf16x3 runs
+// ieee's kernel instead of its own (faster there, and more accurate), and the rows at which bf16x3
+// runs on the Hopper GEMM (none where the maximum is 0), where its promoted sums measured faster
+// than cuBLAS's three products and as accurate as float32.
 struct SkinnyThresholds {
   int compute_major;
   int64_t ieee, bf16x3, tf32, bf16;  // float32 models
   int64_t half_models;               // float16 and bfloat16 models
   int64_t bf16x3_as_ieee;
+  int64_t bf16x3_hopper_min = 0, bf16x3_hopper_max = 0;
 };
 // The measured rows for `device`'s architecture; null where none were measured (auto then runs
 // cuBLAS at every batch).
@@ -145,7 +150,8 @@ struct GemmQuery {
   // W lies output-major, as the small-batch kernels read it (ieee's and tf32's read W itself; the
   // bfloat16 parts always lie so).
   bool weight_output_major = true;
-  int64_t skinny_max_rows = -1;  // an override of the table for every mode; -1: the table's
+  int64_t skinny_max_rows = -1;  // an override of the table for every mode (auto then leaves the
+                                 // Hopper GEMM out); -1: the table's
   int64_t bf16x3_min_rows = kDefaultBf16x3MinRows;
 };
 

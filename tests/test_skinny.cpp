@@ -316,14 +316,44 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
 }
 
 // The Hopper GEMM runs where it was asked for and takes the forward; elsewhere cuBLAS, and the
-// reason says why. Auto does not pick it (it measured no faster than cuBLAS and the epilogue).
+// reason says why. Auto picks it for bf16x3 at the table's bf16x3_hopper_min to _max rows, where
+// it measured faster than cuBLAS's three products.
 TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
   GemmQuery q;
   q.device = {true, 9, 0};
   q.rows = 1024;
   q.in_features = 8192;
   q.precision = Precision::kBf16x3;
-  EXPECT_FALSE(plan_gemm(q).hopper);  // auto
+  const SkinnyThresholds* table = skinny_thresholds(q.device);
+  ASSERT_TRUE(table);
+  ASSERT_GT(table->bf16x3_hopper_min, table->bf16x3);
+  ASSERT_GE(table->bf16x3_hopper_max, table->bf16x3_hopper_min);
+  for (const int64_t rows : {table->bf16x3_hopper_min, table->bf16x3_hopper_max}) {
+    q.rows = rows;
+    EXPECT_TRUE(plan_gemm(q).hopper) << rows;  // auto
+    EXPECT_EQ(plan_gemm(q).description, "bf16x3, Hopper GEMM");
+    EXPECT_NE(plan_gemm(q).reason.find("measured faster than cuBLAS"), std::string::npos);
+  }
+  q.rows = table->bf16x3;
+  EXPECT_TRUE(plan_gemm(q).skinny);
+  for (const int64_t rows : {table->bf16x3_hopper_min - 1, table->bf16x3_hopper_max + 1}) {
+    q.rows = rows;
+    EXPECT_EQ(plan_gemm(q).description, "bf16x3, cuBLAS") << rows;
+  }
+  q.rows = 1024;
+  GemmQuery not_auto = q;  // auto leaves the other modes, other GPUs and odd K to cuBLAS
+  not_auto.precision = Precision::kBf16;
+  EXPECT_FALSE(plan_gemm(not_auto).hopper);
+  not_auto = q;
+  not_auto.in_features = 1003;
+  EXPECT_FALSE(plan_gemm(not_auto).hopper);
+  not_auto = q;
+  not_auto.float32_model = false;
+  not_auto.precision = Precision::kIeee;
+  EXPECT_FALSE(plan_gemm(not_auto).hopper);
+  not_auto = q;
+  not_auto.skinny_max_rows = 16;  // an override of the table: auto as before, cuBLAS above it
+  EXPECT_FALSE(plan_gemm(not_auto).hopper);
   q.kernel = GemmKernel::kHopper;
   EXPECT_TRUE(plan_gemm(q).hopper);
   EXPECT_EQ(plan_gemm(q).description, "bf16x3, Hopper GEMM");
