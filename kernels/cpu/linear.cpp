@@ -22,18 +22,13 @@ void split_into(const torch::Tensor& v, torch::Tensor& hi, torch::Tensor* lo,
   auto* hi_bits = reinterpret_cast<uint16_t*>(hi.data_ptr());
   uint16_t* lo_bits = lo ? reinterpret_cast<uint16_t*>(lo->data_ptr()) : nullptr;
   uint16_t* third_bits = third ? reinterpret_cast<uint16_t*>(third->data_ptr()) : nullptr;
+  const int parts = third_bits ? 3 : lo_bits ? 2 : 1;
   at::parallel_for(0, v.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      if (third_bits) {
-        const split::Bf16Triple parts = split::split_bf16_three(values[i]);
-        hi_bits[i] = parts.hi;
-        lo_bits[i] = parts.mid;
-        third_bits[i] = parts.lo;
-        continue;
-      }
-      const split::Bf16Pair parts = split::split_bf16(values[i]);
-      hi_bits[i] = parts.hi;
-      if (lo_bits) lo_bits[i] = parts.lo;
+      const split::Bf16Triple split = split::split_into_parts(values[i], parts);
+      hi_bits[i] = split.hi;
+      if (lo_bits) lo_bits[i] = split.mid;
+      if (third_bits) third_bits[i] = split.lo;
     }
   });
 }

@@ -20,11 +20,9 @@ __device__ __forceinline__ uint32_t pair_word(uint16_t low, uint16_t high) {
   return uint32_t(low) | (uint32_t(high) << 16);
 }
 
-// The parts of one value: split_bf16's (third = 0), or with `three` split_bf16_three's.
-__device__ __forceinline__ split::Bf16Triple parts_of(float v, bool three) {
-  if (three) return split::split_bf16_three(v);
-  const split::Bf16Pair pair = split::split_bf16(v);
-  return {pair.hi, pair.lo, 0};
+// How many parts a call asks for: hi alone, hi and lo, or all three.
+__device__ __forceinline__ int part_count(const void* lo, const void* third) {
+  return third ? 3 : lo ? 2 : 1;
 }
 
 // n8: how many whole groups of 8 values; the last n % 8 values go through split_bf16_one_kernel.
@@ -36,11 +34,12 @@ __global__ void split_bf16_kernel(const float4* __restrict__ v, uint4* __restric
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n8; i += stride) {
     const float4 a = v[2 * i], b = v[2 * i + 1];
     const float values[kValuesPerThread] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    const int parts = part_count(lo, third);
     uint32_t hi_words[4], lo_words[4], third_words[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const split::Bf16Triple first = parts_of(values[2 * k], third != nullptr);
-      const split::Bf16Triple second = parts_of(values[2 * k + 1], third != nullptr);
+      const split::Bf16Triple first = split::split_into_parts(values[2 * k], parts);
+      const split::Bf16Triple second = split::split_into_parts(values[2 * k + 1], parts);
       hi_words[k] = pair_word(first.hi, second.hi);
       lo_words[k] = pair_word(first.mid, second.mid);
       third_words[k] = pair_word(first.lo, second.lo);
@@ -60,7 +59,7 @@ __global__ void split_bf16_one_kernel(const float* __restrict__ v, uint16_t* __r
   cuda::allow_next_kernel_start();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const split::Bf16Triple parts = parts_of(v[i], third != nullptr);
+    const split::Bf16Triple parts = split::split_into_parts(v[i], part_count(lo, third));
     hi[i] = parts.hi;
     if (lo) lo[i] = parts.mid;
     if (third) third[i] = parts.lo;

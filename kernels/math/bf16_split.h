@@ -78,5 +78,13 @@ FL_SPLIT_HOST_DEVICE Bf16Triple split_bf16_three(float v) {
   return {first.hi, first.lo, to_bf16_bits(rest)};
 }
 
+// The parts of v for a split into `parts` (1-3) values: split_bf16's hi and lo (lo = 0 for one
+// part) and lo = 0, or split_bf16_three's. The CPU and CUDA splits both take their bits from here.
+FL_SPLIT_HOST_DEVICE Bf16Triple split_into_parts(float v, int parts) {
+  if (parts == 3) return split_bf16_three(v);
+  const Bf16Pair pair = split_bf16(v);
+  return {pair.hi, parts == 2 ? pair.lo : uint16_t(0), 0};
+}
+
 }  // namespace split
 }  // namespace fusedlinear
