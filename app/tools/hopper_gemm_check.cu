@@ -3,7 +3,8 @@
 // output judged against a bound in sum_k |x||w| (the products' error) plus the chain's and the
 // output type's rounding: every tile shape on tails of m and n, k = 8, k not a multiple of the
 // k-tile, odd n (element stores); bf16x3's error beside a float32 GEMM's (cublasSgemm, TF32 off)
-// and cuBLAS's three bf16 GEMMs' (the promoted bf16x3's within 1.5x float32's); misaligned pointers
+// and cuBLAS's three bf16 GEMMs' (the promoted bf16x3's within 1.5x float32's), bf16x6's on
+// wide-range inputs (within 2x float32's) and on the timed problem; misaligned pointers
 // and k not a multiple of 8 refused with nothing written; two runs bitwise the same; a CUDA graph
 // captured on a side stream and replayed. Exits non-zero on any failure. Then the timings at
 // 128-1024 rows x 8192 -> 8192: the median of 50 runs of each (cudaEvents), the kernel in every
@@ -114,29 +115,33 @@ enum class Mode {
   kFp16ToFp16,
   kBf16x3,
   kBf16x3OneSum,
-  kBf16x3Promoted
+  kBf16x3Promoted,
+  kBf16x6Promoted
 };
 
 template <Mode kMode>
 struct ModeTraits {
-  static constexpr bool kThree =
-      kMode == Mode::kBf16x3 || kMode == Mode::kBf16x3OneSum || kMode == Mode::kBf16x3Promoted;
   static constexpr GemmProducts kProducts =
       kMode == Mode::kBf16x3           ? GemmProducts::kBf16x3
       : kMode == Mode::kBf16x3OneSum   ? GemmProducts::kBf16x3OneSum
       : kMode == Mode::kBf16x3Promoted ? GemmProducts::kBf16x3Promoted
+      : kMode == Mode::kBf16x6Promoted ? GemmProducts::kBf16x6Promoted
                                        : GemmProducts::kOne;
+  // The bfloat16 parts x and W are split into (1: x and W themselves, in their 16-bit type).
+  static constexpr int kParts = cuda::gemm::operand_parts(kProducts);
+  static constexpr int kProductCount = kParts * (kParts + 1) / 2;
   static constexpr bool kHalfIn = kMode == Mode::kFp16ToF32 || kMode == Mode::kFp16ToFp16;
   using In = std::conditional_t<kHalfIn, __half, __nv_bfloat16>;
   using Out = std::conditional_t<kMode == Mode::kBf16ToBf16, __nv_bfloat16,
                                  std::conditional_t<kMode == Mode::kFp16ToFp16, __half, float>>;
-  static constexpr const char* kName = kMode == Mode::kBf16ToF32      ? "bf16 -> f32"
-                                       : kMode == Mode::kBf16ToBf16   ? "bf16 -> bf16"
-                                       : kMode == Mode::kFp16ToF32    ? "fp16 -> f32"
-                                       : kMode == Mode::kFp16ToFp16   ? "fp16 -> fp16"
-                                       : kMode == Mode::kBf16x3       ? "bf16x3 -> f32"
-                                       : kMode == Mode::kBf16x3OneSum ? "bf16x3 1-sum"
-                                                                      : "bf16x3 promoted";
+  static constexpr const char* kName = kMode == Mode::kBf16ToF32        ? "bf16 -> f32"
+                                       : kMode == Mode::kBf16ToBf16     ? "bf16 -> bf16"
+                                       : kMode == Mode::kFp16ToF32      ? "fp16 -> f32"
+                                       : kMode == Mode::kFp16ToFp16     ? "fp16 -> fp16"
+                                       : kMode == Mode::kBf16x3         ? "bf16x3 -> f32"
+                                       : kMode == Mode::kBf16x3OneSum   ? "bf16x3 1-sum"
+                                       : kMode == Mode::kBf16x3Promoted ? "bf16x3 promoted"
+                                                                        : "bf16x6 promoted";
   // The output's relative error beyond the products': the chain's float32 approximations (a few
   // ulp), or for 16-bit results one step of their rounding (half a step rounding, the rest the
   // chain's Half forms and the float32 value's error at a rounding boundary).
@@ -144,11 +149,9 @@ struct ModeTraits {
                                          : std::is_same_v<Out, __nv_bfloat16> ? 0x1p-7
                                                                               : 0x1p-10;
   // The products' error bound in units of sum |x||w| over the products the kernel forms (for
-  // bf16x3 its three of the parts, against which it is checked): float32 accumulation, a
+  // bf16x3 and bf16x6 those of the parts, against which it is checked): float32 accumulation, a
   // rounding at each 16-k step of the tensor cores' sums (taken as truncation, 2^-23), plus slack.
-  static double gamma(int64_t k) {
-    return (double((k + 15) / 16) * (kThree ? 3 : 1) + 4) * 0x1p-23;
-  }
+  static double gamma(int64_t k) { return (double((k + 15) / 16) * kProductCount + 4) * 0x1p-23; }
 };
 
 template <typename T>
@@ -190,33 +193,33 @@ struct DeviceBuffer {
 };
 
 // A mode's inputs on the device and the values its reference multiplies: the 16-bit x and W
-// (their own values), or for bf16x3 their bfloat16 parts (the float32 originals).
+// (their own values), or for bf16x3 and bf16x6 their bfloat16 parts (the float32 originals).
 template <Mode kMode>
 struct Operands {
   using Traits = ModeTraits<kMode>;
   using In = typename Traits::In;
   using Out = typename Traits::Out;
   int64_t m = 0, n = 0, k = 0;
-  DeviceBuffer<In> x[2], w[2];
+  DeviceBuffer<In> x[Traits::kParts], w[Traits::kParts];
   DeviceBuffer<Out> bias, add_value;
-  // The values the kernel reads: x, W (their hi parts for bf16x3, and the lo parts), the bias
-  // and add_value; for bf16x3 also the float32 values it was split from.
-  std::vector<float> ref_x, ref_w, ref_x_lo, ref_w_lo, ref_bias, ref_add_value;
+  // The values the kernel reads: x's and W's parts (x and W themselves for one part), the bias
+  // and add_value; for split modes also the float32 values they were split from.
+  std::vector<float> ref_x[Traits::kParts], ref_w[Traits::kParts], ref_bias, ref_add_value;
   std::vector<float> x32, w32;
 };
 
-// split_bf16 of every value (the bits the library's split kernel gives).
-void split_into(const std::vector<float>& v, std::vector<__nv_bfloat16>& hi,
-                std::vector<__nv_bfloat16>& lo) {
-  hi.resize(v.size());
-  lo.resize(v.size());
+// The bfloat16 parts of every value, as the library's split kernels give them (bf16_split.h).
+template <int kParts>
+void split_into(const std::vector<float>& v, std::vector<__nv_bfloat16> (&parts)[kParts]) {
+  for (auto& part : parts) part.resize(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    const split::Bf16Pair parts = split::split_bf16(v[i]);
-    __nv_bfloat16_raw raw;
-    raw.x = parts.hi;
-    hi[i] = raw;
-    raw.x = parts.lo;
-    lo[i] = raw;
+    const split::Bf16Triple split = split::split_into_parts(v[i], kParts);
+    const uint16_t bits[3] = {split.hi, split.mid, split.lo};
+    for (int p = 0; p < kParts; ++p) {
+      __nv_bfloat16_raw raw;
+      raw.x = bits[p];
+      parts[p][i] = raw;
+    }
   }
 }
 
@@ -225,32 +228,32 @@ Operands<kMode> make_operands(const Problem& p) {
   using O = Operands<kMode>;
   using In = typename O::In;
   using Out = typename O::Out;
+  constexpr int kParts = ModeTraits<kMode>::kParts;
   O op;
   op.m = p.m;
   op.n = p.n;
   op.k = p.k;
-  const int parts = ModeTraits<kMode>::kThree ? 2 : 1;
-  for (int i = 0; i < parts; ++i) {
+  for (int i = 0; i < kParts; ++i) {
     op.x[i] = DeviceBuffer<In>(p.x.size());
     op.w[i] = DeviceBuffer<In>(p.w.size());
   }
-  if constexpr (ModeTraits<kMode>::kThree) {
-    std::vector<In> hi, lo;
+  if constexpr (kParts > 1) {
     const auto values = [](const std::vector<In>& typed) {
       std::vector<float> v(typed.size());
       for (size_t i = 0; i < typed.size(); ++i) v[i] = value_of(typed[i]);
       return v;
     };
-    split_into(p.x, hi, lo);
-    op.x[0].upload(hi);
-    op.x[1].upload(lo);
-    op.ref_x = values(hi);
-    op.ref_x_lo = values(lo);
-    split_into(p.w, hi, lo);
-    op.w[0].upload(hi);
-    op.w[1].upload(lo);
-    op.ref_w = values(hi);
-    op.ref_w_lo = values(lo);
+    std::vector<In> parts[kParts];
+    split_into(p.x, parts);
+    for (int i = 0; i < kParts; ++i) {
+      op.x[i].upload(parts[i]);
+      op.ref_x[i] = values(parts[i]);
+    }
+    split_into(p.w, parts);
+    for (int i = 0; i < kParts; ++i) {
+      op.w[i].upload(parts[i]);
+      op.ref_w[i] = values(parts[i]);
+    }
     op.x32 = p.x;
     op.w32 = p.w;
   } else {
@@ -263,8 +266,8 @@ Operands<kMode> make_operands(const Problem& p) {
       }
       return typed;
     };
-    op.x[0].upload(round(p.x, op.ref_x));
-    op.w[0].upload(round(p.w, op.ref_w));
+    op.x[0].upload(round(p.x, op.ref_x[0]));
+    op.w[0].upload(round(p.w, op.ref_w[0]));
   }
   const auto column = [&](const std::vector<float>& v, DeviceBuffer<Out>& buffer,
                           std::vector<float>& as_float) {
@@ -284,16 +287,16 @@ Operands<kMode> make_operands(const Problem& p) {
 
 // What a launch reads and writes (the operands' own pointers, or shifted ones to test refusals).
 struct Pointers {
-  const void* x[2] = {};
-  const void* w[2] = {};
+  const void* x[cuda::gemm::kMaxParts] = {};
+  const void* w[cuda::gemm::kMaxParts] = {};
   void* out = nullptr;
 };
 template <Mode kMode>
 Pointers pointers_of(const Operands<kMode>& op, void* out) {
   Pointers ptr;
-  for (int i = 0; i < 2; ++i) {
-    ptr.x[i] = op.x[i].data ? op.x[i].data : op.x[0].data;
-    ptr.w[i] = op.w[i].data ? op.w[i].data : op.w[0].data;
+  for (int i = 0; i < ModeTraits<kMode>::kParts; ++i) {
+    ptr.x[i] = op.x[i].data;
+    ptr.w[i] = op.w[i].data;
   }
   ptr.out = out;
   return ptr;
@@ -317,7 +320,13 @@ cudaError_t launch(const Operands<kMode>& op, const Pointers& ptr, GemmTile tile
   const cuda::ColumnEpilogue<Out, std::decay_t<decltype(chain)>> epilogue(
       with_bias ? op.bias.data : nullptr, terms, chain);
   const int64_t kk = k < 0 ? op.k : k;
-  if constexpr (Traits::kThree) {
+  const auto bf16 = [](const void* p) { return static_cast<const __nv_bfloat16*>(p); };
+  if constexpr (Traits::kParts == 3) {
+    const __nv_bfloat16* const x[3] = {bf16(ptr.x[0]), bf16(ptr.x[1]), bf16(ptr.x[2])};
+    const __nv_bfloat16* const w[3] = {bf16(ptr.w[0]), bf16(ptr.w[1]), bf16(ptr.w[2])};
+    return cuda::gemm::launch_hopper_gemm_bf16x6(x, w, static_cast<float*>(ptr.out), op.m, op.n, kk,
+                                                 epilogue, stream, tile);
+  } else if constexpr (Traits::kParts == 2) {
     return cuda::gemm::launch_hopper_gemm_bf16x3<Traits::kProducts>(
         static_cast<const __nv_bfloat16*>(ptr.x[0]), static_cast<const __nv_bfloat16*>(ptr.x[1]),
         static_cast<const __nv_bfloat16*>(ptr.w[0]), static_cast<const __nv_bfloat16*>(ptr.w[1]),
@@ -332,18 +341,16 @@ cudaError_t launch(const Operands<kMode>& op, const Pointers& ptr, GemmTile tile
 // --- the float64 reference --------------------------------------------------------------------
 
 // The sums of products in float64 and the sums of their magnitudes, for rows `rows` and every
-// column: sum_k x[r][k] w[c][k], or with lo parts given bf16x3's three products of the parts,
-// x_lo w_hi + x_hi w_lo + x_hi w_hi (each exact in float64).
+// column: sum_k x[r][k] w[c][k], or for x and W given in `parts` parts the products of parts i and
+// j with i + j < parts (bf16x3's three, bf16x6's six; each exact in float64).
 struct Sums {
   std::vector<int64_t> rows;
   int64_t n = 0;
   std::vector<double> y, magnitude;  // [rows.size()][n]
 };
 
-Sums reference_sums(const std::vector<float>& x, const std::vector<float>& w,
-                    const std::vector<float>& x_lo, const std::vector<float>& w_lo, int64_t n,
+Sums reference_sums(const std::vector<float>* x, const std::vector<float>* w, int parts, int64_t n,
                     int64_t k, const std::vector<int64_t>& rows) {
-  const bool three = !x_lo.empty();
   Sums s;
   s.rows = rows;
   s.n = n;
@@ -355,14 +362,12 @@ Sums reference_sums(const std::vector<float>& x, const std::vector<float>& w,
       const size_t wc = size_t(c * k);
       double sum = 0, magnitude = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const double xh = x[xr + size_t(j)], wh = w[wc + size_t(j)];
-        if (three) {
-          const double a = double(x_lo[xr + size_t(j)]) * wh, b = xh * double(w_lo[wc + size_t(j)]);
-          sum += a + b + xh * wh;
-          magnitude += std::fabs(a) + std::fabs(b) + std::fabs(xh * wh);
-        } else {
-          sum += xh * wh;
-          magnitude += std::fabs(xh * wh);
+        for (int a = 0; a < parts; ++a) {
+          for (int b = 0; a + b < parts; ++b) {
+            const double product = double(x[a][xr + size_t(j)]) * double(w[b][wc + size_t(j)]);
+            sum += product;
+            magnitude += std::fabs(product);
+          }
         }
       }
       s.y[i * size_t(n) + size_t(c)] = sum;
@@ -373,7 +378,12 @@ Sums reference_sums(const std::vector<float>& x, const std::vector<float>& w,
 }
 template <Mode kMode>
 Sums reference_sums(const Operands<kMode>& op, const std::vector<int64_t>& rows) {
-  return reference_sums(op.ref_x, op.ref_w, op.ref_x_lo, op.ref_w_lo, op.n, op.k, rows);
+  return reference_sums(op.ref_x, op.ref_w, ModeTraits<kMode>::kParts, op.n, op.k, rows);
+}
+// The float64 product of the float32 values the parts were split from.
+Sums reference_sums32(const std::vector<float>& x32, const std::vector<float>& w32, int64_t n,
+                      int64_t k, const std::vector<int64_t>& rows) {
+  return reference_sums(&x32, &w32, 1, n, k, rows);
 }
 
 std::vector<int64_t> all_rows(int64_t m) {
@@ -509,9 +519,12 @@ void check_refusals(const Problem& p, cudaStream_t stream) {
   Case c{"x + 1 element", good, -1};
   c.ptr.x[0] = shifted(good.x[0], 2);
   cases.push_back(c);
-  c = Case{ModeTraits<kMode>::kThree ? "w_lo + 4 elements" : "w + 4 elements", good, -1};
-  c.ptr.w[ModeTraits<kMode>::kThree ? 1 : 0] =
-      shifted(good.w[ModeTraits<kMode>::kThree ? 1 : 0], 8);
+  constexpr int kLast = ModeTraits<kMode>::kParts - 1;  // W's last part
+  c = Case{kLast == 2   ? "w_lo (third part) + 4 elements"
+           : kLast == 1 ? "w_lo + 4 elements"
+                        : "w + 4 elements",
+           good, -1};
+  c.ptr.w[kLast] = shifted(good.w[kLast], 8);
   cases.push_back(c);
   c = Case{"out + 1 element", good, -1};
   c.ptr.out = static_cast<Out*>(out.data) + 1;
@@ -600,12 +613,29 @@ void cublas_gemm(cublasHandle_t handle, const void* x, const void* w, cudaDataTy
                             int(k), x, in, int(k), &beta, y, out, int(n), CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
-// The library's bf16x3 path: three bf16 GEMMs into one float32 output, smallest first.
-void cublas_bf16x3(cublasHandle_t handle, const void* x_hi, const void* x_lo, const void* w_hi,
-                   const void* w_lo, float* y, int64_t m, int64_t n, int64_t k) {
-  cublas_gemm(handle, x_lo, w_hi, CUDA_R_16BF, y, CUDA_R_32F, m, n, k, 0.0f);
-  cublas_gemm(handle, x_hi, w_lo, CUDA_R_16BF, y, CUDA_R_32F, m, n, k, 1.0f);
-  cublas_gemm(handle, x_hi, w_hi, CUDA_R_16BF, y, CUDA_R_32F, m, n, k, 1.0f);
+// The library's bf16x3 and bf16x6 paths (gemm_bf16_parts): a bf16 GEMM for each product of x's
+// and W's parts i and j with i + j < parts, into one float32 output, smallest first.
+template <Mode kMode>
+void cublas_parts(cublasHandle_t handle, const Operands<kMode>& op, float* y) {
+  constexpr int kParts = ModeTraits<kMode>::kParts;
+  float beta = 0.0f;
+  for (int order = kParts - 1; order >= 0; --order) {
+    for (int i = order; i >= 0; --i) {
+      cublas_gemm(handle, op.x[i].data, op.w[order - i].data, CUDA_R_16BF, y, CUDA_R_32F, op.m,
+                  op.n, op.k, beta);
+      beta = 1.0f;
+    }
+  }
+}
+
+// float32's own GEMM of the values the parts were split from (cublasSgemm, TF32 off).
+void cublas_sgemm(cublasHandle_t handle, const float* x, const float* w, float* y, int64_t m,
+                  int64_t n, int64_t k) {
+  const float alpha = 1.0f, beta = 0.0f;
+  CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // no TF32
+  CHECK_CUBLAS(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w,
+                           int(k), x, int(k), &beta, y, int(n)));
+  CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
 }
 
 // max |y - reference| over the sampled rows of float32 y [m][n] against the float64 sums.
@@ -715,6 +745,54 @@ double gemm_error(const Operands<kMode>& op, float* out, const Sums& sums, cudaS
   return max_gemm_error(download(out, size_t(op.m * op.n)), sums);
 }
 
+// Inputs of wide dynamic range (the issue's case): x = rand * logspace(-6, 3) along k, the scales
+// permuted, 32 x 2048 -> 1024. bf16x3's two parts keep 17 bits of each value, which such inputs
+// expose; bf16x6's three keep float32's 24. The GEMM alone against the float64 product of the
+// float32 values: promoted bf16x6 within 2x of float32's error (cublasSgemm), where cuBLAS's six
+// GEMMs measured 3x (their tensor cores' accumulation over the whole k).
+void check_wide_range(cublasHandle_t handle, cudaStream_t stream) {
+  constexpr int64_t m = 32, n = 1024, k = 2048;
+  Problem p = make_problem(m, n, k, 31);
+  Random random{32};
+  std::vector<float> scale(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j)
+    scale[size_t(j)] = float(std::pow(10.0, -6.0 + 9.0 * j / (k - 1)));
+  for (int64_t j = k - 1; j > 0; --j) {  // Fisher-Yates
+    const int64_t other = int64_t((0.5 * (random.uniform() + 1.0)) * double(j + 1)) % (j + 1);
+    std::swap(scale[size_t(j)], scale[size_t(other)]);
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      float& v = p.x[size_t(r * k + j)];
+      v = 0.5f * (v + 1.0f) * scale[size_t(j)];
+    }
+  }
+  const Operands<Mode::kBf16x3Promoted> three = make_operands<Mode::kBf16x3Promoted>(p);
+  const Operands<Mode::kBf16x6Promoted> six = make_operands<Mode::kBf16x6Promoted>(p);
+  const Sums sums32 = reference_sums32(p.x, p.w, n, k, all_rows(m));
+  DeviceBuffer<float> out(size_t(m * n)), x32(p.x.size()), w32(p.w.size());
+  x32.upload(p.x);
+  w32.upload(p.w);
+  const double ours_three = gemm_error(three, out.data, sums32, stream);
+  const double ours_six = gemm_error(six, out.data, sums32, stream);
+  const auto cublas_error = [&](const auto& run) {
+    run();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    return max_gemm_error(out.download(size_t(m * n)), sums32);
+  };
+  const double theirs_six = cublas_error([&] { cublas_parts(handle, six, out.data); });
+  const double float32 =
+      cublas_error([&] { cublas_sgemm(handle, x32.data, w32.data, out.data, m, n, k); });
+  std::printf(
+      "wide-range inputs (32 x 2048 -> 1024), GEMM error against float64: ours bf16x3 promoted"
+      " %.3e, ours bf16x6 promoted %.3e, cuBLAS bf16x6 %.3e, float32 (cublasSgemm) %.3e\n",
+      ours_three, ours_six, theirs_six, float32);
+  verdict(ours_six <= 2.0 * float32,
+          "promoted bf16x6 on wide-range inputs within 2x of float32's error (%.2fx; cuBLAS's six"
+          " GEMMs %.2fx, promoted bf16x3 %.2fx)",
+          ours_six / float32, theirs_six / float32, ours_three / float32);
+}
+
 void bench(cudaStream_t stream, cublasHandle_t handle) {
   constexpr int64_t kMaxRows = 1024, n = 8192, k = 8192;
   std::printf(
@@ -729,6 +807,7 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
   Operands<Mode::kBf16x3> three = make_operands<Mode::kBf16x3>(p);
   Operands<Mode::kBf16x3OneSum> one_sum = make_operands<Mode::kBf16x3OneSum>(p);
   Operands<Mode::kBf16x3Promoted> promoted = make_operands<Mode::kBf16x3Promoted>(p);
+  Operands<Mode::kBf16x6Promoted> six = make_operands<Mode::kBf16x6Promoted>(p);
   DeviceBuffer<float> x32(p.x.size()), w32(p.w.size());
   x32.upload(p.x);
   w32.upload(p.w);
@@ -738,7 +817,7 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
   DeviceBuffer<__half> out_fp16(count), cublas_fp16(count);
 
   for (const int64_t m : {int64_t(128), int64_t(256), int64_t(512), int64_t(1024)}) {
-    bf16_f32.m = bf16.m = fp16_f32.m = fp16.m = three.m = one_sum.m = promoted.m = m;
+    bf16_f32.m = bf16.m = fp16_f32.m = fp16.m = three.m = one_sum.m = promoted.m = six.m = m;
     const double flops = 2.0 * double(m * n * k);
     std::printf("\n%lld x %lld -> %lld (%.1f GFLOP a GEMM)\n", (long long)m, (long long)k,
                 (long long)n, flops * 1e-9);
@@ -747,6 +826,7 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
     const Sums sums16 = reference_sums(bf16, rows);
     const Sums sums_fp16 = reference_sums(fp16, rows);
     const Sums sums_three = reference_sums(three, rows);
+    const Sums sums_six = reference_sums(six, rows);
 
     std::vector<Entry> entries;
     entries.push_back(Entry{"cuBLAS bf16 -> bf16", "",
@@ -768,14 +848,11 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
                             },
                             2});
     entries.push_back(Entry{"cuBLAS bf16x3 (3 GEMMs) -> f32", "",
-                            [&] {
-                              cublas_bf16x3(handle, three.x[0].data, three.x[1].data,
-                                            three.w[0].data, three.w[1].data, cublas32.data, m, n,
-                                            k);
-                            },
-                            1});
+                            [&] { cublas_parts(handle, three, cublas32.data); }, 1});
+    entries.push_back(Entry{"cuBLAS bf16x6 (6 GEMMs) -> f32", "",
+                            [&] { cublas_parts(handle, six, cublas32.data); }, 1});
     std::vector<__nv_bfloat16> first_bf16;
-    std::vector<float> first_f32, first_three, first_promoted;
+    std::vector<float> first_f32, first_three, first_promoted, first_six;
     for (GemmTile tile : kTiles) {
       add_ours<Mode::kBf16ToBf16, MishMishModel>(entries, bf16, out_bf16.data, tile, sums16, stream,
                                                  0, &first_bf16);
@@ -806,6 +883,11 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
       add_ours<Mode::kBf16x3Promoted, MishMishModel>(entries, promoted, out32.data, tile,
                                                      sums_three, stream, 1, &first_promoted);
     }
+    const size_t six_at = entries.size();
+    for (GemmTile tile : kTiles) {  // the promoted tiles, as above
+      add_ours<Mode::kBf16x6Promoted, MishMishModel>(entries, six, out32.data, tile, sums_six,
+                                                     stream, 4, &first_six);
+    }
 
     time_entries(stream, entries);
     for (const Entry& e : entries) {
@@ -816,33 +898,34 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
     }
     std::printf(
         "  bf16x3 (auto) against cuBLAS's three GEMMs: %.2fx as fast; promoted bf16x3 (auto)"
-        " %.2fx\n",
-        entries[3].us / entries[three_at].us, entries[3].us / entries[promoted_at].us);
+        " %.2fx; promoted bf16x6 (auto) against cuBLAS's six GEMMs %.2fx\n",
+        entries[3].us / entries[three_at].us, entries[3].us / entries[promoted_at].us,
+        entries[4].us / entries[six_at].us);
 
     if (m == kMaxRows) {
       // bf16x3's accuracy: the GEMM alone (no chain, no bias) against the float64 product of the
       // float32 values x and W were split from, beside cuBLAS's three bf16 GEMMs' and a float32
       // GEMM's on the same values.
-      const Sums sums32 = reference_sums(three.x32, three.w32, {}, {}, n, k, rows);
+      const Sums sums32 = reference_sums32(three.x32, three.w32, n, k, rows);
       const double ours = gemm_error(three, out32.data, sums32, stream);
       const double ours_one_sum = gemm_error(one_sum, out32.data, sums32, stream);
       const double ours_promoted = gemm_error(promoted, out32.data, sums32, stream);
-      cublas_bf16x3(handle, three.x[0].data, three.x[1].data, three.w[0].data, three.w[1].data,
-                    cublas32.data, m, n, k);
+      const double ours_six = gemm_error(six, out32.data, sums32, stream);
+      cublas_parts(handle, three, cublas32.data);
       CHECK_CUDA(cudaStreamSynchronize(stream));
       const double theirs = max_gemm_error(download(cublas32.data, count), sums32);
-      const float alpha = 1.0f, beta = 0.0f;
-      CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // no TF32
-      CHECK_CUBLAS(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
-                               w32.data, int(k), x32.data, int(k), &beta, cublas32.data, int(n)));
-      CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+      cublas_parts(handle, six, cublas32.data);
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      const double theirs_six = max_gemm_error(download(cublas32.data, count), sums32);
+      cublas_sgemm(handle, x32.data, w32.data, cublas32.data, m, n, k);
       CHECK_CUDA(cudaStreamSynchronize(stream));
       const double float32 = max_gemm_error(download(cublas32.data, count), sums32);
       std::printf(
           "  GEMM error against float64 at %zu rows x %lld: ours bf16x3 %.3e, ours bf16x3"
-          " one sum %.3e, ours bf16x3 promoted %.3e, cuBLAS bf16x3 %.3e, float32 (cublasSgemm)"
-          " %.3e\n",
-          rows.size(), (long long)n, ours, ours_one_sum, ours_promoted, theirs, float32);
+          " one sum %.3e, ours bf16x3 promoted %.3e, ours bf16x6 promoted %.3e, cuBLAS bf16x3"
+          " %.3e, cuBLAS bf16x6 %.3e, float32 (cublasSgemm) %.3e\n",
+          rows.size(), (long long)n, ours, ours_one_sum, ours_promoted, ours_six, theirs,
+          theirs_six, float32);
       // Both bf16x3s leave out x_lo W_lo and the parts' own rounding; summing the small terms
       // apart must keep the rest of the error at cuBLAS's level.
       verdict(ours <= 1.25 * theirs,
@@ -854,6 +937,10 @@ void bench(cudaStream_t stream, cublasHandle_t handle) {
               "promoted bf16x3's GEMM error within 1.5x of float32's (cublasSgemm) (%.2fx; %.2fx"
               " cuBLAS bf16x3's)",
               ours_promoted / float32, ours_promoted / theirs);
+      verdict(ours_six <= 1.5 * float32,
+              "promoted bf16x6's GEMM error within 1.5x of float32's (cublasSgemm) (%.2fx; %.2fx"
+              " cuBLAS bf16x6's)",
+              ours_six / float32, ours_six / theirs_six);
     }
   }
 }
@@ -873,6 +960,9 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount);
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t handle;
+  CHECK_CUBLAS(cublasCreate(&handle));
+  CHECK_CUBLAS(cublasSetStream(handle, stream));
   if (what != "bench") {
     check_mode<Mode::kBf16ToF32>(stream);
     check_mode<Mode::kBf16ToBf16>(stream);
@@ -881,6 +971,7 @@ int main(int argc, char** argv) {
     check_mode<Mode::kBf16x3>(stream);
     check_mode<Mode::kBf16x3OneSum>(stream);
     check_mode<Mode::kBf16x3Promoted>(stream);
+    check_mode<Mode::kBf16x6Promoted>(stream);
     // A chain with a per-feature term (swish_chain's add_value) and 16-bit Half forms.
     check_tiles<Mode::kBf16ToBf16, SwishChainModel>(make_problem(300, 520, 1000, 21),
                                                     "300x520x1000", stream);
@@ -888,14 +979,12 @@ int main(int argc, char** argv) {
                                                 stream);
     check_tiles<Mode::kBf16x3Promoted, SwishChainModel>(make_problem(300, 520, 1000, 22),
                                                         "300x520x1000", stream);
+    check_tiles<Mode::kBf16x6Promoted, SwishChainModel>(make_problem(300, 520, 1000, 22),
+                                                        "300x520x1000", stream);
+    check_wide_range(handle, stream);
   }
-  if (what == "all" || what == "bench") {
-    cublasHandle_t handle;
-    CHECK_CUBLAS(cublasCreate(&handle));
-    CHECK_CUBLAS(cublasSetStream(handle, stream));
-    bench(stream, handle);
-    CHECK_CUBLAS(cublasDestroy(handle));
-  }
+  if (what == "all" || what == "bench") bench(stream, handle);
+  CHECK_CUBLAS(cublasDestroy(handle));
   CHECK_CUDA(cudaStreamDestroy(stream));
   std::printf("\n%s: %d failure%s\n", g_failures == 0 ? "ALL PASSED" : "FAILED", g_failures,
               g_failures == 1 ? "" : "s");

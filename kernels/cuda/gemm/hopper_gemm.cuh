@@ -49,20 +49,38 @@ namespace gemm {
 //   - kBf16x3Promoted: each k-tile's three products into fresh accumulators, which the consumer
 //     then adds into float32 running totals with the ALU's additions (rounded to nearest), as
 //     DeepSeek's "promotion" does for FP8: the tensor cores then drop bits relative to one
-//     k-tile's 64 k of sums, not the whole k's. Measured there: 4.79e-4, 1.20x float32's (0.34x
+//     k-tile's 64 k of sums, not the whole k's. Measured there: 4.81e-4, 1.20x float32's (0.34x
 //     the other modes'), at 1.1x kBf16x3's time on the 128x128 tile. A k-tile's sums go in
 //     64-column pieces into two buffers in turn, so that one piece's products run while the one
 //     before is added: totals and two pieces fit a consumer's registers for one 64-row block of at
 //     most 128 columns (the 128x128, 128x64 and 64x128 turns tiles).
-enum class GemmProducts { kOne, kBf16x3, kBf16x3OneSum, kBf16x3Promoted };
+//   - kBf16x6Promoted: bf16x6's six products of x's and W's three parts (split_bf16_three), those
+//     of parts i and j with i + j < 3, smallest first, promoted as kBf16x3Promoted's: for inputs
+//     of any range, where bf16x3's two parts leave 2^-17 of each value out. Measured there:
+//     5.71e-5, 0.14x float32's; on wide-range inputs (hopper_gemm_check) 1.49x float32's, where
+//     cuBLAS's six GEMMs are 14.9x. Its stages hold three parts each: two fit for 128x128.
+// The promoted modes take each order of products (i + j) over a k-tile's 64 k before the next,
+// so that the small terms are summed while the k-tile's sums are still small: taking the six at
+// each 16 k in turn measured 2.31x float32's error on the wide-range inputs, in the same time.
+enum class GemmProducts { kOne, kBf16x3, kBf16x3OneSum, kBf16x3Promoted, kBf16x6Promoted };
+
+__host__ __device__ constexpr bool promoted(GemmProducts products) {
+  return products == GemmProducts::kBf16x3Promoted || products == GemmProducts::kBf16x6Promoted;
+}
+
+// The bfloat16 parts of x and of W a tile's products read.
+__host__ __device__ constexpr int operand_parts(GemmProducts products) {
+  return products == GemmProducts::kOne ? 1 : products == GemmProducts::kBf16x6Promoted ? 3 : 2;
+}
+constexpr int kMaxParts = 3;
 
 // Accumulators a consumer thread holds for consumer_rows x cols of a tile (cols / 2 a 64-row
-// block): one set of sums, bf16x3's two, or the promoted bf16x3's totals and two 64-column
-// pieces' sums.
+// block): one set of sums, bf16x3's two, or the promoted modes' totals and two 64-column pieces'
+// sums.
 constexpr int consumer_accumulators(GemmProducts products, int consumer_rows, int cols) {
-  const int per_block = products == GemmProducts::kBf16x3           ? cols
-                        : products == GemmProducts::kBf16x3Promoted ? cols / 2 + 64
-                                                                    : cols / 2;
+  const int per_block = products == GemmProducts::kBf16x3 ? cols
+                        : promoted(products)              ? cols / 2 + 64
+                                                          : cols / 2;
   return consumer_rows / 64 * per_block;
 }
 
@@ -87,6 +105,27 @@ constexpr int kGemmSmemBytes = 227 * 1024;  // the most a block may take on sm_9
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232, kMaxAccumulators = 128;
 // Rows of tiles a group of TileOrder spans.
 constexpr int kGroupRows = 16;
+constexpr int kTileK = 64;  // 128-byte rows of 16-bit values: the swizzle's width
+constexpr int kMaxStages = 8;
+
+// After the ring, each consumer's copy of its tile's columns' bias and chain terms (floats).
+constexpr int column_bytes(int cols) { return 2 * (1 + act::kMaxColumnTerms) * cols * 4; }
+// A stage: x's parts (tile_m rows), then W's (cols rows), kTileK 16-bit values each.
+constexpr int stage_bytes(GemmProducts products, int tile_m, int cols) {
+  return operand_parts(products) * (tile_m + cols) * kTileK * 2;
+}
+// The stages of the ring that fit beside the column values (1024: room to align the ring; 16 a
+// stage: its barriers).
+constexpr int ring_stages(GemmProducts products, int tile_m, int cols) {
+  return std::min(kMaxStages, (kGemmSmemBytes - 1024 - 16 * kMaxStages - column_bytes(cols)) /
+                                  stage_bytes(products, tile_m, cols));
+}
+// Whether a tile can be built: a consumer's accumulators fit its registers, and two stages at
+// least fit shared memory (bf16x6's three parts a stage leave its widest tiles one).
+constexpr bool shape_fits(GemmProducts products, int consumer_rows, int tile_m, int cols) {
+  return consumer_accumulators(products, consumer_rows, cols) <= kMaxAccumulators &&
+         ring_stages(products, tile_m, cols) >= 2;
+}
 
 // kConsumerRowsOf rows of x a consumer takes of each of its tiles (64 or 128: one or two m64
 // products a 16-k step), kTileNOf rows of W; kTurnsOf: the consumers' tiles their own (kTileM =
@@ -94,34 +133,33 @@ constexpr int kGroupRows = 16;
 template <GemmProducts kProductsOf, int kTileNOf, int kConsumerRowsOf, bool kTurnsOf>
 struct GemmShape {
   static constexpr GemmProducts kProducts = kProductsOf;
-  static constexpr int kParts = kProducts == GemmProducts::kOne ? 1 : 2;    // hi (and lo)
+  static constexpr int kParts = operand_parts(kProducts);                   // hi (, mid) (, lo)
   static constexpr int kSums = kProducts == GemmProducts::kBf16x3 ? 2 : 1;  // accumulator sets
   static constexpr bool kTurns = kTurnsOf;
   static constexpr int kConsumerRows = kConsumerRowsOf;
   static constexpr int kBlocks = kConsumerRows / 64;
   static constexpr int kTileM = kTurns ? kConsumerRows : 2 * kConsumerRows;
   static constexpr int kTileN = kTileNOf;
-  // Accumulators a consumer thread holds; the shape exists only where they fit its registers.
+  // Accumulators a consumer thread holds; the shape is built only where they fit its registers
+  // and its ring shared memory (shape_fits).
   static constexpr int kAccumulators = consumer_accumulators(kProducts, kConsumerRows, kTileN);
-  static constexpr bool kFits = kAccumulators <= kMaxAccumulators;
-  static constexpr int kTileK = 64;  // 128-byte rows of 16-bit values: the swizzle's width
+  static constexpr bool kFits = shape_fits(kProducts, kConsumerRows, kTileM, kTileN);
+  static constexpr int kTileK = gemm::kTileK;
   static constexpr int kABytes = kTileM * kTileK * 2;  // a part of x's tile
   static constexpr int kBBytes = kTileN * kTileK * 2;  // a part of W's tile
   // A stage: x's parts, then W's parts, each 1024-byte aligned (the swizzle's period).
-  static constexpr int kStageBytes = kParts * (kABytes + kBBytes);
-  // After the ring, each consumer's copy of its tile's columns' bias and chain terms (floats).
+  static constexpr int kStageBytes = stage_bytes(kProducts, kTileM, kTileN);
   static constexpr int kColumnValues = 1 + act::kMaxColumnTerms;
-  static constexpr int kColumnBytes = 2 * kColumnValues * kTileN * 4;
-  static constexpr int kMaxStages = 8;
-  static constexpr int kStages =
-      std::min(kMaxStages, (kGemmSmemBytes - 1024 - 16 * kMaxStages - kColumnBytes) / kStageBytes);
+  static constexpr int kColumnBytes = column_bytes(kTileN);
+  // (A shape not built keeps a ring of two, so that its type stays well formed.)
+  static constexpr int kStages = kFits ? ring_stages(kProducts, kTileM, kTileN) : 2;
   using RingT = Ring<kStages, kStageBytes>;
   // 1024: room to align the ring.
   static constexpr int kSmemBytes = 1024 + RingT::kBytes + kColumnBytes;
   static constexpr int kConsumerWarps = kTurns ? 4 : 8;  // the warps that read each stage
   static_assert(kTileN == 64 || kTileN == 128 || kTileN == 256, "wgmma's N here");
   static_assert(kConsumerRows == 64 || kConsumerRows == 128);
-  static_assert(kStages >= 2 && kSmemBytes <= kGemmSmemBytes);
+  static_assert(!kFits || kSmemBytes <= kGemmSmemBytes);
 };
 
 // The tiles in the order blocks take them: groups of group_m rows of tiles, each group column by
@@ -139,9 +177,10 @@ struct TileOrder {
   }
 };
 
-// The TMA's descriptions of x's and W's parts (hi, lo; lo unused for one product).
+// The TMA's descriptions of x's and W's parts (hi, then lo, or mid and lo; the first
+// operand_parts used).
 struct GemmMaps {
-  CUtensorMap x[2], w[2];
+  CUtensorMap x[kMaxParts], w[kMaxParts];
 };
 
 // The producer: every k-tile of every tile of this block, in order, into the ring.
@@ -301,8 +340,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
                                  consumer * Shape::kColumnValues * kTileN * 4);
     const int column_thread = threadIdx.x % 128;
     // [set][block]: set 0 the products' sums (x_hi W_hi's for bf16x3, the running totals for the
-    // promoted bf16x3), set 1 bf16x3's small terms'; block b rows 64 b ... of this consumer's.
-    constexpr bool kPromoted = Shape::kProducts == GemmProducts::kBf16x3Promoted;
+    // promoted modes), set 1 bf16x3's small terms'; block b rows 64 b ... of this consumer's.
+    constexpr bool kPromoted = promoted(Shape::kProducts);
     float acc[Shape::kSums][kBlocks][kTileN / 2];
 #pragma unroll
     for (int s = 0; s < Shape::kSums; ++s)
@@ -366,19 +405,31 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
           const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
           const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes +
                                 kPiece * 64 * kRowBytes;
+          // Part p of W's and x's 16 k at k16 (0 hi; then lo, or mid and lo).
+          const auto b_of = [&](int p, int k16) {
+            return swizzled_tile_descriptor(b_hi + p * Shape::kBBytes + 32 * k16);
+          };
+          const auto a_of = [&](int blk, int p, int k16) {
+            return swizzled_tile_descriptor(a_hi + blk * 64 * kRowBytes + p * Shape::kABytes +
+                                            32 * k16);
+          };
+          // The products of parts i and j, i + j < kParts, by descending i + j (the smallest
+          // first), each order over the k-tile's 64 k before the next: the small terms then sum
+          // while the group's sums are small, and the tensor cores drop only their own low bits.
+          // Each group's sums start afresh.
 #pragma unroll
-          for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
-            const bool accumulate = k16 > 0;  // each group's sums start afresh
-            const uint64_t b = swizzled_tile_descriptor(b_hi + 32 * k16);
-            const uint64_t b_lo = swizzled_tile_descriptor(b_hi + Shape::kBBytes + 32 * k16);
+          for (int order = Shape::kParts - 1; order >= 0; --order) {
 #pragma unroll
-            for (int blk = 0; blk < kBlocks; ++blk) {
-              const uint32_t a_at = a_hi + blk * 64 * kRowBytes + 32 * k16;
-              const uint64_t a = swizzled_tile_descriptor(a_at);
-              const uint64_t a_lo = swizzled_tile_descriptor(a_at + Shape::kABytes);
-              warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a_lo, b, accumulate);
-              warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a, b_lo, true);
-              warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a, b, true);
+            for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
+#pragma unroll
+              for (int blk = 0; blk < kBlocks; ++blk) {
+#pragma unroll
+                for (int i = order; i >= 0; --i) {
+                  const bool first = order == Shape::kParts - 1 && k16 == 0 && i == order;
+                  warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a_of(blk, i, k16),
+                                        b_of(order - i, k16), !first);
+                }
+              }
             }
           }
           warpgroup_commit();
@@ -524,18 +575,20 @@ constexpr TileShape shape_of(GemmTile tile) {
   }
   return {};
 }
-// Whether a consumer's accumulators for `tile` fit its registers (GemmShape::kFits): bf16x3's two
-// sets of sums take twice one product's, the promoted bf16x3's 64 more a block.
+// Whether `tile` can be built for `products` (GemmShape::kFits): bf16x3's two sets of sums take
+// twice one product's registers, the promoted modes' 64 more a block; bf16x6's stages 1.5x
+// bf16x3's shared memory.
 constexpr bool tile_fits(GemmProducts products, GemmTile tile) {
   if (tile == GemmTile::kAuto) return true;
   const TileShape shape = shape_of(tile);
-  return consumer_accumulators(products, shape.consumer_rows, shape.cols) <= kMaxAccumulators;
+  return shape_fits(products, shape.consumer_rows, shape.rows(), shape.cols);
 }
 
 // The tiles choose_tile picks from, with how well each keeps the tensor cores busy: from the
 // timings at 128-1024 rows x 8192 -> 8192 on an H200 (one product: the shared 128-row tiles
 // ahead; bf16x3: 64 x 128 in turns ahead at 256-1024 rows; promoted bf16x3, at 1024 rows: 128 x
-// 128 628 us, 128 x 64 657 us, 64 x 128 in turns 804 us).
+// 128 628 us, 128 x 64 657 us, 64 x 128 in turns 804 us; promoted bf16x6 the same order, 1243,
+// 1259 and 1468 us).
 struct TileCandidate {
   GemmTile tile;
   double efficiency;
@@ -548,9 +601,9 @@ inline constexpr TileCandidate kThreeProductTiles[kTileCandidates] = {
 inline constexpr TileCandidate kPromotedTiles[kTileCandidates] = {
     {GemmTile::k128x128, 1.0}, {GemmTile::k128x64, 0.95}, {GemmTile::k64x128Turns, 0.78}};
 constexpr const TileCandidate* tile_candidates(GemmProducts products) {
-  return products == GemmProducts::kOne              ? kOneProductTiles
-         : products == GemmProducts::kBf16x3Promoted ? kPromotedTiles
-                                                     : kThreeProductTiles;
+  return products == GemmProducts::kOne ? kOneProductTiles
+         : promoted(products)           ? kPromotedTiles
+                                        : kThreeProductTiles;
 }
 
 // Whether choose_tile may pick the tile of that shape for `products`.
@@ -592,9 +645,10 @@ enum class TileSet { kAll, kAutoCandidates };
 namespace detail {
 
 template <class Shape, typename In, typename Out, class ChainT>
-cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[2],
-                         const void* const (&w)[2], Out* out, int64_t m, int64_t n, int64_t k,
-                         const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream) {
+cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[kMaxParts],
+                         const void* const (&w)[kMaxParts], Out* out, int64_t m, int64_t n,
+                         int64_t k, const ColumnEpilogue<Out, ChainT>& epilogue,
+                         cudaStream_t stream) {
   GemmMaps maps{};
   for (int p = 0; p < Shape::kParts; ++p) {
     cudaError_t err = describe_matrix(maps.x[p], x[p], 2, m, k, Shape::kTileM);
@@ -620,11 +674,11 @@ cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[2],
 
 template <GemmProducts kProducts, typename In, TileSet kTiles = TileSet::kAll, typename Out,
           class ChainT>
-cudaError_t launch_products(const void* const (&x)[2], const void* const (&w)[2], Out* out,
-                            int64_t m, int64_t n, int64_t k,
+cudaError_t launch_products(const void* const (&x)[kMaxParts], const void* const (&w)[kMaxParts],
+                            Out* out, int64_t m, int64_t n, int64_t k,
                             const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
                             GemmTile tile) {
-  constexpr int kParts = kProducts == GemmProducts::kOne ? 1 : 2;
+  constexpr int kParts = operand_parts(kProducts);
   if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
   // The TMA reads 16-byte aligned rows (k a multiple of 8), from 16-byte aligned bases.
   bool supported = k > 0 && k % 8 == 0 && aligned16(out);
@@ -688,8 +742,8 @@ cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, in
                                GemmTile tile = GemmTile::kAuto) {
   static_assert(std::is_same_v<In, __nv_bfloat16> || std::is_same_v<In, __half>);
   static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, In>);
-  const void* const xs[2] = {x, x};
-  const void* const ws[2] = {w, w};
+  const void* const xs[kMaxParts] = {x, x, x};
+  const void* const ws[kMaxParts] = {w, w, w};
   return detail::launch_products<GemmProducts::kOne, In, kTiles>(xs, ws, out, m, n, k, epilogue,
                                                                  stream, tile);
 }
@@ -708,11 +762,28 @@ cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bflo
                                       float* out, int64_t m, int64_t n, int64_t k,
                                       const ColumnEpilogue<float, ChainT>& epilogue,
                                       cudaStream_t stream, GemmTile tile = GemmTile::kAuto) {
-  static_assert(kProducts != GemmProducts::kOne);
-  const void* const xs[2] = {x_hi, x_lo};
-  const void* const ws[2] = {w_hi, w_lo};
+  static_assert(operand_parts(kProducts) == 2);
+  const void* const xs[kMaxParts] = {x_hi, x_lo, x_lo};
+  const void* const ws[kMaxParts] = {w_hi, w_lo, w_lo};
   return detail::launch_products<kProducts, __nv_bfloat16, kTiles>(xs, ws, out, m, n, k, epilogue,
                                                                    stream, tile);
+}
+
+// bf16x6: out = chain(x W^T + bias) from x's and W's three bfloat16 parts (hi, mid, lo, as
+// split_bf16_three gives them; each [m][k] or [n][k] row-major), the six products of parts i and
+// j with i + j < 3, smallest first, each k-tile's sums promoted into float32 totals (GemmProducts);
+// out and the epilogue's terms float32. The promoted tiles only (128x128, 128x64, 64x128 turns);
+// refuses as launch_hopper_gemm_bf16x3 does.
+template <TileSet kTiles = TileSet::kAll, class ChainT>
+cudaError_t launch_hopper_gemm_bf16x6(const __nv_bfloat16* const (&x)[kMaxParts],
+                                      const __nv_bfloat16* const (&w)[kMaxParts], float* out,
+                                      int64_t m, int64_t n, int64_t k,
+                                      const ColumnEpilogue<float, ChainT>& epilogue,
+                                      cudaStream_t stream, GemmTile tile = GemmTile::kAuto) {
+  const void* const xs[kMaxParts] = {x[0], x[1], x[2]};
+  const void* const ws[kMaxParts] = {w[0], w[1], w[2]};
+  return detail::launch_products<GemmProducts::kBf16x6Promoted, __nv_bfloat16, kTiles>(
+      xs, ws, out, m, n, k, epilogue, stream, tile);
 }
 
 }  // namespace gemm
