@@ -16,9 +16,13 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // The Hopper GEMM's promoted bf16x3 against cuBLAS's three products and the epilogue, both
   // models: 1.40-1.44x at 128 rows, 1.10-1.14x at 256, 1.04-1.07x at 512, 1.01-1.03x at 1024, and
   // 2.3-3.6x closer to float64 (docs/RESULTS.md); not measured at 65-127 rows nor above 1024.
+  // Its promoted bf16x6 against cuBLAS's six products and the epilogue: 1.49-1.52x at 128 rows,
+  // 0.96-0.97x at 512, 0.92-0.95x at 1024 and 0.69-0.70x at 32 (its 128-row tiles mostly empty),
+  // the GEMMs alone 1.01-1.04x at 256; 3-20x closer to float64 (docs/RESULTS.md).
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
-       /*bf16x3_as_ieee*/ 8, /*bf16x3_hopper_min*/ 128, /*bf16x3_hopper_max*/ 1024},
+       /*bf16x3_as_ieee*/ 8, /*bf16x3_hopper_min*/ 128, /*bf16x3_hopper_max*/ 1024,
+       /*bf16x6_hopper_min*/ 128, /*bf16x6_hopper_max*/ 256},
   };
   if (!device.gpu) return nullptr;
   for (const SkinnyThresholds& t : kMeasured) {
@@ -57,10 +61,7 @@ std::string hopper_refusal(const GemmQuery& query) {
   if (query.float32_model &&
       (query.precision == Precision::kIeee || query.precision == Precision::kTf32)) {
     return std::string("it forms bfloat16 products, not ") + precision_name(query.precision) +
-           "'s (float32 models: bf16 or bf16x3)";
-  }
-  if (query.float32_model && query.precision == Precision::kBf16x6) {
-    return "it has no bf16x6 products (float32 models: bf16 or bf16x3)";
+           "'s (float32 models: bf16, bf16x3 or bf16x6)";
   }
   if (query.in_features % 8 != 0) {
     return "in_features (" + std::to_string(query.in_features) + ") is not a multiple of 8";
@@ -149,21 +150,28 @@ GemmPlan plan_gemm(const GemmQuery& query) {
                     as_ieee + 1);
     }
   }
+  const int64_t max_rows = has_skinny_kernel ? skinny_max_rows(query, query.precision) : 0;
+  // The Hopper GEMM's promoted sums, at the rows where they measured faster (table).
+  if (table && query.skinny_max_rows < 0 && query.float32_model &&
+      sums_split_products(query.precision) && query.rows > max_rows) {
+    const bool six = query.precision == Precision::kBf16x6;
+    const int64_t from = six ? table->bf16x6_hopper_min : table->bf16x3_hopper_min;
+    const int64_t to = six ? table->bf16x6_hopper_max : table->bf16x3_hopper_max;
+    const std::string rows = std::to_string(from) + "-" + std::to_string(to) + " rows";
+    if (query.rows >= from && query.rows <= to && hopper_refusal(query).empty()) {
+      if (!query.compiled_chain) {
+        return library("auto: a run-time chain: at " + rows + " the Hopper GEMM takes " + mode +
+                       ", but the chain's interpreter in its epilogue measured slower than cuBLAS "
+                       "and the chain's own kernel");
+      }
+      return finish_on(GemmKernel::kHopper, query.precision,
+                       "auto: at " + rows + " the Hopper GEMM's " + mode +
+                           " measured faster than cuBLAS's, and closer to float64",
+                       0);
+    }
+  }
   if (!has_skinny_kernel) {
     return library("auto: the small-batch kernels have no " + mode + " products");
-  }
-  const int64_t max_rows = skinny_max_rows(query, query.precision);
-  const bool hopper_rows = table && query.skinny_max_rows < 0 &&
-                           query.rows >= table->bf16x3_hopper_min &&
-                           query.rows <= table->bf16x3_hopper_max;
-  if (query.precision == Precision::kBf16x3 && query.float32_model && query.rows > max_rows &&
-      hopper_rows && hopper_refusal(query).empty()) {
-    return finish_on(GemmKernel::kHopper, query.precision,
-                     "auto: at " + std::to_string(table->bf16x3_hopper_min) + "-" +
-                         std::to_string(table->bf16x3_hopper_max) +
-                         " rows the Hopper GEMM's bf16x3 measured faster than cuBLAS's, and as "
-                         "accurate as float32",
-                     0);
   }
   if (query.rows > max_rows) {
     return library("auto: above the " + std::to_string(max_rows) + " rows up to which the " + mode +

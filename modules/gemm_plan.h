@@ -59,17 +59,19 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
 
 // Which kernel runs the fused forward's GEMM (LinearChain::set_gemm_kernel).
 //   auto    the skinny kernel on a GPU for inputs of up to skinny_max_rows() rows (where it
-//           measured faster: it reads W once and fuses the epilogue); above them bf16x3 on the
-//           Hopper GEMM where it takes the forward, at the rows where it measured faster
-//           (SkinnyThresholds::bf16x3_hopper_min to _max); cuBLAS otherwise;
+//           measured faster: it reads W once and fuses the epilogue); above them bf16x3 and bf16x6
+//           on the Hopper GEMM where it takes the forward, at the rows where it measured faster
+//           (SkinnyThresholds::bf16x3_hopper_min to _max, bf16x6_hopper_min to _max), for a
+//           declaration's compiled chain (a run-time chain's interpreter in its epilogue measured
+//           slower than cuBLAS and the chain's own kernel); cuBLAS otherwise;
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
 //   skinny  always the skinny kernel (any number of rows, W then read once per tile of x's rows:
 //           16 for float32 W, 64 on the tensor cores; on the CPU its twin: the same products in
 //           float32 and the fused epilogue).
 //   hopper  the Hopper GEMM, the chain in its epilogue (kernels/cuda/gemm/), where it takes the
-//           forward: a GPU of compute capability 9.0, in_features a multiple of 8, the bf16 and
-//           bf16x3 modes of float32 models or any mode of 16-bit ones (their own products); cuBLAS
-//           otherwise, the plan's reason says why.
+//           forward: a GPU of compute capability 9.0, in_features a multiple of 8, the bf16,
+//           bf16x3 and bf16x6 modes of float32 models or any mode of 16-bit ones (their own
+//           products); cuBLAS otherwise, the plan's reason says why.
 enum class GemmKernel { kAuto, kCublas, kSkinny, kHopper };
 
 inline const std::vector<GemmKernel>& all_gemm_kernels() {
@@ -122,14 +124,15 @@ struct GemmDevice {
 // What auto runs on one architecture, as measured: the most rows at which each mode's small-batch
 // kernel measured faster than cuBLAS with the epilogue (0: never), up to how many rows bf16x3 runs
 // ieee's kernel instead of its own (faster there, and more accurate), and the rows at which bf16x3
-// runs on the Hopper GEMM (none where the maximum is 0), where its promoted sums measured faster
-// than cuBLAS's three products and as accurate as float32.
+// and bf16x6 run on the Hopper GEMM (none where the maximum is 0), where its promoted sums
+// measured faster than cuBLAS's products and closer to float64.
 struct SkinnyThresholds {
   int compute_major;
   int64_t ieee, bf16x3, tf32, bf16;  // float32 models
   int64_t half_models;               // float16 and bfloat16 models
   int64_t bf16x3_as_ieee;
   int64_t bf16x3_hopper_min = 0, bf16x3_hopper_max = 0;
+  int64_t bf16x6_hopper_min = 0, bf16x6_hopper_max = 0;
 };
 // The measured rows for `device`'s architecture; null where none were measured (auto then runs
 // cuBLAS at every batch).
@@ -153,6 +156,8 @@ struct GemmQuery {
   int64_t skinny_max_rows = -1;  // an override of the table for every mode (auto then leaves the
                                  // Hopper GEMM out); -1: the table's
   int64_t bf16x3_min_rows = kDefaultBf16x3MinRows;
+  // A declaration's compiled chain, or a run-time chain (the interpreter's kernels).
+  bool compiled_chain = true;
 };
 
 // What the forward runs: the products (bf16x3 may run ieee's), the kernel (the small-batch

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "kernels/ops/chain_registry.h"
 #include "kernels/ops/ops.h"
 #include "modules/loader/state_dict.h"
 
@@ -157,6 +158,7 @@ GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
   query.weight_output_major = linear_->weight.is_contiguous();
   query.skinny_max_rows = skinny_max_rows_;
   query.bf16x3_min_rows = bf16x3_min_rows_;
+  query.compiled_chain = find_chain(chain_name_).compiled;
   return query;
 }
 
@@ -195,20 +197,25 @@ torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) {
   // arguments (ops.h).
   const auto whole_forward = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
   const c10::optional<torch::Tensor> bias = linear_->bias;
+  // W, or its bfloat16 parts, as the op takes them: w, w_lo, w_third.
+  const auto run = [&](const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                       const c10::optional<torch::Tensor>& w_third, const char* products) {
+    return whole_forward(x, w, w_lo, bias, slot_params(), chain_name_, products, w_third);
+  };
   switch (plan.products) {
     case Precision::kIeee:
     case Precision::kTf32:
-      return whole_forward(x, linear_->weight, c10::nullopt, bias, slot_params(), chain_name_,
-                           "ieee");
+      return run(linear_->weight, c10::nullopt, c10::nullopt, "ieee");
     case Precision::kBf16x3: {
       const SplitWeight parts = split_weight();
-      return whole_forward(x, parts.hi, parts.lo, bias, slot_params(), chain_name_, "bf16x3");
+      return run(parts.hi, parts.lo, c10::nullopt, "bf16x3");
     }
     case Precision::kBf16:
-      return whole_forward(x, split_weight().hi, c10::nullopt, bias, slot_params(), chain_name_,
-                           "bf16");
-    case Precision::kBf16x6:
-      break;  // cuBLAS's products only (plan_gemm)
+      return run(split_weight().hi, c10::nullopt, c10::nullopt, "bf16");
+    case Precision::kBf16x6: {  // the Hopper GEMM's (plan_gemm: no small-batch kernel)
+      const SplitWeight parts = split_weight();
+      return run(parts.hi, parts.mid, parts.lo, "bf16x6");
+    }
   }
   TORCH_CHECK(false, "forward: the plan gave ", plan.description,
               ", which no whole-forward op runs");

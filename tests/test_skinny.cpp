@@ -44,12 +44,14 @@ std::vector<ModelSpec> chains_under_test() {
 
 // The products each precision forms, and the error each may carry, relative to |x_k w_k|: none
 // for W itself (ieee); for hi + lo, bf16x3's (x and W each split to within 2^-17, x_lo w_lo left
-// out: 2^-16 + 2^-18, 2^-15 with room); for hi alone, the bf16 mode's (x and W each rounded to
-// bfloat16, 2^-9: 2^-8 + 2^-18).
-const char* const kPrecisions[] = {"ieee", "bf16x3", "bf16"};
+// out: 2^-16 + 2^-18, 2^-15 with room); for hi, mid and lo, bf16x6's (each split to within
+// 2^-26, the products of parts i + j > 2 left out: 2^-24 with room); for hi alone, the bf16
+// mode's (x and W each rounded to bfloat16, 2^-9: 2^-8 + 2^-18).
+const char* const kPrecisions[] = {"ieee", "bf16x3", "bf16", "bf16x6"};
 double per_product_error(const std::string& precision) {
   return precision == "ieee"     ? 0
          : precision == "bf16x3" ? std::ldexp(1.0, -15)
+         : precision == "bf16x6" ? std::ldexp(1.0, -24)
                                  : std::ldexp(1.0, -8);
 }
 
@@ -81,11 +83,15 @@ Problem make_problem(const ModelSpec& spec, int64_t rows, int64_t out, int64_t i
 torch::Tensor run_precision(const Problem& p, const std::string& precision,
                             WholeForwardOp op = &fused_linear_epilogue) {
   if (precision == "ieee") {
-    return op(p.x, p.w, c10::nullopt, p.bias, p.params, p.spec.op_chain(), precision);
+    return op(p.x, p.w, c10::nullopt, p.bias, p.params, p.spec.op_chain(), precision, c10::nullopt);
+  }
+  if (precision == "bf16x6") {
+    const auto [hi, mid, lo] = split_bf16_three(p.w);
+    return op(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), precision, lo);
   }
   const auto [hi, lo] = split_bf16(p.w);
   return op(p.x, hi, precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt,
-            p.bias, p.params, p.spec.op_chain(), precision);
+            p.bias, p.params, p.spec.op_chain(), precision, c10::nullopt);
 }
 
 // The chain in float64 on x W^T + bias, with the parameters as given.
@@ -121,12 +127,12 @@ double bound_used(const Problem& p, const torch::Tensor& got, const std::string&
   return (err / bound).max().item<double>();
 }
 
-// Every precision a dtype takes: ieee for all; bf16x3 and bf16 for float32 (the only two the
-// Hopper GEMM takes there: its products are bfloat16's).
+// Every precision a dtype takes: ieee for all; for float32 bf16x3 and bf16, and on the Hopper GEMM
+// bf16x6 (its products are bfloat16's: no ieee there; the small-batch kernels form no six).
 std::vector<std::string> precisions_of(torch::ScalarType dtype,
                                        WholeForwardOp op = &fused_linear_epilogue) {
   if (dtype != torch::kFloat32) return {kPrecisions[0]};
-  if (op == &fused_gemm_epilogue) return {kPrecisions[1], kPrecisions[2]};
+  if (op == &fused_gemm_epilogue) return {kPrecisions[1], kPrecisions[2], kPrecisions[3]};
   return {kPrecisions[0], kPrecisions[1], kPrecisions[2]};
 }
 
@@ -169,6 +175,30 @@ TEST(HopperGemm, CpuTwinIsTheSmallBatchOpsTwin) {
                                run_precision(p, precision)))
           << spec.name << " " << precision;
     }
+    // bf16x6: linear_bf16x6's products, then the chain; the small-batch op refuses it.
+    const auto [hi, mid, lo] = split_bf16_three(p.w);
+    const torch::Tensor six = run_precision(p, "bf16x6", &fused_gemm_epilogue);
+    EXPECT_TRUE(torch::equal(
+        six, fused_epilogue(linear_bf16x6(p.x, hi, mid, lo), p.bias, p.params, p.spec.op_chain())))
+        << spec.name;
+    EXPECT_NE(message_of<c10::Error>([&] {
+                run_precision(p, "bf16x6");
+              }).find("expected precision ieee, bf16 or bf16x3, got 'bf16x6'"),
+              std::string::npos);
+    EXPECT_NE(message_of<c10::Error>([&] {
+                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), "bf16x6");
+              }).find("precision bf16x6 needs w_third, W's bfloat16 lo part"),
+              std::string::npos);
+    EXPECT_NE(message_of<c10::Error>([&] {
+                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), "bf16x3",
+                                    lo);
+              }).find("precision bf16x3 takes no w_third"),
+              std::string::npos);
+    EXPECT_NE(message_of<c10::Error>([&] {
+                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), "bf16x6",
+                                    lo.narrow(0, 0, 3));
+              }).find("expected w_third like w"),
+              std::string::npos);
   }
 }
 
@@ -261,16 +291,19 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   q.rows = table->bf16x3_as_ieee + 1;
   EXPECT_EQ(plan_gemm(q).products, Precision::kBf16x3);
   EXPECT_TRUE(plan_gemm(q).skinny);
-  // bf16x6 has no small-batch kernel: ieee's at few rows, as bf16x3, then its cuBLAS products,
+  // bf16x6 has no small-batch kernel: ieee's at few rows, as bf16x3, then cuBLAS's products
+  // (the Hopper GEMM's at bf16x6_hopper_min to _max rows: GemmPlan.HopperGemmWhereItTakes...),
   // also when the small-batch kernels are asked for (the reason says why).
   q.precision = Precision::kBf16x6;
   EXPECT_EQ(skinny_max_rows(q, Precision::kBf16x6), 0);
   q.rows = table->bf16x3_as_ieee;
   EXPECT_EQ(plan_gemm(q).description,
             "ieee, skinny (bf16x6 from " + std::to_string(table->bf16x3_as_ieee + 1) + " rows)");
-  q.rows = table->bf16x3_as_ieee + 1;
-  EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS");
-  EXPECT_NE(plan_gemm(q).reason.find("no bf16x6 products"), std::string::npos);
+  for (const int64_t rows : {table->bf16x3_as_ieee + 1, table->bf16x6_hopper_max + 1}) {
+    q.rows = rows;
+    EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS") << rows;
+    EXPECT_NE(plan_gemm(q).reason.find("no bf16x6 products"), std::string::npos);
+  }
   q.kernel = GemmKernel::kSkinny;
   EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS");
   EXPECT_NE(plan_gemm(q).reason.find("asked for, but they have no bf16x6 products"),
@@ -340,6 +373,31 @@ TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
     q.rows = rows;
     EXPECT_EQ(plan_gemm(q).description, "bf16x3, cuBLAS") << rows;
   }
+  // bf16x6 likewise, at its own rows.
+  GemmQuery six_auto = q;
+  six_auto.precision = Precision::kBf16x6;
+  ASSERT_GE(table->bf16x6_hopper_max, table->bf16x6_hopper_min);
+  for (const int64_t rows : {table->bf16x6_hopper_min, table->bf16x6_hopper_max}) {
+    six_auto.rows = rows;
+    EXPECT_EQ(plan_gemm(six_auto).description, "bf16x6, Hopper GEMM") << rows;
+    EXPECT_NE(plan_gemm(six_auto).reason.find("closer to float64"), std::string::npos);
+  }
+  for (const int64_t rows : {table->bf16x6_hopper_min - 1, table->bf16x6_hopper_max + 1}) {
+    six_auto.rows = rows;
+    EXPECT_EQ(plan_gemm(six_auto).description, "bf16x6, cuBLAS") << rows;
+  }
+  // A run-time chain: cuBLAS and the interpreter's own kernel, where a compiled chain takes the
+  // Hopper GEMM (the interpreter in its epilogue measured slower).
+  for (const Precision precision : {Precision::kBf16x3, Precision::kBf16x6}) {
+    GemmQuery spec = q;
+    spec.precision = precision;
+    spec.rows = 256;  // where both modes take the Hopper GEMM
+    spec.compiled_chain = false;
+    EXPECT_FALSE(plan_gemm(spec).hopper) << precision_name(precision);
+    EXPECT_NE(plan_gemm(spec).reason.find("a run-time chain"), std::string::npos);
+    spec.kernel = GemmKernel::kHopper;  // asked for: it runs
+    EXPECT_TRUE(plan_gemm(spec).hopper) << precision_name(precision);
+  }
   q.rows = 1024;
   GemmQuery not_auto = q;  // auto leaves the other modes, other GPUs and odd K to cuBLAS
   not_auto.precision = Precision::kBf16;
@@ -374,8 +432,7 @@ TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
   GemmQuery six = q;
   six.precision = Precision::kBf16x6;
   six.rows = 1024;
-  EXPECT_NE(refused(six).find("it has no bf16x6 products"), std::string::npos);
-  EXPECT_EQ(plan_gemm(six).description, "bf16x6, cuBLAS");
+  EXPECT_EQ(plan_gemm(six).description, "bf16x6, Hopper GEMM");
   GemmQuery half = q;
   half.precision = Precision::kIeee;
   half.float32_model = false;
@@ -646,7 +703,8 @@ TEST_F(HopperGemmCuda, EveryModeWithinBoundsOfFloat64) {
 TEST_F(HopperGemmCuda, RepeatableAndTheSameFromACudaGraph) {
   torch::NoGradGuard no_grad;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    for (const Precision precision : {Precision::kBf16x3, Precision::kBf16, Precision::kIeee}) {
+    for (const Precision precision :
+         {Precision::kBf16x3, Precision::kBf16x6, Precision::kBf16, Precision::kIeee}) {
       if ((dtype == torch::kFloat32) == (precision == Precision::kIeee)) continue;
       auto model = make_model("swish_chain", 1024, 520, 11);
       model->to(torch::kCUDA, dtype);
@@ -661,7 +719,8 @@ TEST_F(HopperGemmCuda, RepeatableAndTheSameFromACudaGraph) {
           testing_support::replayed_from_cuda_graph([&] { return model->forward(x); });
       EXPECT_TRUE(torch::equal(got, want)) << precision_name(precision);
 #endif
-      const double tolerance = precision == Precision::kBf16x3 ? 1e-4 : 2e-2;
+      const bool float32_grade = dtype == torch::kFloat32 && keeps_float32_accuracy(precision);
+      const double tolerance = float32_grade ? 1e-4 : 2e-2;
       EXPECT_TRUE(torch::allclose(want.to(torch::kFloat32),
                                   model->forward_eager(x).to(torch::kFloat32), tolerance,
                                   tolerance))

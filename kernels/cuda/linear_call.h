@@ -11,9 +11,18 @@ namespace cuda {
 
 // Which products a call forms, and so what it reads as W: W in x's type (float32 FMAs for float32;
 // tensor-core products for 16-bit x); or, for float32 x, W's bfloat16 hi part alone (the bf16
-// mode: x rounded to bfloat16, x_hi w_hi) or hi and lo (bf16x3: x split as W was, x_lo w_hi +
-// x_hi w_lo + x_hi w_hi, smallest first), as gemm_bf16_parts forms them.
-enum class LinearProducts { kAsInput, kBf16, kBf16x3 };
+// mode: x rounded to bfloat16, x_hi w_hi), hi and lo (bf16x3: x split as W was, x_lo w_hi +
+// x_hi w_lo + x_hi w_hi, smallest first) or hi, mid and lo (bf16x6: the six products of parts i
+// and j with i + j < 3; the Hopper GEMM only), as gemm_bf16_parts forms them.
+enum class LinearProducts { kAsInput, kBf16, kBf16x3, kBf16x6 };
+
+// The bfloat16 parts of x and of W that `products` reads (0: x and W themselves).
+constexpr int split_parts_of(LinearProducts products) {
+  return products == LinearProducts::kBf16     ? 1
+         : products == LinearProducts::kBf16x3 ? 2
+         : products == LinearProducts::kBf16x6 ? 3
+                                               : 0;
+}
 
 // One fused forward:
 //   out[m, n] = chain(sum_k x[m, k] W[n, k] + bias[n], terms[.][n])
@@ -25,7 +34,8 @@ struct LinearCall {
   LinearProducts products = LinearProducts::kAsInput;
   const void* x = nullptr;
   const void* w = nullptr;
-  const void* w_lo = nullptr;  // with kBf16x3 only
+  const void* w_lo = nullptr;     // W's second part: bf16x3's lo, bf16x6's mid
+  const void* w_third = nullptr;  // W's third part: bf16x6's lo
   const void* bias = nullptr;
   ColumnTerms terms;
   void* out = nullptr;

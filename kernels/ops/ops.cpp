@@ -13,6 +13,12 @@
 #include "kernels/ops/op_support.h"
 
 namespace fusedlinear {
+namespace {
+constexpr const char* kEpilogue = "fusedlinear::epilogue";
+constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
+constexpr const char* kGemmEpilogue = "fusedlinear::gemm_epilogue";
+}  // namespace
+
 namespace detail {
 namespace {
 
@@ -138,7 +144,8 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
                                   const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
                                   const c10::optional<torch::Tensor>& bias,
                                   c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                  const std::string& precision) {
+                                  const std::string& precision,
+                                  const c10::optional<torch::Tensor>& w_third) {
   TORCH_CHECK(x.defined() && w.defined(),
               text(op, ": expected tensors x and w, got an undefined tensor"));
   TORCH_CHECK(x.device().type() == device,
@@ -149,29 +156,44 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
            ": expected x of dtype float32, float16 or bfloat16 with shape [..., in_features], "
            "got ",
            describe(x)));
-  TORCH_CHECK(precision == "ieee" || precision == "bf16" || precision == "bf16x3",
-              text(op, ": expected precision ieee, bf16 or bf16x3, got '", precision, "'"));
+  // bf16x6 on the Hopper GEMM only: the small-batch kernels form no six products.
+  const bool takes_bf16x6 = std::string(op) == kGemmEpilogue;
+  TORCH_CHECK(precision == "ieee" || precision == "bf16" || precision == "bf16x3" ||
+                  (takes_bf16x6 && precision == "bf16x6"),
+              text(op, ": expected precision ",
+                   takes_bf16x6 ? "ieee, bf16, bf16x3 or bf16x6" : "ieee, bf16 or bf16x3",
+                   ", got '", precision, "'"));
   check_weight(op, x, w);
-  const bool has_lo = w_lo && w_lo->defined();
+  // W's parts past the first: bf16x3's lo (w_lo); bf16x6's mid (w_lo) and lo (w_third).
+  const int parts = precision == "bf16x6" ? 3 : precision == "bf16x3" ? 2 : 1;
+  const auto check_part = [&](const c10::optional<torch::Tensor>& part, const char* name,
+                              int index) {
+    const bool given = part && part->defined();
+    if (index >= parts) {
+      TORCH_CHECK(!given,
+                  text(op, ": precision ", precision, " takes no ", name, " (",
+                       index == 1 ? "bf16x3's lo or bf16x6's mid" : "bf16x6's lo", " part of W)"));
+      return;
+    }
+    TORCH_CHECK(given, text(op, ": precision ", precision, " needs ", name, ", W's bfloat16 ",
+                            parts == 3 && index == 1 ? "mid" : "lo", " part"));
+    TORCH_CHECK(
+        part->sym_sizes() == w.sym_sizes() && part->scalar_type() == w.scalar_type() &&
+            part->device() == w.device(),
+        text(op, ": expected ", name, " like w (", describe(w), "), got ", describe(*part)));
+  };
   if (precision == "ieee") {
     TORCH_CHECK(w.scalar_type() == x.scalar_type(),
                 text(op, ": precision ieee: expected a weight of ", x.scalar_type(),
                      " (the dtype of x), got ", w.scalar_type()));
-    TORCH_CHECK(!has_lo, text(op, ": precision ieee takes no w_lo (bf16x3's lo part of W)"));
   } else {
     TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kBFloat16,
-                text(op, ": precision ", precision,
-                     ": expected float32 x and W's bfloat16 parts (split_bf16), got ",
-                     x.scalar_type(), " x and a ", w.scalar_type(), " weight"));
-    if (precision == "bf16") {
-      TORCH_CHECK(!has_lo, text(op, ": precision bf16 takes no w_lo (bf16x3's lo part of W)"));
-    } else {
-      TORCH_CHECK(has_lo, text(op, ": precision bf16x3 needs w_lo, W's bfloat16 lo part"));
-      TORCH_CHECK(w_lo->sym_sizes() == w.sym_sizes() && w_lo->scalar_type() == w.scalar_type() &&
-                      w_lo->device() == w.device(),
-                  text(op, ": expected w_lo like w (", describe(w), "), got ", describe(*w_lo)));
-    }
+                text(op, ": precision ", precision, ": expected float32 x and W's bfloat16 parts (",
+                     parts == 3 ? "split_bf16_three" : "split_bf16", "), got ", x.scalar_type(),
+                     " x and a ", w.scalar_type(), " weight"));
   }
+  check_part(w_lo, "w_lo", 1);
+  check_part(w_third, "w_third", 2);
   const CountSource whose{"out_features, from the weight", w.sym_sizes()};
   if (bias && bias->defined())
     check_column_input(op, "bias", *bias, w.sym_size(0), whose, x, "x", false);
@@ -242,10 +264,6 @@ const ChainEntry& chain_for(const char* op, c10::string_view chain) {
 
 namespace {
 
-constexpr const char* kEpilogue = "fusedlinear::epilogue";
-constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
-constexpr const char* kGemmEpilogue = "fusedlinear::gemm_epilogue";
-
 torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
                            const detail::OptionalTensors& params_or_none, c10::string_view chain) {
   const at::TensorList params = detail::listed(params_or_none);
@@ -257,19 +275,22 @@ torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Te
 }
 
 // The CPU twin of the whole-forward CUDA ops (the small-batch kernels, the Hopper GEMM): x W^T in
-// float32 (for W's bfloat16 parts, the products the precision defines: linear_bf16 or
-// linear_bf16x3), then the chain in float32, rounded once to x's dtype.
+// float32 (for W's bfloat16 parts, the products the precision defines: linear_bf16,
+// linear_bf16x3 or linear_bf16x6), then the chain in float32, rounded once to x's dtype.
 torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const torch::Tensor& w,
                                 const c10::optional<torch::Tensor>& w_lo,
                                 const c10::optional<torch::Tensor>& bias, at::TensorList params,
-                                c10::string_view chain, c10::string_view precision) {
+                                c10::string_view chain, c10::string_view precision,
+                                const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(op, chain);
   const std::string products(precision);
   detail::check_linear_epilogue_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, params,
-                                       entry.chain.slot_params().size(), products);
+                                       entry.chain.slot_params().size(), products, w_third);
   const torch::Tensor x_rows = detail::linear_rows(x);
   torch::Tensor y;
-  if (products == "bf16x3") {
+  if (products == "bf16x6") {
+    y = detail::linear_bf16x6_cpu(x_rows, w, *w_lo, *w_third);
+  } else if (products == "bf16x3") {
     y = detail::linear_bf16x3_cpu(x_rows, w, *w_lo);
   } else if (products == "bf16") {
     y = detail::linear_bf16_cpu(x_rows, w);
@@ -291,10 +312,12 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
 torch::Tensor whole_forward_meta(const char* op, const torch::Tensor& x, const torch::Tensor& w,
                                  const c10::optional<torch::Tensor>& w_lo,
                                  const c10::optional<torch::Tensor>& bias, at::TensorList params,
-                                 c10::string_view chain, c10::string_view precision) {
+                                 c10::string_view chain, c10::string_view precision,
+                                 const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(op, chain);
   detail::check_linear_epilogue_inputs(op, c10::DeviceType::Meta, x, w, w_lo, bias, params,
-                                       entry.chain.slot_params().size(), std::string(precision));
+                                       entry.chain.slot_params().size(), std::string(precision),
+                                       w_third);
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 
@@ -304,8 +327,9 @@ torch::Tensor whole_forward(const torch::Tensor& x, const torch::Tensor& w,
                             const c10::optional<torch::Tensor>& w_lo,
                             const c10::optional<torch::Tensor>& bias,
                             const detail::OptionalTensors& params, c10::string_view chain,
-                            c10::string_view precision) {
-  return kBody(kOp, x, w, w_lo, bias, detail::listed(params), chain, precision);
+                            c10::string_view precision,
+                            const c10::optional<torch::Tensor>& w_third) {
+  return kBody(kOp, x, w, w_lo, bias, detail::listed(params), chain, precision, w_third);
 }
 
 // The Meta implementations: the CPU and CUDA ones' checks, and outputs of their shapes, dtypes and
@@ -376,7 +400,8 @@ torch::Tensor whole_forward_elsewhere(const torch::Tensor& x, const torch::Tenso
                                       const c10::optional<torch::Tensor>& /*w_lo*/,
                                       const c10::optional<torch::Tensor>& /*bias*/,
                                       const detail::OptionalTensors& /*params*/,
-                                      c10::string_view /*chain*/, c10::string_view /*precision*/) {
+                                      c10::string_view /*chain*/, c10::string_view /*precision*/,
+                                      const c10::optional<torch::Tensor>& /*w_third*/) {
   TORCH_CHECK(false, detail::no_implementation(kOp, "x", x));
 }
 
@@ -390,12 +415,14 @@ TORCH_LIBRARY(fusedlinear, m) {
   // params is Tensor[]? though callers pass a list: libtorch 2.11's AOTInductor runtime (its proxy
   // executor) passes an empty list as None, which a Tensor[] argument refuses.
   m.def("epilogue(Tensor y, Tensor? bias, Tensor[]? params, str chain) -> Tensor");
+  // w_third (bf16x6's third part of W, gemm_epilogue only) comes last, with a default, so that
+  // calls and packages written for the seven arguments before it still match.
   m.def(
       "linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[]? params, "
-      "str chain, str precision) -> Tensor");
+      "str chain, str precision, Tensor? w_third=None) -> Tensor");
   m.def(
       "gemm_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[]? params, "
-      "str chain, str precision) -> Tensor");
+      "str chain, str precision, Tensor? w_third=None) -> Tensor");
   m.def("split_bf16(Tensor v) -> (Tensor, Tensor)");
   m.def("split_bf16_three(Tensor v) -> (Tensor, Tensor, Tensor)");
   m.def("linear_bf16x6(Tensor x, Tensor w_hi, Tensor w_mid, Tensor w_lo) -> Tensor");
@@ -466,14 +493,16 @@ torch::Tensor call_whole_forward(const torch::Tensor& x, const torch::Tensor& w,
                                  const c10::optional<torch::Tensor>& w_lo,
                                  const c10::optional<torch::Tensor>& bias,
                                  const std::vector<torch::Tensor>& params, const std::string& chain,
-                                 const std::string& precision) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow(kOp, "")
-                       .typed<torch::Tensor(
-                           const torch::Tensor&, const torch::Tensor&,
-                           const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&,
-                           const detail::OptionalTensors&, c10::string_view, c10::string_view)>();
-  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain, precision);
+                                 const std::string& precision,
+                                 const c10::optional<torch::Tensor>& w_third) {
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow(kOp, "")
+          .typed<torch::Tensor(
+              const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
+              const c10::optional<torch::Tensor>&, const detail::OptionalTensors&, c10::string_view,
+              c10::string_view, const c10::optional<torch::Tensor>&)>();
+  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain, precision, w_third);
 }
 }  // namespace
 
@@ -481,16 +510,18 @@ torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor&
                                     const c10::optional<torch::Tensor>& w_lo,
                                     const c10::optional<torch::Tensor>& bias,
                                     const std::vector<torch::Tensor>& params,
-                                    const std::string& chain, const std::string& precision) {
-  return call_whole_forward<kLinearEpilogue>(x, w, w_lo, bias, params, chain, precision);
+                                    const std::string& chain, const std::string& precision,
+                                    const c10::optional<torch::Tensor>& w_third) {
+  return call_whole_forward<kLinearEpilogue>(x, w, w_lo, bias, params, chain, precision, w_third);
 }
 
 torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w,
                                   const c10::optional<torch::Tensor>& w_lo,
                                   const c10::optional<torch::Tensor>& bias,
                                   const std::vector<torch::Tensor>& params,
-                                  const std::string& chain, const std::string& precision) {
-  return call_whole_forward<kGemmEpilogue>(x, w, w_lo, bias, params, chain, precision);
+                                  const std::string& chain, const std::string& precision,
+                                  const c10::optional<torch::Tensor>& w_third) {
+  return call_whole_forward<kGemmEpilogue>(x, w, w_lo, bias, params, chain, precision, w_third);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {

@@ -45,7 +45,8 @@ torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::
 // and the chain applied before the one store (kernels/cuda/skinny/). `precision` names the
 // products: "ieee" (W of x's dtype: float32 FMAs, or for 16-bit x tensor-core products), "bf16"
 // (float32 x, w = bfloat16(W): x rounded, as linear_bf16) or "bf16x3" (float32 x, w and w_lo =
-// split_bf16(W): x split, as linear_bf16x3). x [..., in]; w [out, in]; bias and params as
+// split_bf16(W): x split, as linear_bf16x3); w_third is bf16x6's (fused_gemm_epilogue), absent
+// here. x [..., in]; w [out, in]; bias and params as
 // fused_epilogue's, of x's dtype. Returns [..., out] in x's dtype; bitwise the same run to run.
 // W is read as a contiguous [out, in] tensor (a transposed one is copied first). On the CPU: the
 // same products in float32, then the fused epilogue (for testing; no faster than the two ops).
@@ -53,19 +54,23 @@ torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor&
                                     const c10::optional<torch::Tensor>& w_lo,
                                     const c10::optional<torch::Tensor>& bias,
                                     const std::vector<torch::Tensor>& params,
-                                    const std::string& chain, const std::string& precision);
+                                    const std::string& chain, const std::string& precision,
+                                    const c10::optional<torch::Tensor>& w_third = c10::nullopt);
 
 // The same forward, arguments and checks as fused_linear_epilogue's, for inputs of many rows: on
 // the Hopper GEMM (kernels/cuda/gemm/: TMA, wgmma, the chain applied to the float32 accumulators
 // before the one store), which takes a GPU of compute capability 9.0 and in_features a multiple
 // of 8 (elsewhere a one-line error). Its products: "ieee" for 16-bit x only (x's type on the
 // tensor cores); "bf16" and "bf16x3" as fused_linear_epilogue's, x split into its bfloat16 parts
-// first. On the CPU: fused_linear_epilogue's twin.
+// first; "bf16x6" (float32 x; w, w_lo and w_third = split_bf16_three(W)'s hi, mid and lo: x split
+// three ways, the six products of linear_bf16x6, each k-tile's sums added into float32 totals).
+// On the CPU: fused_linear_epilogue's twin.
 torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w,
                                   const c10::optional<torch::Tensor>& w_lo,
                                   const c10::optional<torch::Tensor>& bias,
                                   const std::vector<torch::Tensor>& params,
-                                  const std::string& chain, const std::string& precision);
+                                  const std::string& chain, const std::string& precision,
+                                  const c10::optional<torch::Tensor>& w_third = c10::nullopt);
 
 // v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
 // hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,
@@ -128,12 +133,13 @@ EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const to
                                 const c10::optional<torch::Tensor>& bias,
                                 c10::ArrayRef<torch::Tensor> params, size_t chain_params);
 
-// The checks of fused_linear_epilogue, on `device`.
+// The checks of fused_linear_epilogue and fused_gemm_epilogue (`op`), on `device`.
 void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
                                   const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
                                   const c10::optional<torch::Tensor>& bias,
                                   c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                  const std::string& precision);
+                                  const std::string& precision,
+                                  const c10::optional<torch::Tensor>& w_third);
 
 // The ElementType of a float32, float16 or bfloat16 tensor (ATen's AT_DISPATCH_SWITCH: any
 // other dtype throws; the ops check dtypes with clearer messages before). The one place the

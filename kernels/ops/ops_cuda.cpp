@@ -54,8 +54,8 @@ std::vector<torch::Tensor> split_parts_cuda(const char* op, const torch::Tensor&
   detail::check_split_input(op, c10::DeviceType::CUDA, v);
   const c10::cuda::CUDAGuard device_guard(v.device());
   const torch::Tensor input = v.contiguous();
-  std::vector<torch::Tensor> out;
-  for (int i = 0; i < parts; ++i) out.push_back(empty_bf16(input));
+  std::vector<torch::Tensor> out(static_cast<size_t>(parts));
+  for (torch::Tensor& part : out) part = empty_bf16(input);
   check_launch(
       op, launch_split_bf16_parts(input.data_ptr<float>(), out[0].data_ptr(), out[1].data_ptr(),
                                   parts == 3 ? out[2].data_ptr() : nullptr, input.numel(),
@@ -133,8 +133,8 @@ torch::Tensor linear_bf16_parts_cuda(const char* op, const torch::Tensor& x,
   LinearCall call;
   if (!prepare_linear(op, x, w_parts[0].size(0), call)) return call.result();
 
-  std::vector<torch::Tensor> x_parts;
-  for (int i = 0; i < parts; ++i) x_parts.push_back(empty_bf16(call.x_rows));
+  std::vector<torch::Tensor> x_parts(static_cast<size_t>(parts));
+  for (torch::Tensor& part : x_parts) part = empty_bf16(call.x_rows);
   check_launch(op, launch_split_bf16_parts(call.x_rows.data_ptr<float>(), x_parts[0].data_ptr(),
                                            parts > 1 ? x_parts[1].data_ptr() : nullptr,
                                            parts > 2 ? x_parts[2].data_ptr() : nullptr,
@@ -189,10 +189,10 @@ torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
 }
 
 // What the whole-forward ops share: their checks, x as rows (copied where its base is not 16-byte
-// aligned, which the tensor cores' tile copies need), W and its lo part contiguous, and the call
-// the launchers take, with its output allocated.
+// aligned, which the tensor cores' tile copies need), W and its other parts contiguous, and the
+// call the launchers take, with its output allocated.
 struct WholeForward {
-  torch::Tensor x_rows, weight, lo, out;
+  torch::Tensor x_rows, weight, lo, third, out;
   detail::ColumnInputs columns;
   cuda::LinearCall call;
   std::vector<int64_t> view;  // the output's shape
@@ -201,24 +201,28 @@ struct WholeForward {
 WholeForward prepare_whole_forward(const char* op, const ChainEntry& entry, const torch::Tensor& x,
                                    const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
                                    const c10::optional<torch::Tensor>& bias, at::TensorList params,
-                                   const std::string& products) {
+                                   const std::string& products,
+                                   const c10::optional<torch::Tensor>& w_third) {
   detail::check_linear_epilogue_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, params,
-                                       entry.chain.slot_params().size(), products);
+                                       entry.chain.slot_params().size(), products, w_third);
   WholeForward f;
   f.x_rows = detail::linear_rows(x);
   if (reinterpret_cast<uintptr_t>(f.x_rows.data_ptr()) % 16 != 0) f.x_rows = f.x_rows.clone();
   f.weight = w.contiguous();
-  if (products == "bf16x3") f.lo = w_lo->contiguous();
+  if (w_lo && w_lo->defined()) f.lo = w_lo->contiguous();
+  if (w_third && w_third->defined()) f.third = w_third->contiguous();
   f.columns = detail::column_inputs(bias, params);
   f.out = torch::empty({f.x_rows.size(0), w.size(0)}, x.options());
   cuda::LinearCall& call = f.call;
   call.type = detail::element_type_of(x);
-  call.products = products == "bf16x3" ? cuda::LinearProducts::kBf16x3
-                  : products == "bf16" ? cuda::LinearProducts::kBf16
-                                       : cuda::LinearProducts::kAsInput;
+  call.products = products == "bf16x6"   ? cuda::LinearProducts::kBf16x6
+                  : products == "bf16x3" ? cuda::LinearProducts::kBf16x3
+                  : products == "bf16"   ? cuda::LinearProducts::kBf16
+                                         : cuda::LinearProducts::kAsInput;
   call.x = f.x_rows.data_ptr();
   call.w = f.weight.data_ptr();
   call.w_lo = f.lo.defined() ? f.lo.data_ptr() : nullptr;
+  call.w_third = f.third.defined() ? f.third.data_ptr() : nullptr;
   call.bias = f.columns.bias_data;
   call.terms = f.columns.terms;
   call.out = f.out.data_ptr();
@@ -241,11 +245,13 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
                                    const c10::optional<torch::Tensor>& w_lo,
                                    const c10::optional<torch::Tensor>& bias,
                                    const detail::OptionalTensors& params_or_none,
-                                   c10::string_view chain, c10::string_view precision) {
+                                   c10::string_view chain, c10::string_view precision,
+                                   const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f = prepare_whole_forward(kLinearEpilogue, entry, x, w, w_lo, bias,
-                                         detail::listed(params_or_none), std::string(precision));
+  WholeForward f =
+      prepare_whole_forward(kLinearEpilogue, entry, x, w, w_lo, bias,
+                            detail::listed(params_or_none), std::string(precision), w_third);
   const cuda::LinearCall& call = f.call;
   if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
   cuda::SkinnyPlan plan;
@@ -268,15 +274,17 @@ torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
                                  const c10::optional<torch::Tensor>& w_lo,
                                  const c10::optional<torch::Tensor>& bias,
                                  const detail::OptionalTensors& params_or_none,
-                                 c10::string_view chain, c10::string_view precision) {
+                                 c10::string_view chain, c10::string_view precision,
+                                 const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f = prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias,
-                                         detail::listed(params_or_none), std::string(precision));
+  WholeForward f =
+      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, detail::listed(params_or_none),
+                            std::string(precision), w_third);
   const cuda::LinearCall& call = f.call;
   TORCH_CHECK(call.type != ElementType::kFloat32 || call.products != cuda::LinearProducts::kAsInput,
               text(kGemmEpilogue,
-                   ": float32 x takes precision bf16 or bf16x3 (the Hopper GEMM "
+                   ": float32 x takes precision bf16, bf16x3 or bf16x6 (the Hopper GEMM "
                    "forms bfloat16 products), got 'ieee'"));
   if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
   const torch::Tensor workspace = float_workspace(cuda::hopper_workspace_floats(call), x);

@@ -82,6 +82,9 @@ def check_ops(device):
         check(device + " gemm_epilogue bf16x3",
               ops.gemm_epilogue(x, hi, lo, b, None, "mish_mish", "bf16x3"),
               F.mish(F.mish(linear_out)), 1e-5)
+        check(device + " gemm_epilogue bf16x6",
+              ops.gemm_epilogue(x, hi3, mid3, b, None, "mish_mish", "bf16x6", lo3),
+              F.mish(F.mish(linear_out)), 1e-5)
     if device == "cpu":
         assert torch.equal(ops.gemm_epilogue(x, w, None, b, [], "mish_mish", "ieee"),
                            ops.linear_epilogue(x, w, None, b, [], "mish_mish", "ieee"))

@@ -88,6 +88,8 @@ def check_opcheck(device):
     if device == "cpu" or torch.cuda.get_device_capability() == (9, 0):
         cases += [
             (ops.gemm_epilogue.default, (x, hi, lo, b, [p], "swish_chain", "bf16x3")),
+            (ops.gemm_epilogue.default, (x, parts[0], parts[1], b, [p], "swish_chain", "bf16x6",
+                                         parts[2])),
             (ops.gemm_epilogue.default, (x.bfloat16(), w.bfloat16(), None, b.bfloat16(), [],
                                          "mish_mish", "ieee")),
         ]

@@ -9,8 +9,8 @@
 namespace fusedlinear {
 namespace cuda {
 
-// A launcher a type of x: float32 (the bf16 and bf16x3 modes: x split into bfloat16 parts first,
-// float32 out), bfloat16 or float16 models (x and W of that type, out too).
+// A launcher a type of x: float32 (the bf16, bf16x3 and bf16x6 modes: x split into bfloat16 parts
+// first, float32 out), bfloat16 or float16 models (x and W of that type, out too).
 enum class HopperFamily { kFloat32, kBf16, kHalf };
 constexpr int kHopperFamilies = 3;
 
@@ -20,11 +20,11 @@ inline HopperFamily hopper_family_of(const LinearCall& call) {
                                               : HopperFamily::kFloat32;
 }
 
-// Floats of workspace a call needs: for float32 x, its bfloat16 parts (hi, and for bf16x3 lo
-// after it), [rows][in_features] each.
+// Floats of workspace a call needs: for float32 x, its bfloat16 parts (hi, then lo, or mid and
+// lo), [rows][in_features] each.
 inline int64_t hopper_workspace_floats(const LinearCall& call) {
   if (call.type != ElementType::kFloat32) return 0;
-  const int64_t parts = call.products == LinearProducts::kBf16x3 ? 2 : 1;
+  const int64_t parts = split_parts_of(call.products);
   return (parts * call.rows * call.in_features + 1) / 2;
 }
 

@@ -1,7 +1,8 @@
 // The whole forward of a declaration's chain (kernels/math/model.h) on the Hopper GEMM
-// (hopper_gemm.cuh): for float32 x, x split into its bfloat16 parts in the workspace, then one
-// kernel, the chain in its epilogue. A launcher per family (the input's type, chain_kernels.h),
-// each instantiated in a file of its own (kernels/register/) so that they compile side by side.
+// (hopper_gemm.cuh): for float32 x, x split into its bfloat16 parts in the workspace (as many as
+// W comes in), then one kernel, the chain in its epilogue. A launcher per family (the input's type,
+// chain_kernels.h), each instantiated in a file of its own (kernels/register/) so that they compile
+// side by side.
 #pragma once
 
 #include "kernels/cuda/chain_kernels.h"
@@ -26,21 +27,29 @@ cudaError_t launch_hopper_for(const act::Program& program, const LinearCall& cal
     const auto chain = device_chain<Model, act::ResultPrecision::kFloat32>(program);
     const ColumnEpilogue<float, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms,
                                                                         chain);
-    const auto* x = static_cast<const float*>(call.x);
-    auto* x_hi = reinterpret_cast<__nv_bfloat16*>(workspace);
-    const bool bf16x3 = call.products == LinearProducts::kBf16x3;
-    __nv_bfloat16* x_lo = bf16x3 ? x_hi + m * k : nullptr;
-    const auto* w_hi = static_cast<const __nv_bfloat16*>(call.w);
+    const int parts = split_parts_of(call.products);
+    // x's parts in the workspace, one after another; W's as the call gives them.
+    __nv_bfloat16* x_parts[gemm::kMaxParts] = {};
+    for (int p = 0; p < parts; ++p)
+      x_parts[p] = reinterpret_cast<__nv_bfloat16*>(workspace) + p * m * k;
+    const __nv_bfloat16* const w_parts[gemm::kMaxParts] = {
+        static_cast<const __nv_bfloat16*>(call.w), static_cast<const __nv_bfloat16*>(call.w_lo),
+        static_cast<const __nv_bfloat16*>(call.w_third)};
     auto* out = static_cast<float*>(call.out);
-    const cudaError_t err = launch_split_bf16(x, x_hi, x_lo, m * k, stream);
+    const cudaError_t err = launch_split_bf16_parts(static_cast<const float*>(call.x), x_parts[0],
+                                                    x_parts[1], x_parts[2], m * k, stream);
     if (err != cudaSuccess) return err;
-    if (bf16x3) {
+    if (parts == 3) {
+      const __nv_bfloat16* const x_in[gemm::kMaxParts] = {x_parts[0], x_parts[1], x_parts[2]};
+      return gemm::launch_hopper_gemm_bf16x6<gemm::TileSet::kAutoCandidates>(
+          x_in, w_parts, out, m, n, k, epilogue, stream);
+    }
+    if (parts == 2) {
       return gemm::launch_hopper_gemm_bf16x3<kLibraryBf16x3, gemm::TileSet::kAutoCandidates>(
-          x_hi, x_lo, w_hi, static_cast<const __nv_bfloat16*>(call.w_lo), out, m, n, k, epilogue,
-          stream);
+          x_parts[0], x_parts[1], w_parts[0], w_parts[1], out, m, n, k, epilogue, stream);
     }
     return gemm::launch_hopper_gemm<gemm::TileSet::kAutoCandidates>(
-        static_cast<const __nv_bfloat16*>(x_hi), w_hi, out, m, n, k, epilogue, stream);
+        static_cast<const __nv_bfloat16*>(x_parts[0]), w_parts[0], out, m, n, k, epilogue, stream);
   } else {
     constexpr ElementType E =
         kFamily == HopperFamily::kBf16 ? ElementType::kBFloat16 : ElementType::kFloat16;
