@@ -5,7 +5,9 @@
 
 LIBRARY is libfusedlinear_ops.so. On two inputs: `torch.rand` x and nn.Linear's weights (what
 `compare` runs), and wide-range x (torch.rand scaled by logspace(-6, 3) along K, the scales
-permuted) with the same weights. For each mode: the largest |error| against float64, the largest
+permuted) with the same weights. Each mode's ops (cuBLAS's products on CUDA), and on a GPU of
+compute capability 9.0 bf16x3 and bf16x6 on the Hopper GEMM too (gemm_epilogue with the chain
+mul(1), which leaves the sums as they are). For each mode: the largest |error| against float64, the largest
 |error| / sum_k |x_k w_k| over the outputs, and the bound the README states for it
 (ieee: K 2^-24; bf16x3: 3 2^-16 + K 2^-24; bf16x6: 3 2^-25 + K 2^-24; tf32: 2 2^-11 + K 2^-24; bf16: 2 2^-8 + K 2^-24), and
 whether allclose(1e-4, 1e-4) against PyTorch's float32 product holds.
@@ -41,14 +43,18 @@ modes = {
     "tf32": lambda x: ops.linear_tf32(x, w),
     "bf16": lambda x: ops.linear_bf16(x, hi),
 }
+if device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0):
+    modes["bf16x3 hopper"] = lambda x: ops.gemm_epilogue(x, hi, lo, None, [], "mul(1)", "bf16x3")
+    modes["bf16x6 hopper"] = lambda x: ops.gemm_epilogue(x, parts[0], parts[1], None, [], "mul(1)",
+                                                         "bf16x6", parts[2])
 sum_bound = k * 2.0 ** -24
 bounds = {"ieee": sum_bound, "bf16x3": 3 * 2.0 ** -16 + sum_bound,
           "bf16x6": 3 * 2.0 ** -25 + sum_bound,
           "tf32": 2 * 2.0 ** -11 + sum_bound, "bf16": 2 * 2.0 ** -8 + sum_bound}
 
 print("%d x %d -> %d on %s" % (args.rows, k, args.out_features, device))
-print("%-11s %-7s %11s %15s %11s %9s" % ("input", "mode", "max |err|", "max err/S|x||w|",
-                                          "bound", "allclose"))
+print("%-11s %-13s %11s %15s %11s %9s" % ("input", "mode", "max |err|", "max err/S|x||w|",
+                                           "bound", "allclose"))
 for name, x in inputs.items():
     want = x.double() @ w.double().t()
     scale = x.double().abs() @ w.double().abs().t()
@@ -57,6 +63,6 @@ for name, x in inputs.items():
         got = run(x)
         err = (got.double() - want).abs()
         ok = torch.allclose(got, pytorch, rtol=1e-4, atol=1e-4)
-        print("%-11s %-7s %11.3g %15.3g %11.3g %9s" % (
-            name, mode, err.max().item(), (err / scale).max().item(), bounds[mode],
+        print("%-11s %-13s %11.3g %15.3g %11.3g %9s" % (
+            name, mode, err.max().item(), (err / scale).max().item(), bounds[mode.split()[0]],
             "yes" if ok else "no"))
