@@ -170,10 +170,11 @@ void add_options(cxxopts::Options& options) {
        "one row cuBLAS's float32 GEMM, reading W once, is faster on an H200)",
        cxxopts::value<std::string>())
       ("gemm", "the fused forward's kernel: auto (default: on a GPU the skinny kernel, which "
-       "reads W once and fuses the chain, up to the batch where it measured faster; cuBLAS "
-       "above), cublas, skinny, or hopper (the Hopper GEMM with the chain in its epilogue, on "
-       "sm_90 for 16-bit models and the bf16 and bf16x3 modes; cuBLAS elsewhere); compare and "
-       "bench: a comma-separated list or all",
+       "reads W once and fuses the chain, up to the batch where it measured faster; on sm_90 "
+       "the Hopper GEMM for bf16x3 and bf16x6 at the batches where it measured faster; cuBLAS "
+       "elsewhere), cublas, skinny, or hopper (the Hopper GEMM with the chain in its epilogue, "
+       "on sm_90 for 16-bit models and the bf16, bf16x3 and bf16x6 modes; cuBLAS elsewhere); "
+       "compare and bench: a comma-separated list or all",
        cxxopts::value<std::string>()->default_value("auto"))
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());
