@@ -4,7 +4,6 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "kernels/ops/chain_registry.h"
 #include "kernels/ops/ops.h"
 #include "modules/loader/state_dict.h"
 
@@ -158,7 +157,7 @@ GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
   query.weight_output_major = linear_->weight.is_contiguous();
   query.skinny_max_rows = skinny_max_rows_;
   query.bf16x3_min_rows = bf16x3_min_rows_;
-  query.compiled_chain = find_chain(chain_name_).compiled;
+  query.compiled_chain = spec_.compiled;
   return query;
 }
 

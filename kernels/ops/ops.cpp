@@ -87,6 +87,16 @@ void check_weight(const char* op, const torch::Tensor& x, const torch::Tensor& w
                                              " (the device of x), got ", w.device()));
 }
 
+// A part of W past the first (`name`), as the ops take it: of the first part's (`first`, named
+// `first_name`) shape, dtype and device.
+void check_weight_part(const char* op, const torch::Tensor& part, const char* name,
+                       const torch::Tensor& first, const char* first_name) {
+  TORCH_CHECK(part.defined() && part.sym_sizes() == first.sym_sizes() &&
+                  part.scalar_type() == first.scalar_type() && part.device() == first.device(),
+              text(op, ": expected ", name, " like ", first_name, " (", describe(first), "), got ",
+                   part.defined() ? describe(part) : std::string("an undefined tensor")));
+}
+
 }  // namespace
 
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
@@ -177,10 +187,7 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
     }
     TORCH_CHECK(given, text(op, ": precision ", precision, " needs ", name, ", W's bfloat16 ",
                             parts == 3 && index == 1 ? "mid" : "lo", " part"));
-    TORCH_CHECK(
-        part->sym_sizes() == w.sym_sizes() && part->scalar_type() == w.scalar_type() &&
-            part->device() == w.device(),
-        text(op, ": expected ", name, " like w (", describe(w), "), got ", describe(*part)));
+    check_weight_part(op, *part, name, w, "w");
   };
   if (precision == "ieee") {
     TORCH_CHECK(w.scalar_type() == x.scalar_type(),
@@ -213,15 +220,8 @@ void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Te
   TORCH_CHECK(w.scalar_type() == w_dtype,
               text(op, ": expected a weight of dtype ", w_dtype, ", got ", w.scalar_type()));
   // With three parts the second is w_mid and the third w_lo.
-  const auto check_part = [&](const torch::Tensor* part, const char* name) {
-    if (!part) return;
-    TORCH_CHECK(part->defined() && part->sym_sizes() == w.sym_sizes() &&
-                    part->scalar_type() == w.scalar_type() && part->device() == w.device(),
-                text(op, ": expected ", name, " like w_hi (", describe(w), "), got ",
-                     part->defined() ? describe(*part) : std::string("an undefined tensor")));
-  };
-  check_part(w_lo, w_third ? "w_mid" : "w_lo");
-  check_part(w_third, "w_lo");
+  if (w_lo) check_weight_part(op, *w_lo, w_third ? "w_mid" : "w_lo", w, "w_hi");
+  if (w_third) check_weight_part(op, *w_third, "w_lo", w, "w_hi");
 }
 
 void check_split_input(const char* op, c10::DeviceType device, const torch::Tensor& v) {
