@@ -113,7 +113,8 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, T* __restrict__ o
   };
   // Software pipelined: the next step's loads are in flight while this step computes.
   int64_t row0 = (int64_t(blockIdx.y) * blockDim.y + threadIdx.y) * kRows;
-  Pack next[kRows];
+  // A step's rows past the end keep zeros or an earlier step's values: computed, never stored.
+  Pack next[kRows] = {};
   if (row0 < rows) load_rows(row0, next);
   while (row0 < rows) {
     Pack in[kRows];
@@ -121,33 +122,45 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, T* __restrict__ o
     for (int r = 0; r < kRows; ++r) in[r] = next[r];
     const int64_t next_row0 = row0 + row_step;
     if (next_row0 < rows) load_rows(next_row0, next);
+    float v[kRows][kVec];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (row0 + r >= rows) break;
-      float v[kVec];
-      to_floats(in[r], v);
+      to_floats(in[r], v[r]);
       if constexpr (kHasBias) {
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) v[k] += col_bias[k];
+        for (int k = 0; k < kVec; ++k) v[r][k] += col_bias[k];
       }
-      // The chain on groups of at most 4 values: a run-time chain's ops dispatch once a group, and
-      // its body stays small enough for the 16-bit types' 8 values to stay in registers.
-      constexpr int kGroup = kVec < 4 ? kVec : 4;
+    }
+    if constexpr (kVec <= 4) {
+      // float32: every row's values at once, so that a run-time chain dispatches each op once
+      // for kRows x kVec values.
+      act::apply_chain(epilogue.chain, v, col_terms);
+    } else {
+      // 16-bit types: groups of 4 values of a row, a body small enough for their 8 values a row
+      // to stay in registers.
+      constexpr int kGroup = 4;
 #pragma unroll
-      for (int g = 0; g < kVec; g += kGroup) {
-        float group[kGroup];
-        float group_terms[act::kMaxColumnTerms][kGroup];
+      for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-        for (int k = 0; k < kGroup; ++k) {
-          group[k] = v[g + k];
+        for (int g = 0; g < kVec; g += kGroup) {
+          float group[kGroup];
+          float group_terms[act::kMaxColumnTerms][kGroup];
 #pragma unroll
-          for (int j = 0; j < act::kMaxColumnTerms; ++j) group_terms[j][k] = col_terms[j][g + k];
+          for (int k = 0; k < kGroup; ++k) {
+            group[k] = v[r][g + k];
+#pragma unroll
+            for (int j = 0; j < act::kMaxColumnTerms; ++j) group_terms[j][k] = col_terms[j][g + k];
+          }
+          act::apply_chain(epilogue.chain, group, group_terms);
+#pragma unroll
+          for (int k = 0; k < kGroup; ++k) v[r][g + k] = group[k];
         }
-        act::apply_chain(epilogue.chain, group, group_terms);
-#pragma unroll
-        for (int k = 0; k < kGroup; ++k) v[g + k] = group[k];
       }
-      *reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0) = round_to<T>(v);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r < rows)
+        *reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0) = round_to<T>(v[r]);
     }
     row0 = next_row0;
   }

@@ -168,6 +168,15 @@ FL_HOST_DEVICE void apply_chain(const Chain<Fs...>& chain, V (&v)[N],
   }
 }
 
+// The chain on R rows of N values that share their columns' terms (`terms[j][k]`, value k of
+// every row).
+template <class... Fs, class V, int R, int N>
+FL_HOST_DEVICE void apply_chain(const Chain<Fs...>& chain, V (&v)[R][N],
+                                const V (&terms)[kMaxColumnTerms][N]) {
+  FL_UNROLL
+  for (int r = 0; r < R; ++r) apply_chain(chain, v[r], terms);
+}
+
 // --- rewrites -----------------------------------------------------------------------------------
 
 // What F becomes after Prev (the functor before it in the chain; void for the first), for

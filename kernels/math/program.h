@@ -147,27 +147,38 @@ FL_HOST_DEVICE auto functor_of(const ProgramOp& op) {
   }
 }
 
-// Op F on a thread's values; a column op takes the first of `terms` and shifts the rest down one
-// place. Slots are given in order (append_op), so the first is always the op's own: each op reads
-// a fixed register, where picking the slot by its number, by index or by comparisons, had the
-// compiler keep the terms in local memory. kTerms: how many of `terms` the program reads.
-template <ResultPrecision P, class F, int kTerms, class V, int N>
-FL_HOST_DEVICE void apply_op(const ProgramOp& op, V (&v)[N], V (&terms)[kMaxColumnTerms][N]) {
+// Op F on a thread's R rows of N values, value k of every row in column k; a column op takes the
+// first of `terms` and shifts the rest down one place. Slots are given in order (append_op), so
+// the first is always the op's own: each op reads a fixed register, where picking the slot by its
+// number, by index or by comparisons, had the compiler keep the terms in local memory. kTerms: how
+// many of `terms` the program reads.
+template <ResultPrecision P, class F, int kTerms, class V, int R, int N>
+FL_HOST_DEVICE void apply_op(const ProgramOp& op, V (&v)[R][N], V (&terms)[kMaxColumnTerms][N]) {
   const auto f = functor_of<P, F>(op);
   FL_UNROLL
-  for (int k = 0; k < N; ++k) {
-    if constexpr (kTakesColumnTerm<F>) {
-      v[k] = f(v[k], terms[0][k]);
+  for (int r = 0; r < R; ++r) {
+    FL_UNROLL
+    for (int k = 0; k < N; ++k) {
+      if constexpr (kTakesColumnTerm<F>) {
+        v[r][k] = f(v[r][k], terms[0][k]);
+      } else {
+        v[r][k] = f(v[r][k]);
+      }
+    }
+  }
+  if constexpr (kTakesColumnTerm<F>) {
+    FL_UNROLL
+    for (int k = 0; k < N; ++k) {
       FL_UNROLL
       for (int j = 0; j + 1 < kTerms; ++j) terms[j][k] = terms[j + 1][k];
-    } else {
-      v[k] = f(v[k]);
     }
   }
 }
 
-template <ResultPrecision P, int kTerms, class V, int N>
-FL_HOST_DEVICE void apply_chain(const ProgramChain<P, kTerms>& chain, V (&v)[N],
+// The program on R rows of N values sharing their columns' terms: one dispatch an op for all
+// R x N, so that more rows a thread pay for fewer dispatches a value.
+template <ResultPrecision P, int kTerms, class V, int R, int N>
+FL_HOST_DEVICE void apply_chain(const ProgramChain<P, kTerms>& chain, V (&v)[R][N],
                                 const V (&column_terms)[kMaxColumnTerms][N]) {
   const Program& program = chain.program;
   V terms[kMaxColumnTerms][N];  // the terms past kTerms: the caller's (unread) zeros
@@ -192,6 +203,13 @@ FL_HOST_DEVICE void apply_chain(const ProgramChain<P, kTerms>& chain, V (&v)[N],
     }
     // clang-format on
   }
+}
+
+// The program on one row of N values.
+template <ResultPrecision P, int kTerms, class V, int N>
+FL_HOST_DEVICE void apply_chain(const ProgramChain<P, kTerms>& chain, V (&v)[N],
+                                const V (&column_terms)[kMaxColumnTerms][N]) {
+  apply_chain(chain, reinterpret_cast<V(&)[1][N]>(v), column_terms);
 }
 
 }  // namespace act
