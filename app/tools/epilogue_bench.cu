@@ -28,6 +28,9 @@ constexpr const char* kToolName = "epilogue_bench";
 
 namespace {
 
+// The identity chain's pseudo-declaration: the compiled chains' production shape, no HalfLaunch.
+struct BiasOnly {};
+
 // One element type's buffers: n_buffers inputs and outputs, rotated, the bias and the chain's
 // parameter terms (per feature).
 template <typename T>
@@ -189,8 +192,8 @@ void run_variant(const std::string& name, const Buffers<T>& b, int iters,
   });
   const double bytes = 2.0 * double(b.rows * b.cols) * sizeof(T);
   char label[128];
-  std::snprintf(label, sizeof label, "%s [r%d t%d w%d]", name.c_str(), Shape::kRows,
-                Shape::kThreads, Shape::kWaves);
+  std::snprintf(label, sizeof label, "%s [r%d t%d w%d g%d]", name.c_str(), Shape::kRows,
+                Shape::kThreads, Shape::kWaves, Shape::kMaxRegisters);
   const Error err = max_error(b, declared);
   std::printf("%-60s %9.1f %9.0f %8.2fx %12.2e %8.2f\n", label, us, bytes / us / 1e3,
               us / b.copy_us, err.abs, err.ulp);
@@ -203,28 +206,37 @@ void run_declaration(const Buffers<T>& b, int iters) {
   using cuda::LaunchShape;
   constexpr act::ResultPrecision P =
       std::is_same_v<T, float> ? act::ResultPrecision::kFloat32 : act::ResultPrecision::kHalf;
-  using Shape = cuda::ProductionShape<T, Model>;
   const act::Program program = act::program_of(Model::kChain);
   const std::string name = Model::kName;
   const auto compiled = device_chain<Model, P>(program);
+  using Shape = cuda::ProductionShape<T, Model, std::decay_t<decltype(compiled)>>;
   run_variant<T, Shape>(name + " compiled", b, iters, compiled, Model::kChain);
   // The interpreter as it runs in production (its kernel for as many terms as the program reads,
   // at the run-time chains' shape), at other shapes, and keeping all kMaxColumnTerms terms.
   act::with_term_capacity(program.terms, [&](auto capacity) {
-    const act::ProgramChain<act::ResultPrecision::kFloat32, capacity()> runtime{program};
+    using Runtime = act::ProgramChain<act::ResultPrecision::kFloat32, capacity()>;
+    const Runtime runtime{program};
     const auto shape = [&](auto s) {
       run_variant<T, decltype(s)>(name + " run-time", b, iters, runtime, Model::kChain);
     };
-    shape(cuda::ProductionShape<T, RuntimeChain>{});
+    shape(cuda::ProductionShape<T, RuntimeChain, Runtime>{});
+    shape(LaunchShape<1, 256, 2>{});
     shape(LaunchShape<1, 256, 0>{});
     shape(LaunchShape<2, 256, 2>{});
-    shape(LaunchShape<4, 256, 2>{});
     shape(LaunchShape<2, 128, 2>{});
     shape(LaunchShape<4, 128, 2>{});
+    if constexpr (std::is_same_v<T, float>) {
+      // Registers capped lower: more blocks an SM, but the largest ops' values spill.
+      shape(LaunchShape<1, 256, 2, 40>{});
+      shape(LaunchShape<2, 128, 2, 40>{});
+    }
   });
-  run_variant<T, cuda::ProductionShape<T, RuntimeChain>>(
-      name + " run-time, all terms kept", b, iters, device_chain<RuntimeChain, P>(program),
-      Model::kChain);
+  const auto all_terms = device_chain<RuntimeChain, P>(program);
+  using AllTerms = std::decay_t<decltype(all_terms)>;
+  run_variant<T, cuda::ProductionShape<T, RuntimeChain, AllTerms>>(
+      name + " run-time, all terms kept", b, iters, all_terms, Model::kChain);
+  run_variant<T, LaunchShape<1, 256, 2>>(name + " run-time, all terms kept", b, iters, all_terms,
+                                         Model::kChain);
   if constexpr (!std::is_same_v<T, float>) {
     const auto shape = [&](auto s) {
       run_variant<T, decltype(s)>(name + " compiled", b, iters, compiled, Model::kChain);
@@ -247,8 +259,8 @@ template <typename T>
 void run_all(int64_t rows, int64_t cols, size_t l2_bytes, int iters) {
   auto b = make_buffers<T>(rows, cols, l2_bytes, iters);
   // No activations: the kernel's loads, bias adds and stores alone, its floor against the copy.
-  run_variant<T, cuda::ProductionShape<T, RuntimeChain>>("identity (bias only)", b, iters,
-                                                         act::Chain<>{}, act::Chain<>{});
+  run_variant<T, cuda::ProductionShape<T, BiasOnly, act::Chain<>>>("identity (bias only)", b, iters,
+                                                                   act::Chain<>{}, act::Chain<>{});
   std::apply([&](auto... models) { (run_declaration<decltype(models)>(b, iters), ...); },
              LibraryModels{});
   free_buffers(b);
@@ -273,7 +285,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "%s, %d SMs, L2 %d MiB; [%lld, %lld]; median of %d; [r rows/thread, t threads, "
-      "w max waves (0: none)]\n",
+      "w max waves (0: none), g registers a thread at most (0: no cap)]\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)rows, (long long)cols,
       iters);
   std::printf("%-60s %9s %9s %9s %12s %8s\n", "variant", "us", "GB/s", "x copy", "err vs f64",

@@ -71,21 +71,23 @@ __device__ __forceinline__ void load_column_values(const T* p, int64_t col0, boo
 }
 
 // How the kernel is launched: rows per thread per step, threads per block, the grid capped at
-// that many waves of resident blocks (0: one step per thread, no cap).
-template <int kRowsPerThread, int kThreadsPerBlock, int kMaxWaves>
+// that many waves of resident blocks (0: one step per thread, no cap), and the registers a thread
+// may use (0: ptxas's own choice), a cap that lets more blocks share an SM.
+template <int kRowsPerThread, int kThreadsPerBlock, int kMaxWaves, int kMaxRegistersPerThread = 0>
 struct LaunchShape {
   static constexpr int kRows = kRowsPerThread;
   static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kWaves = kMaxWaves;
+  static constexpr int kMaxRegisters = kMaxRegistersPerThread;
 };
 
 // kHasBias: whether bias is given (else null and unread). Compile-time, so a call without one
 // neither keeps registers for it nor issues its adds; the chain's terms likewise number
 // ChainT::kTerms.
 template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
-__global__ void fused_epilogue_kernel(const T* __restrict__ y, T* __restrict__ out, int64_t rows,
-                                      int64_t cols,
-                                      const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
+__device__ __forceinline__ void fused_epilogue_rows(const T* __restrict__ y, T* __restrict__ out,
+                                                    int64_t rows, int64_t cols,
+                                                    const ColumnEpilogue<T, ChainT>& epilogue) {
   using Pack = Packed<T, kVec>;
   constexpr int kRows = Shape::kRows;
   constexpr int kTerms = ChainT::kTerms;
@@ -166,6 +168,33 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, T* __restrict__ o
   }
 }
 
+template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
+__global__ void fused_epilogue_kernel(const T* __restrict__ y, T* __restrict__ out, int64_t rows,
+                                      int64_t cols,
+                                      const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
+  fused_epilogue_rows<T, kVec, Shape, kHasBias>(y, out, rows, cols, epilogue);
+}
+
+// The same with a thread's registers capped at Shape::kMaxRegisters. A kernel of its own: any
+// register attribute, even one that caps nothing, changes ptxas's allocation (measured: 56 to 80
+// registers for a run-time chain's kernel), so the uncapped kernel carries none.
+template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
+__global__ void __maxnreg__(Shape::kMaxRegisters)
+    fused_epilogue_kernel_capped(const T* __restrict__ y, T* __restrict__ out, int64_t rows,
+                                 int64_t cols,
+                                 const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
+  fused_epilogue_rows<T, kVec, Shape, kHasBias>(y, out, rows, cols, epilogue);
+}
+
+template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
+constexpr auto fused_epilogue_kernel_for() {
+  if constexpr (Shape::kMaxRegisters > 0) {
+    return &fused_epilogue_kernel_capped<T, kVec, Shape, kHasBias, ChainT>;
+  } else {
+    return &fused_epilogue_kernel<T, kVec, Shape, kHasBias, ChainT>;
+  }
+}
+
 // Launch shape: Shape::kThreads threads; narrow rows get several rows of threads per block so
 // no block is mostly idle; the grid's y dimension is capped at 65535 (the loop covers the rest).
 template <typename T, int kVec, class Shape, class ChainT>
@@ -189,31 +218,35 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, T* out, int64_t rows, int64
   }
   const dim3 block(threads_x, threads_y);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  if (epilogue.bias) {
-    fused_epilogue_kernel<T, kVec, Shape, true, ChainT>
-        <<<grid, block, 0, stream>>>(y, out, rows, cols, epilogue);
-  } else {
-    fused_epilogue_kernel<T, kVec, Shape, false, ChainT>
-        <<<grid, block, 0, stream>>>(y, out, rows, cols, epilogue);
-  }
+  const auto kernel = epilogue.bias ? fused_epilogue_kernel_for<T, kVec, Shape, true, ChainT>()
+                                    : fused_epilogue_kernel_for<T, kVec, Shape, false, ChainT>();
+  kernel<<<grid, block, 0, stream>>>(y, out, rows, cols, epilogue);
   return cudaGetLastError();
 }
 
 // The shape a model's chain is launched with: the fastest of epilogue_bench's sweep on an H200.
-// float32: one row per thread per step, 256 threads, two waves. The 2-byte types, whose 16-byte
-// accesses hold twice the elements and whose chains are therefore bound by arithmetic rather than
-// memory: the declaration's HalfLaunch (kernels/math/model.h).
-template <typename T, class Model, bool kFourBytes = sizeof(T) == 4>
+// float32: one row per thread per step, 256 threads, two waves. float32 run-time chains: two rows
+// a thread (one dispatch an op for twice the values), 128 threads, and, for programs of at most
+// one term, registers capped at 48 (10 blocks an SM where 56 gave 9: 23.8 against 24.3 us for
+// swish_chain's spec); kernels for more terms hold 80-100 registers, which such a cap would
+// spill. The 2-byte types, whose 16-byte accesses hold twice the elements and whose chains are
+// therefore bound by arithmetic rather than memory: the declaration's HalfLaunch
+// (kernels/math/model.h). kTerms: the terms the chain's kernel keeps (ChainT::kTerms).
+template <typename T, class Model, int kTerms, bool kFourBytes = sizeof(T) == 4>
 struct ProductionShapeOf {
   using type = LaunchShape<1, 256, 2>;
 };
-template <typename T, class Model>
-struct ProductionShapeOf<T, Model, false> {
+template <typename T, int kTerms>
+struct ProductionShapeOf<T, RuntimeChain, kTerms, true> {
+  using type = std::conditional_t<kTerms <= 1, LaunchShape<2, 128, 2, 48>, LaunchShape<2, 128, 2>>;
+};
+template <typename T, class Model, int kTerms>
+struct ProductionShapeOf<T, Model, kTerms, false> {
   static constexpr HalfLaunch kHalf = HalfLaunchOf<Model>::value;
   using type = LaunchShape<kHalf.rows, kHalf.threads, kHalf.waves>;
 };
-template <typename T, class Model>
-using ProductionShape = typename ProductionShapeOf<T, Model>::type;
+template <typename T, class Model, class ChainT>
+using ProductionShape = typename ProductionShapeOf<T, Model, ChainT::kTerms>::type;
 
 // Picks the vector width: 16-byte accesses when every access would be 16-byte aligned (y and
 // out are, and a row is whole vectors; bias and the terms read per column, where given, are),
@@ -245,8 +278,9 @@ cudaError_t launch_epilogue_for(const act::Program& program, const EpilogueCall&
     constexpr ElementType E = decltype(element)::value;
     using T = DeviceElement<E>;
     const auto launch = [&](const auto& chain) {
-      const ColumnEpilogue<T, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
-      err = launch_fused_epilogue_typed<T, ProductionShape<T, Model>>(
+      using ChainT = std::decay_t<decltype(chain)>;
+      const ColumnEpilogue<T, ChainT> epilogue(call.bias, call.terms, chain);
+      err = launch_fused_epilogue_typed<T, ProductionShape<T, Model, ChainT>>(
           static_cast<const T*>(call.y), static_cast<T*>(call.out), call.rows, call.cols, epilogue,
           stream);
     };
