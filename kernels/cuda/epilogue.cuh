@@ -227,10 +227,10 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, T* out, int64_t rows, int64
 // The shape a model's chain is launched with: the fastest of epilogue_bench's sweep on an H200.
 // float32: one row per thread per step, 256 threads, two waves. float32 run-time chains: two rows
 // a thread (one dispatch an op for twice the values), 128 threads, and, for programs of at most
-// one term, registers capped at 48 (10 blocks an SM where 56 gave 9: 23.8 against 24.3 us for
-// swish_chain's spec); kernels for more terms hold 80-100 registers, which such a cap would
-// spill. The 2-byte types, whose 16-byte accesses hold twice the elements and whose chains are
-// therefore bound by arithmetic rather than memory: the declaration's HalfLaunch
+// one term, registers capped at 48 (10 blocks an SM where 56 gave 9: 23.8-24.0 against 24.3-24.4
+// us for swish_chain's spec, two runs); kernels for more terms hold 87-98 registers, which such
+// a cap would spill. The 2-byte types, whose 16-byte accesses hold twice the elements and whose
+// chains are therefore bound by arithmetic rather than memory: the declaration's HalfLaunch
 // (kernels/math/model.h). kTerms: the terms the chain's kernel keeps (ChainT::kTerms).
 template <typename T, class Model, int kTerms, bool kFourBytes = sizeof(T) == 4>
 struct ProductionShapeOf {
