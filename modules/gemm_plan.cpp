@@ -17,12 +17,13 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // models: 1.40-1.44x at 128 rows, 1.10-1.14x at 256, 1.04-1.07x at 512, 1.01-1.03x at 1024, and
   // 2.3-3.6x closer to float64 (docs/RESULTS.md); not measured at 65-127 rows nor above 1024.
   // Its promoted bf16x6 against cuBLAS's six products and the epilogue: 1.49-1.52x at 128 rows,
-  // 0.96-0.97x at 512, 0.92-0.95x at 1024 and 0.69-0.70x at 32 (its 128-row tiles mostly empty),
-  // the GEMMs alone 1.01-1.04x at 256; 3-20x closer to float64 (docs/RESULTS.md).
+  // 1.06-1.08x at 1024 and 0.69-0.70x at 32 (its 128-row tiles mostly empty); the GEMMs alone
+  // (ours with the chain) 1.42x at 128, 1.09x at 256, 1.01x at 512, 1.00-1.02x at 1024; 3-20x
+  // closer to float64 (docs/RESULTS.md).
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
        /*bf16x3_as_ieee*/ 8, /*bf16x3_hopper_min*/ 128, /*bf16x3_hopper_max*/ 1024,
-       /*bf16x6_hopper_min*/ 128, /*bf16x6_hopper_max*/ 256},
+       /*bf16x6_hopper_min*/ 128, /*bf16x6_hopper_max*/ 1024},
   };
   if (!device.gpu) return nullptr;
   for (const SkinnyThresholds& t : kMeasured) {

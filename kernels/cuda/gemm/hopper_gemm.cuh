@@ -58,7 +58,9 @@ namespace gemm {
 //     of parts i and j with i + j < 3, smallest first, promoted as kBf16x3Promoted's: for inputs
 //     of any range, where bf16x3's two parts leave 2^-17 of each value out. Measured there:
 //     5.71e-5, 0.14x float32's; on wide-range inputs (hopper_gemm_check) 1.49x float32's, where
-//     cuBLAS's six GEMMs are 14.9x. Its stages hold three parts each: two fit for 128x128.
+//     cuBLAS's six GEMMs are 14.9x. Its stages hold three parts each: two fit for 128x128. On
+//     128 columns its k-tile's sums span the whole width instead of 64-column pieces (the
+//     consumers' products in turn hide each one's additions; kWideSums in the kernel).
 // The promoted modes take each order of products (i + j) over a k-tile's 64 k before the next,
 // so that the small terms are summed while the k-tile's sums are still small: taking the six at
 // each 16 k in turn measured 2.31x float32's error on the wide-range inputs, in the same time.
@@ -76,7 +78,7 @@ constexpr int kMaxParts = 3;
 
 // Accumulators a consumer thread holds for consumer_rows x cols of a tile (cols / 2 a 64-row
 // block): one set of sums, bf16x3's two, or the promoted modes' totals and two 64-column pieces'
-// sums.
+// sums (bf16x6's one k-tile's sums of 128 columns: as many).
 constexpr int consumer_accumulators(GemmProducts products, int consumer_rows, int cols) {
   const int per_block = products == GemmProducts::kBf16x3 ? cols
                         : promoted(products)              ? cols / 2 + 64
@@ -342,6 +344,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
     // [set][block]: set 0 the products' sums (x_hi W_hi's for bf16x3, the running totals for the
     // promoted modes), set 1 bf16x3's small terms'; block b rows 64 b ... of this consumer's.
     constexpr bool kPromoted = promoted(Shape::kProducts);
+    // bf16x6's sums over the whole width where the tile has more than one 64-column piece.
+    constexpr bool kWideSums = Shape::kProducts == GemmProducts::kBf16x6Promoted && kTileN > 64;
     float acc[Shape::kSums][kBlocks][kTileN / 2];
 #pragma unroll
     for (int s = 0; s < Shape::kSums; ++s)
@@ -376,7 +380,82 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       // also keeps every ring wait within a phase of its barrier (Ring::wait_full).
       if (Shape::kTurns && i > 0) named_barrier_sync(1 + consumer, 256);
       const int64_t t0 = int64_t(i) * k_tiles;
-      if constexpr (kPromoted) {
+      if constexpr (kWideSums) {
+        // bf16x6 on 128 columns: each k-tile's products into fresh sums of the consumer's whole
+        // width (N = 128 a wgmma, where 64-column pieces read shared memory 1.33x as much for
+        // the same work), added into the totals (acc[0]) once they end. Only one k-tile's sums
+        // fit beside the totals, so while this consumer waits and adds, the other consumer's
+        // products run: on a shared tile the two issue each k-tile's products in turn (named
+        // barriers 1 and 2). Measured at 1024 x 8192 -> 8192 on an H200: 0.90x the pieces'
+        // time for bf16x6's 24 products a k-tile, but 1.10x for bf16x3's 12, whose products
+        // are too few to cover the other consumer's wait and additions: bf16x3 keeps the pieces.
+        float sums[kBlocks][kTileN / 2];
+        const bool last_tile = !has_next;
+#pragma unroll
+        for (int blk = 0; blk < kBlocks; ++blk)  // each tile's totals from zero
+#pragma unroll
+          for (int j = 0; j < kTileN / 2; ++j) acc[0][blk][j] = 0.0f;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          const int64_t t = t0 + kt;
+          // On a shared tile consumer 0 issues first: it waits on barrier 2 before each k-tile
+          // but its first, consumer 1 on barrier 1 before each.
+          if (!Shape::kTurns) {
+            if (consumer == 1) {
+              named_barrier_sync(1, 256);  // consumer 0's products of k-tile t are issued
+            } else if (t > 0) {
+              named_barrier_sync(2, 256);  // consumer 1's of k-tile t - 1 are issued
+            }
+          }
+          ring.wait_full(t);
+          warpgroup_mma_fence();  // also orders the sums' reads by the promotion before
+          const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
+          const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes;
+          // Part p of W's and x's 16 k at k16 (0 hi; then mid and lo).
+          const auto b_of = [&](int p, int k16) {
+            return swizzled_tile_descriptor(b_hi + p * Shape::kBBytes + 32 * k16);
+          };
+          const auto a_of = [&](int blk, int p, int k16) {
+            return swizzled_tile_descriptor(a_hi + blk * 64 * kRowBytes + p * Shape::kABytes +
+                                            32 * k16);
+          };
+          // The products in the pieces' order (below): by descending i + j, each order over the
+          // k-tile's 64 k before the next.
+#pragma unroll
+          for (int order = Shape::kParts - 1; order >= 0; --order) {
+#pragma unroll
+            for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
+#pragma unroll
+              for (int blk = 0; blk < kBlocks; ++blk) {
+#pragma unroll
+                for (int i = order; i >= 0; --i) {
+                  const bool first = order == Shape::kParts - 1 && k16 == 0 && i == order;
+                  warpgroup_mma<kTileN, In>(sums[blk], a_of(blk, i, k16), b_of(order - i, k16),
+                                            !first);
+                }
+              }
+            }
+          }
+          warpgroup_commit();
+          // Consumer 0 arrives on barrier 1 after every k-tile, consumer 1 on barrier 2 after
+          // every one but its last: each barrier's arrivals pair with the other's waits.
+          if (Shape::kTurns) {
+            // In turns: the other consumer's next tile may queue its products behind these.
+            if (kt == k_tiles - 1 && has_next) named_barrier_arrive(2 - consumer, 256);
+          } else if (consumer == 0) {
+            named_barrier_arrive(1, 256);
+          } else if (!(last_tile && kt == k_tiles - 1)) {
+            named_barrier_arrive(2, 256);
+          }
+          warpgroup_wait<0>();
+          release(t);
+#pragma unroll
+          for (int blk = 0; blk < kBlocks; ++blk) {
+            fence_accumulators(sums[blk]);  // read after the wait that ended them
+#pragma unroll
+            for (int j = 0; j < kTileN / 2; ++j) acc[0][blk][j] += sums[blk][j];
+          }
+        }
+      } else if constexpr (kPromoted) {
         // Groups of products, each one 64-column piece of one k-tile's sums (kPieces a k-tile),
         // committed alone into piece_sums[g % 2] for group g: while one group's products run, the
         // group before's sums are added into the totals (acc[0]) and its buffer readied again.
