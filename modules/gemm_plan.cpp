@@ -18,7 +18,7 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // 2.3-3.6x closer to float64 (docs/RESULTS.md); not measured at 65-127 rows nor above 1024.
   // Its promoted bf16x6 against cuBLAS's six products and the epilogue: 1.49-1.52x at 128 rows,
   // 1.06-1.08x at 1024 and 0.69-0.70x at 32 (its 128-row tiles mostly empty); the GEMMs alone
-  // (ours with the chain) 1.42x at 128, 1.09x at 256, 1.01x at 512, 1.00-1.02x at 1024; 3-20x
+  // (ours with the chain) 1.42x at 128, 1.09x at 256, 1.00-1.01x at 512, 1.00-1.02x at 1024; 3-20x
   // closer to float64 (docs/RESULTS.md).
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
