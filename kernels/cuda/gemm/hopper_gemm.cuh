@@ -302,6 +302,35 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64
   }
 }
 
+// A promoted mode's products of one k-tile's stage into fresh sums (kBlocks 64-row blocks of kN
+// columns): x's parts from `a` (this consumer's first row), W's from `b` (the sums' first column).
+// The products of parts i and j, i + j < kParts, by descending i + j (the smallest first), each
+// order over the k-tile's 64 k before the next: the small terms then sum while the k-tile's sums
+// are small, and the tensor cores drop only their own low bits.
+template <class Shape, typename In, int kN>
+__device__ __forceinline__ void promoted_products(float (&sums)[Shape::kBlocks][kN / 2], uint32_t a,
+                                                  uint32_t b) {
+  constexpr int kRowBytes = Shape::kTileK * 2;
+#pragma unroll
+  for (int order = Shape::kParts - 1; order >= 0; --order) {
+#pragma unroll
+    for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
+#pragma unroll
+      for (int blk = 0; blk < Shape::kBlocks; ++blk) {
+#pragma unroll
+        for (int i = order; i >= 0; --i) {  // part i of x, part order - i of W
+          const bool first = order == Shape::kParts - 1 && k16 == 0 && i == order;
+          const uint64_t x_part =
+              swizzled_tile_descriptor(a + blk * 64 * kRowBytes + i * Shape::kABytes + 32 * k16);
+          const uint64_t w_part =
+              swizzled_tile_descriptor(b + (order - i) * Shape::kBBytes + 32 * k16);
+          warpgroup_mma<kN, In>(sums[blk], x_part, w_part, !first);
+        }
+      }
+    }
+  }
+}
+
 // One block: the ring's barriers, then the producer warpgroup and the two consumers. Launched
 // with Shape::kSmemBytes of dynamic shared memory, kGemmThreads threads, at most a block an SM.
 template <class Shape, typename In, typename Out, class ChainT>
@@ -408,33 +437,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
           }
           ring.wait_full(t);
           warpgroup_mma_fence();  // also orders the sums' reads by the promotion before
-          const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
-          const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes;
-          // Part p of W's and x's 16 k at k16 (0 hi; then mid and lo).
-          const auto b_of = [&](int p, int k16) {
-            return swizzled_tile_descriptor(b_hi + p * Shape::kBBytes + 32 * k16);
-          };
-          const auto a_of = [&](int blk, int p, int k16) {
-            return swizzled_tile_descriptor(a_hi + blk * 64 * kRowBytes + p * Shape::kABytes +
-                                            32 * k16);
-          };
-          // The products in the pieces' order (below): by descending i + j, each order over the
-          // k-tile's 64 k before the next.
-#pragma unroll
-          for (int order = Shape::kParts - 1; order >= 0; --order) {
-#pragma unroll
-            for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
-#pragma unroll
-              for (int blk = 0; blk < kBlocks; ++blk) {
-#pragma unroll
-                for (int i = order; i >= 0; --i) {
-                  const bool first = order == Shape::kParts - 1 && k16 == 0 && i == order;
-                  warpgroup_mma<kTileN, In>(sums[blk], a_of(blk, i, k16), b_of(order - i, k16),
-                                            !first);
-                }
-              }
-            }
-          }
+          const uint32_t slot = ring.slot(RingT::stage_of(t));
+          promoted_products<Shape, In, kTileN>(sums, slot + a_offset,
+                                               slot + Shape::kParts * Shape::kABytes);
           warpgroup_commit();
           // Consumer 0 arrives on barrier 1 after every k-tile, consumer 1 on barrier 2 after
           // every one but its last: each barrier's arrivals pair with the other's waits.
@@ -481,36 +486,11 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
           const int64_t t = t0 + kt;
           if (kPiece == 0) ring.wait_full(t);
           warpgroup_mma_fence();  // also orders the buffer's reads by its last promote before
-          const uint32_t a_hi = ring.slot(RingT::stage_of(t)) + a_offset;
-          const uint32_t b_hi = ring.slot(RingT::stage_of(t)) + Shape::kParts * Shape::kABytes +
-                                kPiece * 64 * kRowBytes;
-          // Part p of W's and x's 16 k at k16 (0 hi; then lo, or mid and lo).
-          const auto b_of = [&](int p, int k16) {
-            return swizzled_tile_descriptor(b_hi + p * Shape::kBBytes + 32 * k16);
-          };
-          const auto a_of = [&](int blk, int p, int k16) {
-            return swizzled_tile_descriptor(a_hi + blk * 64 * kRowBytes + p * Shape::kABytes +
-                                            32 * k16);
-          };
-          // The products of parts i and j, i + j < kParts, by descending i + j (the smallest
-          // first), each order over the k-tile's 64 k before the next: the small terms then sum
-          // while the group's sums are small, and the tensor cores drop only their own low bits.
           // Each group's sums start afresh.
-#pragma unroll
-          for (int order = Shape::kParts - 1; order >= 0; --order) {
-#pragma unroll
-            for (int k16 = 0; k16 < Shape::kTileK / 16; ++k16) {
-#pragma unroll
-              for (int blk = 0; blk < kBlocks; ++blk) {
-#pragma unroll
-                for (int i = order; i >= 0; --i) {
-                  const bool first = order == Shape::kParts - 1 && k16 == 0 && i == order;
-                  warpgroup_mma<64, In>(piece_sums[kBuffer][blk], a_of(blk, i, k16),
-                                        b_of(order - i, k16), !first);
-                }
-              }
-            }
-          }
+          const uint32_t slot = ring.slot(RingT::stage_of(t));
+          promoted_products<Shape, In, 64>(
+              piece_sums[kBuffer], slot + a_offset,
+              slot + Shape::kParts * Shape::kABytes + kPiece * 64 * kRowBytes);
           warpgroup_commit();
           if (Shape::kTurns && kPiece == kPieces - 1 && kt == k_tiles - 1 && has_next) {
             named_barrier_arrive(2 - consumer, 256);
