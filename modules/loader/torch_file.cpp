@@ -611,6 +611,22 @@ NamedTensors read_safetensors(const FileBytes& file) {
   return out;
 }
 
+// Runs read(): a malformed file's FormatError becomes the one-line error naming `path`, and a
+// failed allocation the out-of-memory one with the file's size.
+template <class Read>
+auto reading(const std::string& path, const FileBytes& file, Read read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const FormatError& e) {
+    fail(path, e.what());
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory(path, file.size());
+  } catch (const c10::Error& e) {
+    if (is_allocation_failure(e)) fail_out_of_memory(path, file.size());
+    throw;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> strip_wrapper_prefixes(std::vector<std::string>& keys) {
@@ -642,7 +658,7 @@ std::vector<std::string> strip_wrapper_prefixes(std::vector<std::string>& keys) 
 NamedTensors read_state_dict(const std::string& path, const std::string& weights_key,
                              const std::string& strip_prefix) {
   const FileBytes file(path);
-  try {
+  return reading(path, file, [&]() -> NamedTensors {
     NamedTensors out;
     if (is_safetensors(path, file)) {
       out = read_safetensors(file);
@@ -667,19 +683,12 @@ NamedTensors read_state_dict(const std::string& path, const std::string& weights
     rename_keys(out, keys);
     out.notices.insert(out.notices.end(), notices.begin(), notices.end());
     return out;
-  } catch (const FormatError& e) {
-    fail(path, e.what());
-  } catch (const std::bad_alloc&) {
-    fail_out_of_memory(path, file.size());
-  } catch (const c10::Error& e) {
-    if (is_allocation_failure(e)) fail_out_of_memory(path, file.size());
-    throw;
-  }
+  });
 }
 
 torch::Tensor read_tensor(const std::string& path) {
   const FileBytes file(path);
-  try {
+  return reading(path, file, [&]() -> torch::Tensor {
     if (is_safetensors(path, file)) {
       NamedTensors tensors = read_safetensors(file);
       if (tensors.tensors.size() != 1) {
@@ -701,14 +710,7 @@ torch::Tensor read_tensor(const std::string& path) {
     }
     Materializer materializer(archive, file, view_file(storage_bytes({&root}), file));
     return materializer.tensor(root);
-  } catch (const FormatError& e) {
-    fail(path, e.what());
-  } catch (const std::bad_alloc&) {
-    fail_out_of_memory(path, file.size());
-  } catch (const c10::Error& e) {
-    if (is_allocation_failure(e)) fail_out_of_memory(path, file.size());
-    throw;
-  }
+  });
 }
 
 void write_tensor(const torch::Tensor& tensor, const std::string& path, bool overwrite) {
