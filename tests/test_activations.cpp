@@ -93,7 +93,9 @@ const char* const kSpecs[] = {"relu",
                               "tanh,gelu",
                               "sigmoid,gelu",
                               "softsign,gelu",
-                              "hardsigmoid,gelu"};
+                              "hardsigmoid,gelu",
+                              "tanh,hardtanh",
+                              "tanh,gelu,clamp(-2,2)"};
 constexpr float kTerm = 1.75f;
 
 // The interpreter's result for `chain` on one float, at precision P.
@@ -246,6 +248,47 @@ TEST(Activations, RewritesFollowTheRange) {
   const act::Program program = program_of(parse_chain("tanh,gelu,gelu"));
   EXPECT_EQ(program.ops[1].code, act::OpCode::kGeluOnUnitInterval);
   EXPECT_EQ(program.ops[2].code, act::OpCode::kGelu);
+}
+
+// The interpreter leaves out a clamp that cannot change a value (program.h's
+// without_identity_clamps), and only such a clamp: bitwise the same results as with every op.
+TEST(Activations, ClampsLeftOutChangeNoValue) {
+  const struct {
+    const char* spec;
+    int ops;  // in the op list the interpreter runs
+  } cases[] = {
+      {"add(p),swish,tanh,gelu,hardtanh(-1,1)", 4},  // swish_chain's: gelu of [-1, 1]
+      {"tanh,clamp(-2,2)", 1},
+      {"sigmoid,hardtanh(-1.5,1)", 1},
+      {"tanh,hardtanh(-0.5,0.5),gelu,gelu(tanh),hardtanh", 4},  // in [-1, 1] throughout
+      {"tanh,hardtanh(-0.5,1)", 2},                             // bounds narrower than [-1, 1]
+      {"gelu,hardtanh", 2},                                     // gelu of any value
+      {"tanh,mul(2),hardtanh", 3},
+      {"tanh,add(p),hardtanh", 3},
+      {"relu,hardtanh", 2},
+  };
+  const std::vector<float> xs = inputs();
+  for (const auto& c : cases) {
+    const ParsedChain chain = parse_chain(c.spec);
+    const act::Program program = program_of(chain);
+    EXPECT_EQ(program.count, c.ops) << c.spec;
+    act::Program every_op;  // the same ops, none left out
+    bool after_unit_interval = false;
+    for (const ChainOp& op : chain.ops) {
+      act::append_op(every_op, op.op->code, op.args, op.op->takes_param, after_unit_interval);
+      after_unit_interval = op.op->output_in_unit_interval;
+    }
+    ASSERT_EQ(every_op.count, int(chain.ops.size())) << c.spec;
+    int failures = 0;
+    for (float x : xs) {
+      const float got = run_program<act::ResultPrecision::kFloat32>(program, x);
+      const float want = run_program<act::ResultPrecision::kFloat32>(every_op, x);
+      if (std::memcmp(&got, &want, sizeof got) != 0 && ++failures <= 5) {
+        ADD_FAILURE() << c.spec << "(" << x << ") = " << got << ", with every op " << want;
+      }
+    }
+    EXPECT_EQ(failures, 0) << c.spec;
+  }
 }
 
 // gelu(x) on a grid of [-1, 1] with step 1e-6 (the GELU polynomials' domain): the error against

@@ -5,7 +5,8 @@
 //     form where it has one;
 //   - GELU after a functor whose results lie in [-1, 1] (Tanh, Sigmoid, ...) as the polynomial
 //     GeluOnUnitInterval, which is exact there only.
-// The run-time chains (program.h) apply the same rewrites to their op lists.
+// The run-time chains (program.h) apply the same rewrites to their op lists, and leave out the
+// clamps that cannot change a value (without_identity_clamps), each an interpreter dispatch.
 #pragma once
 
 #include <type_traits>

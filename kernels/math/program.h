@@ -72,6 +72,45 @@ inline AppendError append_op(Program& program, int code, const float* args, bool
   return AppendError::kNone;
 }
 
+// Whether op `code`'s results lie in [-1, 1] (or are NaN) whatever its input.
+inline bool output_in_unit_interval(OpCode code) {
+  switch (code) {
+#define FUSEDLINEAR_OP_RANGE(F) \
+  case OpCode::k##F:            \
+    return kOutputInUnitInterval<F>;
+    FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_RANGE)
+    FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_RANGE)
+#undef FUSEDLINEAR_OP_RANGE
+    case OpCode::kCount:
+      break;
+  }
+  return false;
+}
+
+// The program without the clamps that cannot change a value: a Hardtanh or Clamp whose bounds
+// hold [-1, 1], after ops whose results lie there (clamp_keep_nan passes NaN, -0 and every value
+// inside its bounds through unchanged, so the results are bitwise the same). Each op costs the
+// interpreter a dispatch, where a compiled chain's clamp costs two min/max (hence run-time
+// chains only: a compiled chain's functors read their arguments from the op list by position).
+// Results stay in [-1, 1] through an op whose results always do (kOutputInUnitInterval), a GELU
+// (gelu maps [-1, 1] into [-0.17, 0.85]) and a clamp to bounds inside [-1, 1].
+inline Program without_identity_clamps(const Program& program) {
+  Program kept = program;
+  kept.count = 0;
+  bool in_unit_interval = false;
+  for (int i = 0; i < program.count; ++i) {
+    const ProgramOp& op = program.ops[i];
+    const bool clamp = op.code == OpCode::kHardtanh || op.code == OpCode::kClamp;
+    if (clamp && in_unit_interval && op.args[0] <= -1.0f && op.args[1] >= 1.0f) continue;
+    const bool gelu = op.code == OpCode::kGelu || op.code == OpCode::kGeluTanh ||
+                      op.code == OpCode::kGeluOnUnitInterval;
+    in_unit_interval = output_in_unit_interval(op.code) || (gelu && in_unit_interval) ||
+                       (clamp && op.args[0] >= -1.0f && op.args[1] <= 1.0f);
+    kept.ops[kept.count++] = op;
+  }
+  return kept;
+}
+
 // A compiled chain of the vocabulary's functors as the interpreter's op list (host only; for the
 // kernel benchmark's side-by-side runs).
 template <class... Fs>

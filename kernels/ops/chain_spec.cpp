@@ -371,7 +371,7 @@ act::Program program_of(const ParsedChain& chain) {
     }
     previous = op.op;
   }
-  return program;
+  return act::without_identity_clamps(program);
 }
 
 torch::Tensor eager_chain(const ParsedChain& chain, torch::Tensor x,

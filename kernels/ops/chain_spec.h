@@ -69,8 +69,9 @@ std::string vocabulary_names();
 ParsedChain parse_chain(const std::string& spec);
 
 // The op list the interpreter runs for `chain`, with chain.h's rewrites (GELU after an op whose
-// results lie in [-1, 1] as GeluOnUnitInterval). Throws ChainSpecError for an op outside the
-// vocabulary or more ops or parameters than the interpreter takes.
+// results lie in [-1, 1] as GeluOnUnitInterval) and without the clamps that cannot change a value
+// (act::without_identity_clamps). Throws ChainSpecError for an op outside the vocabulary or more
+// ops or parameters than the interpreter takes.
 act::Program program_of(const ParsedChain& chain);
 
 // The chain as libtorch's eager ops, op by op as the Python model runs them; `slot_params` in
