@@ -258,13 +258,15 @@ TEST(Activations, ClampsLeftOutChangeNoValue) {
     int ops;  // in the op list the interpreter runs
   } cases[] = {
       {"add(p),swish,tanh,gelu,hardtanh(-1,1)", 4},  // swish_chain's: gelu of [-1, 1]
-      {"tanh,clamp(-2,2)", 1},
-      {"sigmoid,hardtanh(-1.5,1)", 1},
-      {"tanh,hardtanh(-0.5,0.5),gelu,gelu(tanh),hardtanh", 4},  // in [-1, 1] throughout
-      {"tanh,hardtanh(-0.5,1)", 2},                             // bounds narrower than [-1, 1]
-      {"gelu,hardtanh", 2},                                     // gelu of any value
-      {"tanh,mul(2),hardtanh", 3},
-      {"tanh,add(p),hardtanh", 3},
+      {"sigmoid,gelu(tanh),clamp(-2,2)", 2},
+      {"hardtanh(-0.5,0.5),clamp(-1,1)", 1},
+      {"tanh,hardtanh(-0.5,0.5),gelu,gelu(tanh),hardtanh", 4},  // inside [-1, 1] throughout
+      {"tanh,gelu,hardtanh(-0.5,1)", 3},                        // bounds narrower than [-1, 1]
+      {"tanh,hardtanh", 2},                                     // tanh reaches +-1
+      {"sigmoid,clamp(-2,2)", 2},
+      {"gelu,hardtanh", 2},  // gelu of any value
+      {"tanh,gelu,mul(2),hardtanh", 4},
+      {"tanh,gelu,add(p),hardtanh", 4},
       {"relu,hardtanh", 2},
   };
   const std::vector<float> xs = inputs();

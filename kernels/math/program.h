@@ -88,24 +88,27 @@ inline bool output_in_unit_interval(OpCode code) {
 }
 
 // The program without the clamps that cannot change a value: a Hardtanh or Clamp whose bounds
-// hold [-1, 1], after ops whose results lie there (clamp_keep_nan passes NaN, -0 and every value
-// inside its bounds through unchanged, so the results are bitwise the same). Each op costs the
-// interpreter a dispatch, where a compiled chain's clamp costs two min/max (hence run-time
-// chains only: a compiled chain's functors read their arguments from the op list by position).
-// Results stay in [-1, 1] through an op whose results always do (kOutputInUnitInterval), a GELU
-// (gelu maps [-1, 1] into [-0.17, 0.85]) and a clamp to bounds inside [-1, 1].
+// hold [-1, 1], after an op whose results lie there on every path, each rounding included — a GELU
+// of values in [-1, 1] (results in [-0.17, 0.85]) or a clamp to bounds inside [-1, 1]. There
+// clamp_keep_nan passes every value, NaN and -0 included, through unchanged: the results are
+// bitwise the same. (Not after tanh or sigmoid themselves, whose approximations reach +-1: that
+// none rounds past it is not shown.) Each op costs the interpreter a dispatch, where a compiled
+// chain's clamp costs two min/max; hence run-time chains only (a compiled chain's functors read
+// their arguments from the op list by position).
 inline Program without_identity_clamps(const Program& program) {
   Program kept = program;
   kept.count = 0;
-  bool in_unit_interval = false;
+  bool in_unit_interval = false;  // the results so far in [-1, 1], up to rounding
+  bool well_inside = false;       // ... and inside it after rounding too
   for (int i = 0; i < program.count; ++i) {
     const ProgramOp& op = program.ops[i];
     const bool clamp = op.code == OpCode::kHardtanh || op.code == OpCode::kClamp;
-    if (clamp && in_unit_interval && op.args[0] <= -1.0f && op.args[1] >= 1.0f) continue;
+    if (clamp && well_inside && op.args[0] <= -1.0f && op.args[1] >= 1.0f) continue;
     const bool gelu = op.code == OpCode::kGelu || op.code == OpCode::kGeluTanh ||
                       op.code == OpCode::kGeluOnUnitInterval;
-    in_unit_interval = output_in_unit_interval(op.code) || (gelu && in_unit_interval) ||
-                       (clamp && op.args[0] >= -1.0f && op.args[1] <= 1.0f);
+    well_inside =
+        (gelu && in_unit_interval) || (clamp && op.args[0] >= -1.0f && op.args[1] <= 1.0f);
+    in_unit_interval = well_inside || output_in_unit_interval(op.code);
     kept.ops[kept.count++] = op;
   }
   return kept;
