@@ -96,8 +96,8 @@ inline bool output_in_unit_interval(OpCode code) {
 // chain's clamp costs two min/max; hence run-time chains only (a compiled chain's functors read
 // their arguments from the op list by position).
 inline Program without_identity_clamps(const Program& program) {
-  Program kept = program;
-  kept.count = 0;
+  Program kept;
+  kept.terms = program.terms;     // the ops left out are clamps, which take no term
   bool in_unit_interval = false;  // the results so far in [-1, 1], up to rounding
   bool well_inside = false;       // ... and inside it after rounding too
   for (int i = 0; i < program.count; ++i) {
