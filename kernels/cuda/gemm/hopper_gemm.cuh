@@ -406,8 +406,12 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         }
       }
       // In turns: this tile's products wait for the other consumer's of the tile before, which
-      // also keeps every ring wait within a phase of its barrier (Ring::wait_full).
+      // also keeps every ring wait within a phase of its barrier (Ring::wait_full). pass_turn:
+      // once this tile's last products are issued, the other's next tile may queue behind them.
       if (Shape::kTurns && i > 0) named_barrier_sync(1 + consumer, 256);
+      const auto pass_turn = [&](bool last_products) {
+        if (Shape::kTurns && last_products && has_next) named_barrier_arrive(2 - consumer, 256);
+      };
       const int64_t t0 = int64_t(i) * k_tiles;
       if constexpr (kWideSums) {
         // bf16x6 on 128 columns: each k-tile's products into fresh sums of the consumer's whole
@@ -444,8 +448,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
           // Consumer 0 arrives on barrier 1 after every k-tile, consumer 1 on barrier 2 after
           // every one but its last: each barrier's arrivals pair with the other's waits.
           if (Shape::kTurns) {
-            // In turns: the other consumer's next tile may queue its products behind these.
-            if (kt == k_tiles - 1 && has_next) named_barrier_arrive(2 - consumer, 256);
+            pass_turn(kt == k_tiles - 1);
           } else if (consumer == 0) {
             named_barrier_arrive(1, 256);
           } else if (!(last_tile && kt == k_tiles - 1)) {
@@ -492,9 +495,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
               piece_sums[kBuffer], slot + a_offset,
               slot + Shape::kParts * Shape::kABytes + kPiece * 64 * kRowBytes);
           warpgroup_commit();
-          if (Shape::kTurns && kPiece == kPieces - 1 && kt == k_tiles - 1 && has_next) {
-            named_barrier_arrive(2 - consumer, 256);
-          }
+          pass_turn(kPiece == kPieces - 1 && kt == k_tiles - 1);
           warpgroup_wait<1>();
           if (g > 0) {
             if (kPiece == 0) release(t - 1);  // the group before: the k-tile before's last
@@ -559,10 +560,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
             }
           }
           warpgroup_commit();
-          // In turns: the other consumer's next tile may queue its products behind these.
-          if (Shape::kTurns && kt == k_tiles - 1 && has_next) {
-            named_barrier_arrive(2 - consumer, 256);
-          }
+          pass_turn(kt == k_tiles - 1);
           // The k-tile before this one has been read: its slot may be refilled. (Two k-tiles left
           // running in turns measured slower: fewer slots for the producer's copies in flight.)
           warpgroup_wait<1>();
