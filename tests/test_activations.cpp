@@ -46,11 +46,15 @@ std::vector<float> inputs() {
 // Within 1e-6 of the float64 value, relative to max(1, |value|): a few float32 roundings, while a
 // wrong formula or a lost branch is off by far more; the forms for 16-bit results within 5e-6
 // (the 16-bit GELU polynomial's fit: under 0.02 of float16's last place). NaN exactly where
-// float64 has NaN, and infinities where it has them.
+// float64 has NaN, and infinities where it has them or has a value that rounds to one in float
+// (square(1e30)).
 constexpr double kFloat32Bound = 1e-6, kHalfBound = 5e-6;
+constexpr double kRoundsToInf = 0x1.ffffffp127;  // float's largest value and half its last place
 bool close_to(float got, double want, double bound = kFloat32Bound) {
   if (std::isnan(want)) return std::isnan(got);
-  if (std::isinf(want)) return double(got) == want;
+  if (std::isinf(want) || std::fabs(want) >= kRoundsToInf) {
+    return std::isinf(got) && std::signbit(got) == std::signbit(want);
+  }
   return std::fabs(double(got) - want) <= bound * std::max(1.0, std::fabs(want));
 }
 
@@ -68,6 +72,9 @@ const char* const kSpecs[] = {"relu",
                               "gelu(tanh)",
                               "silu",
                               "swish",
+                              "swish(1.702)",
+                              "swish(-0.5)",
+                              "swish(0)",
                               "mish",
                               "sigmoid",
                               "tanh",
@@ -82,6 +89,7 @@ const char* const kSpecs[] = {"relu",
                               "softsign",
                               "tanhshrink",
                               "logsigmoid",
+                              "square",
                               "add(1.5)",
                               "sub(0.25)",
                               "mul(-3)",
@@ -191,6 +199,102 @@ TEST(Activations, SpecialValuesAsLibtorch) {
       }
     }
   }
+}
+
+// swish(beta) and square on the grid, past square's overflow (sqrt of float's largest value) too,
+// against PyTorch's own expressions, `x * torch.sigmoid(beta * x)` and `torch.square(x)`, and
+// against float64: the interpreter on floats and on vectors, and the ops' eager forms. swish with
+// beta = 1 is silu's value bitwise (the compiled swish_chain's results stay as they were), and
+// square, one rounded product, is torch.square's bitwise.
+TEST(Activations, SwishBetaAndSquareAsPyTorchOnTheGrid) {
+  using Vec = act::FloatVec;
+  constexpr int kLanes = Vec::size();
+  std::vector<float> xs = inputs();
+  for (float p : {1.8446743e19f, -1.8446743e19f, 3.4028235e38f, -3.4028235e38f}) {
+    xs.insert(xs.end(), {p, std::nextafter(p, kInf), std::nextafter(p, -kInf)});
+  }
+  while (xs.size() % kLanes) xs.push_back(0.5f);
+  const torch::Tensor x = torch::tensor(xs);
+  // Each interpreter result against PyTorch's (NaN and infinities where PyTorch has them, finite
+  // values within 1e-6 of max(1, |value|); where `bitwise`, the same bits) and against float64.
+  const auto expect_as_pytorch = [&](const char* spec, const torch::Tensor& pytorch, bool bitwise) {
+    const ParsedChain chain = parse_chain(spec);
+    const act::Program program = program_of(chain);
+    // The eager form the fused op is compared with in `compare`: PyTorch's expression, bitwise
+    // (the same ops in the same order, up to commuted products and swish's exact 1 * x).
+    const torch::Tensor eager = eager_chain(chain, x, {});
+    EXPECT_TRUE(torch::isclose(eager, pytorch, 0, 0, /*equal_nan=*/true).all().item<bool>())
+        << spec << ": its eager form departs from PyTorch's expression";
+    std::vector<float> vector_results(xs.size());
+    for (size_t i = 0; i < xs.size(); i += kLanes) {
+      Vec v[1] = {Vec::loadu(&xs[i])};
+      Vec t[act::kMaxColumnTerms][1] = {};
+      act::apply_chain(act::ProgramChain<act::ResultPrecision::kFloat32>{program}, v, t);
+      v[0].store(&vector_results[i]);
+    }
+    const float* want = pytorch.data_ptr<float>();
+    int failures = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float got = run_program<act::ResultPrecision::kFloat32>(program, xs[i]);
+      const float on_vector = vector_results[i];
+      const double defined = reference_of(chain, double(xs[i]));
+      bool ok = close_to(got, defined) && close_to(on_vector, defined);
+      for (const float g : {got, on_vector}) {
+        if (std::isnan(want[i])) {
+          ok = ok && std::isnan(g);
+        } else if (bitwise) {
+          ok = ok && std::memcmp(&g, &want[i], sizeof g) == 0;
+        } else if (std::isinf(want[i])) {
+          ok = ok && g == want[i];
+        } else {
+          ok = ok &&
+               std::fabs(double(g) - want[i]) <= 1e-6 * std::max(1.0, std::fabs(double(want[i])));
+        }
+      }
+      if (!ok && ++failures <= 5) {
+        ADD_FAILURE() << spec << "(" << xs[i] << ") = " << got << " (on a vector " << on_vector
+                      << "), PyTorch gives " << want[i] << ", float64 " << defined;
+      }
+    }
+    EXPECT_EQ(failures, 0) << spec;
+  };
+  const std::pair<const char*, double> swishes[] = {{"swish", 1.0},
+                                                    {"swish(beta=1)", 1.0},
+                                                    {"swish(1.702)", 1.702},
+                                                    {"swish(-0.5)", -0.5},
+                                                    {"swish(0)", 0.0}};
+  for (const auto& [spec, beta] : swishes) {
+    expect_as_pytorch(spec, x * torch::sigmoid(beta * x), /*bitwise=*/false);
+  }
+  expect_as_pytorch("square", torch::square(x), /*bitwise=*/true);
+  expect_as_pytorch("square", x * x, /*bitwise=*/true);
+  expect_as_pytorch("square", torch::pow(x, 2), /*bitwise=*/true);
+
+  // swish with beta = 1, as a declaration writes it (Swish{}) and as a spec gives it, is silu's
+  // value bitwise, on floats and on vectors.
+  const act::Program swish = program_of(parse_chain("swish"));
+  int failures = 0;
+  for (size_t i = 0; i < xs.size(); i += kLanes) {
+    float silu[kLanes], swish_vec[kLanes];
+    act::Silu{}(Vec::loadu(&xs[i])).store(silu);
+    act::Swish{}(Vec::loadu(&xs[i])).store(swish_vec);
+    for (int k = 0; k < kLanes; ++k) {
+      const float x_k = xs[i + k];
+      const float silu_k = act::Silu{}(x_k);
+      const float got[] = {act::Swish{}(x_k),
+                           run_program<act::ResultPrecision::kFloat32>(swish, x_k), swish_vec[k]};
+      for (const float g : got) {
+        if (std::memcmp(&g, &silu_k, sizeof g) != 0 && ++failures <= 5) {
+          ADD_FAILURE() << "swish(" << x_k << ") = " << g << ", silu gives " << silu_k;
+        }
+      }
+      if (std::memcmp(&swish_vec[k], &silu[k], sizeof silu[k]) != 0 && ++failures <= 5) {
+        ADD_FAILURE() << "swish(" << x_k << ") on a vector = " << swish_vec[k] << ", silu gives "
+                      << silu[k];
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
 }
 
 // Each library declaration's compiled chain, as the kernels run it at both result precisions
@@ -362,6 +466,13 @@ TEST(Activations, SignedZeroAndTinyInputs) {
   EXPECT_EQ(act::Mish{}(0.0f), 0.0f);
   EXPECT_TRUE(std::signbit(act::Mish{}(-0.0f)));
   EXPECT_TRUE(std::signbit(act::Swish{}(-0.0f)));
+  EXPECT_TRUE(std::signbit(act::Swish{1.702f}(-0.0f)));
+  EXPECT_TRUE(std::signbit(act::Swish{-0.5f}(-0.0f)));
+  EXPECT_EQ(act::Swish{0.0f}(-3.0f), -1.5f);  // beta = 0: x / 2
+  EXPECT_FALSE(std::signbit(act::Square{}(-0.0f)));
+  EXPECT_EQ(act::Square{}(-kInf), kInf);
+  EXPECT_EQ(act::Square{}(-1e-30f), 0.0f);            // below float's subnormals
+  EXPECT_EQ(act::Square{}(1e-20f), 1e-20f * 1e-20f);  // a subnormal result
   // mish(x) ~ x * tanh(log 2) for tiny x: no underflow to zero, no loss of the sign.
   EXPECT_NEAR(act::Mish{}(1e-30f) / 1e-30f, std::tanh(std::log(2.0)), 1e-6);
   EXPECT_NEAR(act::Mish{}(-1e-30f) / -1e-30f, std::tanh(std::log(2.0)), 1e-6);

@@ -1,6 +1,6 @@
 // The activation vocabulary: each of torch.nn.functional's one-tensor pointwise activations (and
-// add/sub/mul/div by a number or a per-feature parameter) as a tiny functor, shared by the CUDA
-// kernels and the CPU loops. A model's chain is their composition (chain.h).
+// add/sub/mul/div by a number or a per-feature parameter, and square) as a tiny functor, shared by
+// the CUDA kernels and the CPU loops. A model's chain is their composition (chain.h).
 //
 // Each functor
 //   - maps a value to a value: `V operator()(V x) const`, V a float or, on the CPU, a SIMD vector
@@ -15,7 +15,8 @@
 //     includes torch instantiates it; the kernels never do.
 // Optional traits: `Half`, a cheaper functor for results kept in 16 bits (chain.h picks it);
 // kOutputInUnitInterval, results always in [-1, 1] (so that a following GELU may take the
-// polynomial GeluOnUnitInterval, chain.h).
+// polynomial GeluOnUnitInterval, chain.h); kArgsWrittenWhenNotDefault, the canonical spec writes
+// the bare name when every argument is its default (chain_spec.h).
 #pragma once
 
 #include <cmath>
@@ -202,13 +203,26 @@ struct Silu {
   }
 };
 
-// torch.sigmoid(x) * x written as two ops, as reference model swish_chain writes it: silu's
-// value; its eager form runs the two ops.
-struct Swish : Silu {
+// x * sigmoid(beta * x) = x / (1 + exp(-beta * x)), PyTorch's `x * torch.sigmoid(beta * x)`
+// (CLIP's QuickGELU: beta = 1.702). With beta = 1, `torch.sigmoid(x) * x` as reference model
+// swish_chain writes it: silu's value bitwise (1 * x is x exactly), its eager form the two ops.
+// As silu with beta * x for x: where beta * x = -inf the result is +-inf * 0 = NaN, as PyTorch's.
+struct Swish {
   static constexpr const char* kName = "swish";
+  static constexpr Arg kArgs[] = {{"beta", 1.0f}};
+  // The canonical spec writes `swish` for beta = 1 (chain_spec.h), as specs did before beta.
+  static constexpr bool kArgsWrittenWhenNotDefault = true;
+  float beta = 1.0f;
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return fast_div(x, V(1.0f) + fast_exp(negate(x * V(beta))));
+  }
+  double reference(double x) const { return x / (1.0 + std::exp(-(double(beta) * x))); }
   template <class T>
-  static T eager(const T& x) {
-    return sigmoid(x) * x;
+  T eager(const T& x) const {
+    // PyTorch multiplies a float32 tensor by a Python float in float32.
+    if (beta == 1.0f) return sigmoid(x) * x;
+    return sigmoid(x * beta) * x;
   }
 };
 
@@ -449,6 +463,23 @@ struct GeluOnUnitIntervalHalfPrecision {
   }
 };
 
+// --- powers -------------------------------------------------------------------------------------
+
+// torch.square: x * x, one rounding (PyTorch's pow(x, 2) is the same product); +-inf gives inf,
+// NaN stays NaN.
+struct Square {
+  static constexpr const char* kName = "square";
+  template <class V>
+  FL_HOST_DEVICE V operator()(V x) const {
+    return x * x;
+  }
+  static double reference(double x) { return x * x; }
+  template <class T>
+  static T eager(const T& x) {
+    return square(x);
+  }
+};
+
 // --- arithmetic with a number -------------------------------------------------------------------
 
 // x + value, x - value, x * value, x / value (x / value by IEEE division: x * (1 / value) would
@@ -581,7 +612,7 @@ struct DivParam {
 #define FUSEDLINEAR_VOCABULARY(X)                                                         \
   X(Relu) X(Relu6) X(LeakyRelu) X(Elu) X(Selu) X(Celu) X(Gelu) X(GeluTanh) X(Silu)         \
   X(Swish) X(Mish) X(Sigmoid) X(Tanh) X(Hardtanh) X(Clamp) X(Hardsigmoid) X(Hardswish)     \
-  X(Softplus) X(Softsign) X(Tanhshrink) X(Logsigmoid)                                      \
+  X(Softplus) X(Softsign) X(Tanhshrink) X(Logsigmoid) X(Square)                            \
   X(AddScalar) X(SubScalar) X(MulScalar) X(DivScalar)                                      \
   X(AddParam) X(SubParam) X(MulParam) X(DivParam)
 // clang-format on
