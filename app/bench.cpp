@@ -505,12 +505,12 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
       Settings s = settings;
       s.dtype = dtype;
       Models models;
-      models.eager = build_model(spec, s);
+      models.eager = build_linear_model(spec, s);
       const std::vector<Precision> precisions =
           dtype == torch::kFloat32 ? plan.precisions : std::vector<Precision>{Precision::kIeee};
       for (const Precision precision : precisions) {
         for (const GemmKernel kernel : plan.kernels) {
-          models.fused.push_back(build_model(spec, s));
+          models.fused.push_back(build_linear_model(spec, s));
           configure_fused(*models.fused.back(), precision, kernel, s);
         }
       }
@@ -756,7 +756,7 @@ void check_sweep_memory(const Plan& plan, const Settings& settings, const std::s
     const std::string& name = spec.name;
     int64_t in = settings.in_features, out = settings.out_features;
     if (in == 0 || out == 0) {  // the shape of --weights
-      const auto model = build_model(spec, settings);
+      const auto model = build_linear_model(spec, settings);
       in = model->in_features();
       out = model->out_features();
     }

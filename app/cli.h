@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "modules/layered_model.h"
 #include "modules/linear_chain.h"
 
 namespace fusedlinear {
@@ -99,14 +100,20 @@ double default_tolerance(torch::ScalarType dtype);
 // from a generator of its own, seeded with settings.seed (PyTorch's global one is not touched);
 // `rest_of_stream`, if given, receives that generator where the draws left it, for
 // build_input.
-std::shared_ptr<LinearChainImpl> build_model(const ModelSpec& spec, const Settings& settings,
-                                             at::Generator* rest_of_stream = nullptr);
+std::shared_ptr<LayeredModelImpl> build_model(const ModelSpec& spec, const Settings& settings,
+                                              at::Generator* rest_of_stream = nullptr);
+// build_model's one LinearChain, for the commands that time a model of one Linear (bench); a
+// UsageError for a layered model.
+std::shared_ptr<LinearChainImpl> build_linear_model(const ModelSpec& spec,
+                                                    const Settings& settings);
 // For the fused path on a GPU: times the bias-free GEMM x @ W^T with the weight as it is and
 // re-laid (output-major <-> input-major, LinearEpilogueModel::weight_in), in
 // turns, 10 calls each after 3 warm-up, and keeps the faster layout. Returns a line saying
 // which and the two median times. Where the model runs the skinny kernel for x, which reads W
 // output-major, and on the CPU, it changes nothing and says so. Call it after configure_fused.
 std::string choose_weight_layout(LinearChainImpl& model, const torch::Tensor& x);
+// The same for each Linear of a model, each timed on an input of its width.
+std::string choose_weight_layout(LayeredModelImpl& model, const torch::Tensor& x);
 // The run's input: settings.input when given (checked against in_features), otherwise
 // torch.rand(batch, in_features) drawn from `stream`, the generator build_model drew the
 // parameters from, as `torch.manual_seed(seed); model = Model(...); x = torch.rand(batch,
@@ -145,6 +152,8 @@ ModelSpec chain_model(const std::string& spec, const Settings& settings);
 // Sets `precision` and the GEMM `kernel` on the model (and the batch below which bf16x3 with
 // cuBLAS runs ieee, from settings).
 void configure_fused(LinearChainImpl& model, Precision precision, GemmKernel kernel,
+                     const Settings& settings);
+void configure_fused(LayeredModelImpl& model, Precision precision, GemmKernel kernel,
                      const Settings& settings);
 // What the fused forward runs for input x: "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 5
 // rows)" when the model runs ieee for bf16x3, and so on.

@@ -265,26 +265,60 @@ std::string linear_path(const NamedTensors& file, const Settings& settings) {
   throw UsageError("--weights " + settings.weights + ": " +
                    (candidates.empty() ? std::string("holds no Linear weight (a 2-D <path>.weight)")
                                        : "holds several Linear weights (" + joined(candidates) +
-                                             "): fusedlinear runs one Linear and its chain") +
+                                             "): name its layers in --chain, e.g. '" +
+                                             candidates[0] + ":gelu|" + candidates[1] +
+                                             "' (docs/CHAINS.md), or save it with its model "
+                                             "(weights/fx_chain.py)") +
                    "; its keys: " + keys_of(file));
 }
 
-// The chain model of `spec` with the Linear and parameter shapes of the file (or "linear" and
-// per-feature parameters without one), each parameter checked to be there.
+// Each chain parameter of `model`'s layers checked to be in the file, with its shape where it is
+// one value ([] or [1]).
+void check_chain_params(ModelSpec& model, const NamedTensors& file, const Settings& settings,
+                        const std::string& from) {
+  std::vector<ModelSpec*> layers;
+  if (model.layered()) {
+    for (ModelSpec& layer : model.layers) layers.push_back(&layer);
+  } else {
+    layers.push_back(&model);
+  }
+  for (ModelSpec* layer : layers) {
+    for (const std::string& key : layer->parsed_chain().params()) {
+      const torch::Tensor* tensor = find_tensor(file, key);
+      if (!tensor) {
+        throw UsageError(from + ": the chain's parameter '" + key + "' is not in --weights " +
+                         settings.weights + " (its keys: " + keys_of(file) + ")");
+      }
+      if (tensor->numel() == 1 && tensor->dim() <= 1) {
+        layer->param_shapes[key] = tensor->sizes().vec();
+      }
+    }
+  }
+}
+
+// The model of `spec` (a chain spec, or a layered one) with the Linears and parameter shapes of
+// the file (or, without one, a chain's Linear named "linear" and per-feature parameters), each
+// parameter checked to be there.
 ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
                           const std::string& from) {
+  if (is_layered_spec(spec)) {
+    if (settings.weights.empty()) return layered_model(spec);
+    const NamedTensors& file = weights_file(settings);
+    std::map<std::string, bool> biases;
+    for (const ParsedLayer& layer : parse_model_spec(spec).layers) {
+      for (const std::string& path : {layer.linear.path, layer.gate.path}) {
+        if (!path.empty()) biases[path] = find_tensor(file, path + ".bias") != nullptr;
+      }
+    }
+    ModelSpec model = layered_model(spec, biases);
+    check_chain_params(model, file, settings, from);
+    return model;
+  }
   if (settings.weights.empty()) return runtime_model(spec);
   const NamedTensors& file = weights_file(settings);
   const std::string linear = linear_path(file, settings);
   ModelSpec model = runtime_model(spec, linear, find_tensor(file, linear + ".bias") != nullptr);
-  for (const std::string& key : model.parsed_chain().params()) {
-    const torch::Tensor* tensor = find_tensor(file, key);
-    if (!tensor) {
-      throw UsageError(from + ": the chain's parameter '" + key + "' is not in --weights " +
-                       settings.weights + " (its keys: " + keys_of(file) + ")");
-    }
-    if (tensor->numel() == 1 && tensor->dim() <= 1) model.param_shapes[key] = tensor->sizes().vec();
-  }
+  check_chain_params(model, file, settings, from);
   return model;
 }
 
@@ -334,38 +368,117 @@ ModelSpec detect_model(const Settings& settings) {
                   "; for a model of your own give --chain SPEC");
 }
 
-std::shared_ptr<LinearChainImpl> build_model(const ModelSpec& spec, const Settings& settings,
-                                             at::Generator* rest_of_stream) {
-  int64_t in_features = settings.in_features, out_features = settings.out_features;
-  const NamedTensors* file = settings.weights.empty() ? nullptr : &weights_file(settings);
-  if (file && (in_features == 0 || out_features == 0)) {
-    // Take the shape from the file's Linear weight [out_features, in_features].
-    const std::string key = spec.linear + ".weight";
-    const torch::Tensor* weight = find_tensor(*file, key);
-    if (!weight) {
-      throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " +
-                      spec.name + "); the file has " + keys_of(*file) +
-                      strip_prefix_hint(*file, all_model_keys()));
-    }
-    if (weight->dim() != 2) {
-      std::ostringstream s;
-      s << "--weights " << settings.weights << ": " << key << " has shape " << weight->sizes()
-        << ", expected [out_features, in_features]";
-      throw LoadError(s.str());
-    }
-    if (in_features == 0) in_features = weight->size(1);
-    if (out_features == 0) out_features = weight->size(0);
+namespace {
+
+// The weight [out, in] of the Linear at `path` in `file`, checked to be a matrix.
+const torch::Tensor& file_weight(const NamedTensors& file, const std::string& path,
+                                 const ModelSpec& spec, const Settings& settings) {
+  const std::string key = path + ".weight";
+  const torch::Tensor* weight = find_tensor(file, key);
+  if (!weight) {
+    throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " +
+                    spec.name + "); the file has " + keys_of(file) +
+                    strip_prefix_hint(file, all_model_keys()));
   }
-  // The weight is drawn in float32 on the CPU, then moved: refused before it is asked for where it
-  // cannot fit (a system that overcommits would otherwise take minutes to fail).
-  const double weight_bytes = double(in_features) * double(out_features) * 4;
-  check_fits(settings, weight_bytes, torch::kCPU, "the weight of " + spec.name);
+  if (weight->dim() != 2) {
+    std::ostringstream s;
+    s << "--weights " << settings.weights << ": " << key << " has shape " << weight->sizes()
+      << ", expected [out_features, in_features]";
+    throw LoadError(s.str());
+  }
+  return *weight;
+}
+
+// The model's widths: its input's, then each layer's output's. From the file's weights where
+// there is one (each layer checked to take the width the one before gives), otherwise
+// --in-features for the input and --out-features for every layer.
+std::vector<int64_t> model_widths(const ModelSpec& spec, const Settings& settings) {
+  const std::vector<ModelSpec> layers = spec.layer_specs();
+  if (settings.weights.empty()) {
+    std::vector<int64_t> widths(layers.size() + 1, settings.out_features);
+    widths.front() = settings.in_features;
+    return widths;
+  }
+  const NamedTensors& file = weights_file(settings);
+  if (!spec.layered()) {  // the shape given, else the file's (a loader error names a mismatch)
+    if (settings.in_features != 0 && settings.out_features != 0) {
+      return {settings.in_features, settings.out_features};
+    }
+    const torch::Tensor& weight = file_weight(file, spec.linear, spec, settings);
+    return {settings.in_features ? settings.in_features : weight.size(1),
+            settings.out_features ? settings.out_features : weight.size(0)};
+  }
+  std::vector<int64_t> widths;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const ModelSpec& layer = layers[i];
+    const torch::Tensor& weight = file_weight(file, layer.linear, spec, settings);
+    int64_t in = weight.size(1), out = weight.size(0);
+    const std::string where = "--weights " + settings.weights + ": " + layer.linear + ".weight";
+    if (layer.half >= 0) {
+      if (out % 2 != 0) {
+        throw LoadError(where + " has " + std::to_string(out) +
+                        " rows, which chunk(2, -1) cannot split in two halves");
+      }
+      out /= 2;
+    }
+    if (layer.gated() && layer.half < 0) {
+      const torch::Tensor& gate = file_weight(file, layer.gate, spec, settings);
+      if (gate.sizes() != weight.sizes()) {
+        std::ostringstream s;
+        s << where << " is " << weight.sizes() << " and its gate's " << layer.gate << ".weight is "
+          << gate.sizes() << ": a gated pair's Linears take the same shape";
+        throw LoadError(s.str());
+      }
+    }
+    if (i == 0) {
+      if (settings.in_features != 0 && settings.in_features != in) {
+        throw UsageError("--in-features " + std::to_string(settings.in_features) + ": " + where +
+                         " takes " + std::to_string(in) + " inputs");
+      }
+      widths.push_back(in);
+    } else if (in != widths.back()) {
+      throw LoadError(where + " takes " + std::to_string(in) + " inputs, but the layer before (" +
+                      layers[i - 1].linear + ") gives " + std::to_string(widths.back()));
+    }
+    widths.push_back(out);
+  }
+  if (settings.out_features != 0 && settings.out_features != widths.back()) {
+    throw UsageError("--out-features " + std::to_string(settings.out_features) + ": the model in " +
+                     settings.weights + " gives " + std::to_string(widths.back()) + " outputs");
+  }
+  if (spec.residual && widths.front() != widths.back()) {
+    throw LoadError("--weights " + settings.weights + ": the model adds its input (" +
+                    std::to_string(widths.front()) + " wide) to its output (" +
+                    std::to_string(widths.back()) + " wide): a residual needs the same widths");
+  }
+  return widths;
+}
+
+}  // namespace
+
+std::shared_ptr<LayeredModelImpl> build_model(const ModelSpec& spec, const Settings& settings,
+                                              at::Generator* rest_of_stream) {
+  const NamedTensors* file = settings.weights.empty() ? nullptr : &weights_file(settings);
+  const std::vector<int64_t> widths = model_widths(spec, settings);
+  // The weights are drawn in float32 on the CPU, then moved: refused before they are asked for
+  // where they cannot fit (a system that overcommits would otherwise take minutes to fail).
+  double weight_bytes = 0;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    const ModelSpec layer = spec.layer_specs()[i];
+    weight_bytes += double(widths[i]) * double(widths[i + 1]) * (layer.gated() ? 2 : 1) * 4;
+  }
+  check_fits(settings, weight_bytes, torch::kCPU, "the weights of " + spec.name);
   if (settings.device.is_cuda()) {
     check_fits(settings, weight_bytes / 4 * double(c10::elementSize(settings.dtype)),
-               settings.device, "the weight of " + spec.name);
+               settings.device, "the weights of " + spec.name);
   }
   at::Generator stream = at::detail::createCPUGenerator(settings.seed);
-  auto model = std::make_shared<LinearChainImpl>(spec, in_features, out_features, stream);
+  std::shared_ptr<LayeredModelImpl> model;
+  try {
+    model = std::make_shared<LayeredModelImpl>(spec, widths, stream);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("model " + spec.name + ": " + e.what());
+  }
   if (rest_of_stream) *rest_of_stream = stream;
   if (file) {
     // compare and bench build each model twice (eager's and the fused path's): say things once.
@@ -415,6 +528,24 @@ std::string choose_weight_layout(LinearChainImpl& model, const torch::Tensor& x)
          fixed(output_major_us, 1) + " us output-major)";
 }
 
+std::string choose_weight_layout(LayeredModelImpl& model, const torch::Tensor& x) {
+  if (!x.is_cuda()) return choose_weight_layout(*model.linears().front(), x);
+  std::string text;
+  for (LinearChainImpl* linear : model.linears()) {
+    // Each Linear timed on an input of its width and x's rows.
+    const int64_t in = linear->in_features();
+    const torch::Tensor input =
+        x.size(-1) == in ? x : torch::rand({x.numel() / x.size(-1), in}, x.options());
+    const std::string line = choose_weight_layout(*linear, input);
+    if (model.linears().size() > 1) {
+      text += (text.empty() ? "" : "; ") + linear->spec().linear + ": " + line;
+    } else {
+      text = line;
+    }
+  }
+  return text;
+}
+
 void configure_fused(LinearChainImpl& model, Precision precision, GemmKernel kernel,
                      const Settings& settings) {
   model.set_bf16x3_min_rows(settings.bf16x3_min_rows);
@@ -422,8 +553,24 @@ void configure_fused(LinearChainImpl& model, Precision precision, GemmKernel ker
   model.set_gemm_kernel(kernel);
 }
 
+void configure_fused(LayeredModelImpl& model, Precision precision, GemmKernel kernel,
+                     const Settings& settings) {
+  for (LinearChainImpl* linear : model.linears()) {
+    configure_fused(*linear, precision, kernel, settings);
+  }
+}
+
 std::string gemm_description(LinearChainImpl& model, const torch::Tensor& x) {
   return model.gemm_plan(x).description;
+}
+
+std::shared_ptr<LinearChainImpl> build_linear_model(const ModelSpec& spec,
+                                                    const Settings& settings) {
+  if (spec.layered()) {
+    throw UsageError(settings.command + " times models of one Linear; " + spec.name + " has " +
+                     std::to_string(spec.layers.size()) + " layers (compare times them)");
+  }
+  return build_model(spec, settings)->layers().front().linear;
 }
 
 bool verdict_counts(Precision precision, const Settings& settings) {

@@ -39,7 +39,7 @@ struct ModelResult {
   double gemm_gflops() const { return gemm_flops / gemm.median_us / 1e3; }
 };
 
-std::string split_memory(LinearChainImpl& model) {
+std::string split_memory(LayeredModelImpl& model) {
   const int64_t bytes = model.split_weight_bytes();
   if (bytes == 0) return "";
   return "; bfloat16 parts of W kept beside it: " + fixed(double(bytes) / (1 << 20), 1) + " MiB";
@@ -60,7 +60,7 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   r.input_shape = x.sizes().vec();
   r.in_features = model->in_features();
   r.out_features = model->out_features();
-  std::vector<std::shared_ptr<LinearChainImpl>> fused_models;
+  std::vector<std::shared_ptr<LayeredModelImpl>> fused_models;
   for (const Precision precision : settings.precisions) {
     for (const GemmKernel kernel : settings.gemm_kernels) {
       auto fused_model = build_model(spec, settings);
@@ -72,9 +72,13 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
       p.weight = choose_weight_layout(*fused_model, x);
       p.weight += split_memory(*fused_model);
       // A kernel asked for that cannot take this forward: what ran instead says why.
-      const GemmPlan plan = fused_model->gemm_plan(x);
-      if (kernel == GemmKernel::kHopper && !plan.hopper) p.weight += "; " + plan.reason;
-      p.gemm = gemm_description(*fused_model, x);
+      if (kernel == GemmKernel::kHopper) {
+        for (LinearChainImpl* linear : fused_model->linears()) {
+          const GemmPlan plan = linear->gemm_plan(x);
+          if (!plan.hopper) p.weight += "; " + plan.reason;
+        }
+      }
+      p.gemm = fused_model->gemm_description(x);
       p.counted = verdict_counts(precision, settings);
       r.paths.push_back(p);
       fused_models.push_back(fused_model);
@@ -87,13 +91,12 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   r.paths.insert(r.paths.begin(), {eager_path, chain_path});
 
   // Each path as a function of the call index (the index is unused: one fixed input).
-  std::vector<std::function<void(int)>> calls = {
-      [&](int) { model->forward_eager(x); },
-      [&](int) { model->chain_fused(model->linear()->forward(x), c10::nullopt); }};
+  std::vector<std::function<void(int)>> calls = {[&](int) { model->forward_eager(x); },
+                                                 [&](int) { model->forward_eager_gemms(x); }};
   for (const auto& fused_model : fused_models) {
     calls.emplace_back([&, fused_model](int) { fused_model->forward(x); });
   }
-  calls.emplace_back([&](int) { model->linear()->forward(x); });
+  calls.emplace_back([&](int) { model->run_gemms(x); });
 
   // Outputs: eager's is the reference of the verdict; a float64 evaluation of the same
   // parameters (as the model holds them) and input is the reference of accuracy.
@@ -102,7 +105,7 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   run_in_context(name, settings, [&] {
     eager = model->forward_eager(x);
     outputs.push_back(eager);
-    outputs.push_back(model->chain_fused(model->linear()->forward(x), c10::nullopt));
+    outputs.push_back(model->forward_eager_gemms(x));
     for (const auto& fused_model : fused_models) outputs.push_back(fused_model->forward(x));
   });
   const torch::Tensor reference = model->reference(x);
@@ -116,7 +119,7 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
   for (size_t i = 0; i < r.paths.size(); ++i) r.paths[i].time = times[i];
   r.gemm = times.back();
-  r.gemm_flops = 2.0 * double(rows) * double(r.in_features) * double(r.out_features);
+  r.gemm_flops = double(rows) * model->flops_per_row();
   return r;
 }
 

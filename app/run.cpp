@@ -28,8 +28,11 @@ int run_run(const Settings& settings) {
   std::cout << "fusedlinear run: " << name << " (" << settings.model_source << ", "
             << settings.weights << ") on " << x.sizes() << " " << dtype_name(settings.dtype) << ", "
             << settings.device << " -> " << settings.output << " " << y.sizes() << "\n";
-  const GemmPlan plan = model->gemm_plan(x);
-  std::cout << "fused GEMM: " << plan.description << " (" << plan.reason << ")\n";
+  for (LinearChainImpl* linear : model->linears()) {
+    const GemmPlan plan = linear->gemm_plan(x);
+    std::cout << "fused GEMM" << (spec.layered() ? " " + linear->spec().linear : "") << ": "
+              << plan.description << " (" << plan.reason << ")\n";
+  }
   if (x.is_cuda()) std::cout << "fused path: " << layout << "\n";
   return 0;
 }

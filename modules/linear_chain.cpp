@@ -39,30 +39,6 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features, bool bi
   return linear;
 }
 
-// The module at `path` ("block.0") below `root`, made (empty) where missing: libtorch's names may
-// not hold dots, so a dotted Python path is a chain of modules, as in Python.
-torch::nn::Module& module_at(torch::nn::Module& root, const std::string& path) {
-  torch::nn::Module* module = &root;
-  size_t start = 0;
-  while (true) {
-    const size_t dot = path.find('.', start);
-    if (dot == std::string::npos) return *module;
-    const std::string name = path.substr(start, dot - start);
-    std::shared_ptr<torch::nn::Module> child;
-    for (const auto& item : module->named_children()) {
-      if (item.key() == name) child = item.value();
-    }
-    if (!child) child = module->register_module(name, std::make_shared<torch::nn::Module>());
-    module = child.get();
-    start = dot + 1;
-  }
-}
-
-std::string last_component(const std::string& path) {
-  const size_t dot = path.rfind('.');
-  return dot == std::string::npos ? path : path.substr(dot + 1);
-}
-
 // How many bfloat16 parts of W the mode keeps (0: it reads W itself).
 int split_weight_parts(Precision precision) {
   switch (precision) {
@@ -99,6 +75,30 @@ int64_t rows_of(const torch::Tensor& x) {
 }
 
 }  // namespace
+
+// The module at `path` ("block.0") below `root`, made (empty) where missing: libtorch's names may
+// not hold dots, so a dotted Python path is a chain of modules, as in Python.
+torch::nn::Module& module_at(torch::nn::Module& root, const std::string& path) {
+  torch::nn::Module* module = &root;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    if (dot == std::string::npos) return *module;
+    const std::string name = path.substr(start, dot - start);
+    std::shared_ptr<torch::nn::Module> child;
+    for (const auto& item : module->named_children()) {
+      if (item.key() == name) child = item.value();
+    }
+    if (!child) child = module->register_module(name, std::make_shared<torch::nn::Module>());
+    module = child.get();
+    start = dot + 1;
+  }
+}
+
+std::string last_component(const std::string& path) {
+  const size_t dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
 
 LinearChainImpl::LinearChainImpl(ModelSpec spec, int64_t in_features, int64_t out_features,
                                  at::Generator generator)

@@ -134,6 +134,13 @@ class LinearChainImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LinearChain);
 
+// The module at attribute path `path`'s parent ("block" for "block.0.weight") below `root`, made
+// (empty) where missing: libtorch's names may not hold dots, so a dotted Python path is a chain of
+// modules, as in Python.
+torch::nn::Module& module_at(torch::nn::Module& root, const std::string& path);
+// The last part of a dotted path ("weight" for "block.0.weight").
+std::string last_component(const std::string& path);
+
 // A registered model by name ("swish_chain", "mish_mish", ...), its parameters drawn as PyTorch's
 // constructor draws them from `generator`, which is left where the draws end: what Python's
 // `torch.manual_seed(seed); model = Model(...)` does with the global generator, here with one of

@@ -32,6 +32,12 @@ TEST(ChainSpecs, CanonicalForm) {
       {"mul(block.scale),relu6,selu,hardsigmoid,hardswish,softsign,tanhshrink,logsigmoid",
        "mul(block.scale),relu6,selu,hardsigmoid,hardswish,softsign,tanhshrink,logsigmoid"},
       {"add(0.33333334),mul(3.4028235e38)", "add(0.33333334),mul(3.4028235e38)"},
+      // swish's beta is written only when it is not 1, so that beta-less specs read as before.
+      {"swish,swish(1),swish(beta=1.0),swish(1.702),swish(beta=1.702)",
+       "swish,swish,swish,swish(1.702),swish(1.702)"},
+      {"swish( beta = -0.5 ),swish(0),swish(-0),swish(inf)",
+       "swish(-0.5),swish(0),swish(-0),swish(inf)"},
+      {"square,relu,square", "square,relu,square"},
   };
   for (const auto& [spec, canonical] : cases) {
     const ParsedChain chain = parse_chain(spec);
@@ -42,6 +48,13 @@ TEST(ChainSpecs, CanonicalForm) {
             (std::vector<std::string>{"a", "b", "a"}));
   EXPECT_EQ(parse_chain("add(a),mul(b),add(a)").params(), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(parse_chain("mish,mish").description(), "Linear -> mish -> mish");
+  EXPECT_EQ(parse_chain("swish(beta=1.702),square").description(),
+            "Linear -> swish(1.702) -> square");
+  // The parsed arguments, and a declaration's chain printed as the same spec.
+  EXPECT_EQ(parse_chain("swish").ops[0].args[0], 1.0f);
+  EXPECT_EQ(parse_chain("swish(beta=1.702)").ops[0].args[0], 1.702f);
+  EXPECT_EQ(chain_of(act::Chain(act::Swish{}, act::Swish{1.702f}, act::Square{})).to_string(),
+            "swish,swish(1.702),square");
 }
 
 // One line naming the token and what was expected: the vocabulary for an unknown name, the
@@ -51,10 +64,14 @@ TEST(ChainSpecs, RefusedWithOneLineNamingTheToken) {
       {"",
        "expected an op (the vocabulary: relu, relu6, leaky_relu, elu, selu, celu, gelu, "
        "gelu(tanh), silu, swish, mish, sigmoid, tanh, hardtanh, clamp, hardsigmoid, "
-       "hardswish, softplus, softsign, tanhshrink, logsigmoid, add, sub, mul, div), got the "
-       "end"},
+       "hardswish, softplus, softsign, tanhshrink, logsigmoid, square, add, sub, mul, div), got "
+       "the end"},
       {"gelu,mesh", "unknown op 'mesh' (the vocabulary: relu"},
       {"relu(1)", "relu takes no arguments, got 1 argument"},
+      {"square(2)", "square takes no arguments, got 1 argument"},
+      {"swish(1,2)", "swish takes 1 argument (beta), got 2 arguments"},
+      {"swish(alpha=2)", "swish takes 1 argument (beta), not 'alpha'"},
+      {"swish(b)", "expected a number for swish's beta, got 'b'"},
       {"leaky_relu(0.1,0.2)", "leaky_relu takes 1 argument (negative_slope), got 2 arguments"},
       {"softplus(gamma=2)", "softplus takes 2 arguments (beta, threshold), not 'gamma'"},
       {"softplus(beta=2,1)", "a positional argument after a keyword one"},
@@ -95,6 +112,13 @@ TEST(ChainSpecs, ProgramsNumberTheSlots) {
   EXPECT_EQ(program.ops[2].code, act::OpCode::kGeluOnUnitInterval);  // after sigmoid
   EXPECT_EQ(program.ops[3].slot, 1);
   EXPECT_EQ(program.ops[4].args[0], 0.5f);
+  // swish's beta travels in the op's arguments; square is an op of its own.
+  const act::Program quick = program_of(parse_chain("swish(1.702),square,swish"));
+  ASSERT_EQ(quick.count, 3);
+  EXPECT_EQ(quick.ops[0].code, act::OpCode::kSwish);
+  EXPECT_EQ(quick.ops[0].args[0], 1.702f);
+  EXPECT_EQ(quick.ops[1].code, act::OpCode::kSquare);
+  EXPECT_EQ(quick.ops[2].args[0], 1.0f);
   // A spec is kept once found, under its text and its canonical form.
   const std::string spaced = "leaky_relu( 0.5 )", canonical = "leaky_relu(0.5)";
   const ChainEntry* a = &find_chain(spaced);
@@ -110,10 +134,10 @@ std::string random_spec(std::mt19937& rng) {
       "relu",       "relu6",       "leaky_relu", "elu",      "selu",     "celu",       "gelu",
       "gelu(tanh)", "silu",        "swish",      "mish",     "sigmoid",  "tanh",       "hardtanh",
       "clamp",      "hardsigmoid", "hardswish",  "softplus", "softsign", "tanhshrink", "logsigmoid",
-      "add",        "sub",         "mul",        "div"};
+      "square",     "add",         "sub",        "mul",      "div"};
   std::uniform_int_distribution<int> count(1, 8), pick(0, int(ops.size()) - 1), param(0, 2);
   std::uniform_real_distribution<float> slope(0.01f, 0.5f), alpha(0.25f, 2.0f), lo(-3.0f, 0.0f),
-      width(0.5f, 4.0f), scalar(0.5f, 2.0f), coin(0, 1);
+      width(0.5f, 4.0f), scalar(0.5f, 2.0f), coin(0, 1), beta(-2.0f, 2.0f);
   const auto number = [](float v) {
     char b[32];
     std::snprintf(b, sizeof b, "%.3g", double(v));
@@ -126,6 +150,8 @@ std::string random_spec(std::mt19937& rng) {
     std::string text = op;
     if (op == "leaky_relu") text += "(" + number(slope(rng)) + ")";
     if (op == "elu" || op == "celu") text += "(" + number(alpha(rng)) + ")";
+    // swish: beta 1 (written bare) or, half the time, drawn from [-2, 2].
+    if (op == "swish" && coin(rng) < 0.5f) text += "(" + number(beta(rng)) + ")";
     if (op == "hardtanh" || op == "clamp") {
       const float a = lo(rng);
       text += "(" + number(a) + "," + number(a + width(rng)) + ")";

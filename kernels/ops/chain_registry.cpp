@@ -61,7 +61,7 @@ const ChainEntry& find_chain(const std::string& name_or_spec) {
   }
   // A spec: parsed outside the lock (it may throw), then kept under its text and canonical form.
   auto entry = std::make_shared<ChainEntry>();
-  entry->chain = parse_chain(name_or_spec);
+  entry->chain = parse_chain_or_empty(name_or_spec);
   entry->name = entry->chain.to_string();
   entry->program = program_of(entry->chain);
   const std::lock_guard<std::mutex> lock(r.mutex);

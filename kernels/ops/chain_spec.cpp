@@ -297,6 +297,10 @@ std::string vocabulary_names() {
 
 ParsedChain parse_chain(const std::string& spec) { return Parser(spec).parse(); }
 
+ParsedChain parse_chain_or_empty(const std::string& spec) {
+  return spec.empty() ? ParsedChain{} : parse_chain(spec);
+}
+
 std::vector<std::string> ParsedChain::slot_params() const {
   std::vector<std::string> keys;
   for (const ChainOp& op : ops) {
@@ -313,6 +317,18 @@ std::vector<std::string> ParsedChain::params() const {
   return keys;
 }
 
+namespace {
+
+// Whether each of an op's arguments is its default (NaN cannot be written, so == is exact).
+bool all_default(const float* values, const std::vector<act::Arg>& args) {
+  for (size_t j = 0; j < args.size(); ++j) {
+    if (values[j] != args[j].default_value) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string ParsedChain::to_string() const {
   std::string spec;
   for (const ChainOp& op : ops) {
@@ -321,7 +337,8 @@ std::string ParsedChain::to_string() const {
       text += "(" + op.op->choice + ")";
     } else if (op.op->takes_param) {
       text += "(" + op.param + ")";
-    } else if (!op.op->args.empty()) {
+    } else if (!op.op->args.empty() &&
+               !(op.op->args_written_when_not_default && all_default(op.args, op.op->args))) {
       text += "(";
       for (size_t j = 0; j < op.op->args.size(); ++j) {
         text += (j ? "," : "") + format_number(op.args[j]);
@@ -335,6 +352,7 @@ std::string ParsedChain::to_string() const {
 
 std::string ParsedChain::description() const {
   std::string text = "Linear";
+  if (ops.empty()) return text;
   const std::string spec = to_string();
   size_t depth = 0, start = 0;
   for (size_t i = 0; i <= spec.size(); ++i) {

@@ -29,6 +29,9 @@ struct OpInfo {
   std::string choice;  // gelu's approximate: "" (none) or "tanh"
   std::vector<act::Arg> args;
   bool takes_param = false;  // add/sub/mul/div by a parameter, named by its state-dict key
+  // The canonical spec writes the bare name when every argument is its default (swish for
+  // beta = 1); other ops write every argument.
+  bool args_written_when_not_default = false;
   bool output_in_unit_interval = false;
   int code = -1;  // its act::OpCode; -1 outside the vocabulary
   // The functor with these arguments on a tensor (`term`: a column op's parameter, broadcast
@@ -52,8 +55,9 @@ struct ParsedChain {
   std::vector<std::string> slot_params() const;
   // Each parameter's key once, in the order of first use.
   std::vector<std::string> params() const;
-  // The canonical spec: no spaces, every argument written, numbers as the shortest decimal that
-  // reads back to the same float ("add(add_value),swish,tanh,gelu,hardtanh(-1,1)").
+  // The canonical spec: no spaces, every argument written (swish's beta only when not 1), numbers
+  // as the shortest decimal that reads back to the same float
+  // ("add(add_value),swish,tanh,gelu,hardtanh(-1,1)").
   std::string to_string() const;
   // "Linear -> add(add_value) -> swish -> ...".
   std::string description() const;
@@ -67,6 +71,9 @@ std::string vocabulary_names();
 // Parses a spec. Throws ChainSpecError naming the faulty token and what was expected (the
 // vocabulary for an unknown name, the arguments an op takes for a wrong count or name).
 ParsedChain parse_chain(const std::string& spec);
+// parse_chain, with the empty spec as the chain of no ops: a Linear alone, as a layer of a layered
+// model may be (the ops take "" so).
+ParsedChain parse_chain_or_empty(const std::string& spec);
 
 // The op list the interpreter runs for `chain`, with chain.h's rewrites (GELU after an op whose
 // results lie in [-1, 1] as GeluOnUnitInterval) and without the clamps that cannot change a value
@@ -94,6 +101,12 @@ struct ChoiceOf<F, std::void_t<decltype(F::kChoice)>> {
   static constexpr const char* value = F::kChoice;
 };
 
+template <class F, class = void>
+struct ArgsWrittenWhenNotDefaultOf : std::false_type {};
+template <class F>
+struct ArgsWrittenWhenNotDefaultOf<F, std::void_t<decltype(F::kArgsWrittenWhenNotDefault)>>
+    : std::bool_constant<F::kArgsWrittenWhenNotDefault> {};
+
 // The OpInfo of functor F (its name, arguments, eager and float64 forms).
 template <class F>
 OpInfo op_info_of() {
@@ -102,6 +115,7 @@ OpInfo op_info_of() {
   info.choice = ChoiceOf<F>::value;
   if constexpr (act::kArgCount < F >> 0) info.args.assign(std::begin(F::kArgs), std::end(F::kArgs));
   info.takes_param = act::kTakesColumnTerm<F>;
+  info.args_written_when_not_default = ArgsWrittenWhenNotDefaultOf<F>::value;
   info.output_in_unit_interval = act::kOutputInUnitInterval<F>;
   info.code = act::op_code_of<F>();
   if constexpr (act::kTakesColumnTerm<F>) {

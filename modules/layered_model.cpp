@@ -1,0 +1,236 @@
+#include "modules/layered_model.h"
+
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include "kernels/ops/ops.h"
+#include "modules/loader/state_dict.h"
+
+namespace fusedlinear {
+namespace {
+
+// A chunked Linear's output: its half `half` (the chain's) and the other (the gate).
+std::pair<torch::Tensor, torch::Tensor> halves(const torch::Tensor& y, int half) {
+  const int64_t width = y.size(-1) / 2;
+  return {y.narrow(-1, half * width, width), y.narrow(-1, (1 - half) * width, width)};
+}
+
+// x W^T + b in float64 on the CPU (x float64).
+torch::Tensor linear_reference(LinearChainImpl& linear, const torch::Tensor& x64) {
+  torch::Tensor y =
+      torch::matmul(x64, linear.linear()->weight.detach().to(torch::kCPU, torch::kFloat64).t());
+  const torch::Tensor& bias = linear.linear()->bias;
+  if (bias.defined()) y += bias.detach().to(torch::kCPU, torch::kFloat64);
+  return y;
+}
+
+}  // namespace
+
+LayeredModelImpl::LayeredModelImpl(ModelSpec spec, const std::vector<int64_t>& widths,
+                                   at::Generator generator)
+    : spec_(std::move(spec)) {
+  const std::vector<ModelSpec> layer_specs = spec_.layer_specs();
+  if (widths.size() != layer_specs.size() + 1) {
+    throw std::invalid_argument("LayeredModel: " + std::to_string(layer_specs.size()) +
+                                " layers take " + std::to_string(layer_specs.size() + 1) +
+                                " widths, got " + std::to_string(widths.size()));
+  }
+  if (spec_.residual && widths.front() != widths.back()) {
+    throw std::invalid_argument("the residual adds the input (" + std::to_string(widths.front()) +
+                                " wide) to the output (" + std::to_string(widths.back()) +
+                                " wide): the widths must match");
+  }
+  std::set<std::string> param_keys;
+  for (size_t i = 0; i < layer_specs.size(); ++i) {
+    const ModelSpec& one = layer_specs[i];
+    const int64_t in = widths[i], out = widths[i + 1];
+    ModelSpec main = one;
+    main.gate.clear();
+    main.half = -1;
+    Layer layer;
+    layer.half = one.half;
+    if (one.half >= 0) {
+      // The chain takes half the Linear's output: its parameters are as wide as the layer.
+      for (const std::string& key : main.parsed_chain().params()) {
+        main.param_shapes.emplace(key, std::vector<int64_t>{out});
+      }
+    }
+    layer.linear =
+        std::make_shared<LinearChainImpl>(main, in, one.half >= 0 ? 2 * out : out, generator);
+    if (one.gated() && one.half < 0) {
+      layer.gate = std::make_shared<LinearChainImpl>(runtime_model("", one.gate, one.gate_bias), in,
+                                                     out, generator);
+    }
+    // Registered here under the Python keys, the same tensors and modules as the layer's own.
+    for (LinearChainImpl* linear : {layer.linear.get(), layer.gate.get()}) {
+      if (!linear) continue;
+      for (const std::string& key : linear->chain().params()) {
+        if (!param_keys.insert(key).second) {
+          throw std::invalid_argument("the parameter '" + key +
+                                      "' is used by two layers' chains; each layer takes its own");
+        }
+        module_at(*this, key).register_parameter(last_component(key), linear->param(key));
+      }
+      const std::string& path = linear->spec().linear;
+      module_at(*this, path).register_module(last_component(path), linear->linear());
+    }
+    layers_.push_back(layer);
+  }
+}
+
+std::vector<LinearChainImpl*> LayeredModelImpl::linears() const {
+  std::vector<LinearChainImpl*> all;
+  for (const Layer& layer : layers_) {
+    all.push_back(layer.linear.get());
+    if (layer.gate) all.push_back(layer.gate.get());
+  }
+  return all;
+}
+
+LinearChainImpl& LayeredModelImpl::single_linear() const {
+  if (spec_.layered()) {
+    throw std::invalid_argument("model '" + spec_.name + "' has " + std::to_string(layers_.size()) +
+                                " layers; this takes a model of one Linear");
+  }
+  return *layers_.front().linear;
+}
+
+namespace {
+
+// The model on x: `whole(L, h)` a Linear and its chain, `product(L, h)` a Linear alone (bias
+// included), `chain(L, y)` L's chain on y (part of L's output). A residual adds x (eager's order,
+// x + f(x)); `input` is x as the layers take it.
+template <class Whole, class Product, class Chain>
+torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool residual,
+                       const torch::Tensor& input, Whole&& whole, Product&& product,
+                       Chain&& chain) {
+  torch::Tensor h = input;
+  for (const LayeredModelImpl::Layer& layer : layers) {
+    LinearChainImpl& linear = *layer.linear;
+    if (layer.half >= 0) {
+      const auto [main, other] = halves(product(linear, h), layer.half);
+      h = chain(linear, main) * other;
+    } else if (layer.gate) {
+      const torch::Tensor gate = product(*layer.gate, h);
+      h = whole(linear, h) * gate;
+    } else {
+      h = whole(linear, h);
+    }
+  }
+  return residual ? input + h : h;
+}
+
+}  // namespace
+
+torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
+  return evaluate(
+      layers_, spec_.residual, x,
+      [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward(h); },
+      [](LinearChainImpl& l, const torch::Tensor& h) {
+        // A gate has no chain: its whole fused forward (bias in the epilogue) is its output. A
+        // chunked Linear's chain takes half of it: the GEMM alone, then the bias.
+        if (l.chain().ops.empty()) return l.forward(h);
+        torch::Tensor y = l.matmul_without_bias(h);
+        if (l.linear()->bias.defined()) y.add_(l.linear()->bias);
+        return y;
+      },
+      [](LinearChainImpl& l, const torch::Tensor& y) {
+        return l.chain_fused(y.contiguous(), c10::nullopt);
+      });
+}
+
+torch::Tensor LayeredModelImpl::forward_eager(const torch::Tensor& x) {
+  return evaluate(
+      layers_, spec_.residual, x,
+      [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward_eager(h); },
+      [](LinearChainImpl& l, const torch::Tensor& h) { return l.linear()->forward(h); },
+      [](LinearChainImpl& l, const torch::Tensor& y) { return l.chain_eager(y); });
+}
+
+torch::Tensor LayeredModelImpl::forward_eager_gemms(const torch::Tensor& x) {
+  const auto fused_chain = [](LinearChainImpl& l, const torch::Tensor& y) {
+    return l.chain_fused(y.contiguous(), c10::nullopt);
+  };
+  return evaluate(
+      layers_, spec_.residual, x,
+      [&](LinearChainImpl& l, const torch::Tensor& h) {
+        return fused_chain(l, l.linear()->forward(h));
+      },
+      [](LinearChainImpl& l, const torch::Tensor& h) { return l.linear()->forward(h); },
+      fused_chain);
+}
+
+void LayeredModelImpl::run_gemms(const torch::Tensor& x) {
+  torch::Tensor h = x;
+  for (const Layer& layer : layers_) {
+    torch::Tensor y = layer.linear->linear()->forward(h);
+    if (layer.gate) layer.gate->linear()->forward(h);
+    h = layer.half >= 0 ? halves(y, layer.half).first : y;
+  }
+}
+
+torch::Tensor LayeredModelImpl::reference(const torch::Tensor& x) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x64 = x.detach().to(torch::kCPU, torch::kFloat64);
+  return evaluate(
+      layers_, spec_.residual, x64,
+      [](LinearChainImpl& l, const torch::Tensor& h) { return l.reference(h); }, &linear_reference,
+      [](LinearChainImpl& l, const torch::Tensor& y) {
+        return reference_chain(l.chain(), y.contiguous(), l.slot_params());
+      });
+}
+
+void LayeredModelImpl::set_precision(Precision precision) {
+  for (LinearChainImpl* linear : linears()) linear->set_precision(precision);
+}
+
+void LayeredModelImpl::set_bf16x3_min_rows(int64_t rows) {
+  for (LinearChainImpl* linear : linears()) linear->set_bf16x3_min_rows(rows);
+}
+
+void LayeredModelImpl::set_gemm_kernel(GemmKernel kernel) {
+  for (LinearChainImpl* linear : linears()) linear->set_gemm_kernel(kernel);
+}
+
+std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
+  std::string text;
+  std::string last;
+  for (LinearChainImpl* linear : linears()) {
+    const std::string one = linear->gemm_plan(x).description;
+    // Linears that run alike are said once.
+    if (one != last) text += (text.empty() ? "" : "; ") + one;
+    last = one;
+  }
+  return text;
+}
+
+int64_t LayeredModelImpl::split_weight_bytes() {
+  int64_t bytes = 0;
+  for (LinearChainImpl* linear : linears()) bytes += linear->split_weight_bytes();
+  return bytes;
+}
+
+double LayeredModelImpl::flops_per_row() {
+  double flops = 0;
+  for (LinearChainImpl* linear : linears()) {
+    flops += 2.0 * double(linear->in_features()) * double(linear->out_features());
+  }
+  return flops;
+}
+
+int64_t LayeredModelImpl::in_features() { return layers_.front().linear->in_features(); }
+
+int64_t LayeredModelImpl::out_features() {
+  const Layer& last = layers_.back();
+  const int64_t width = last.linear->out_features();
+  return last.half >= 0 ? width / 2 : width;
+}
+
+std::vector<std::string> layered_model_keys(const ModelSpec& spec) {
+  const std::vector<int64_t> widths(spec.layer_specs().size() + 1, 2);
+  LayeredModelImpl model(spec, widths, at::detail::createCPUGenerator(0));
+  return state_dict_keys(model);
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,82 @@
+// LayeredModel: a torch::nn::Module for a model of layers (modules/registry.h's ModelSpec: one
+// Linear and its chain, or several layers, gated pairs and a residual among them), with the
+// Python model's state-dict keys. Each Linear runs as a LinearChain (linear_chain.h): its fused
+// forward on every path (the CPU loops; cuBLAS and the fused epilogue, the small-batch kernels
+// and the Hopper GEMM on a GPU), in the model's precision. A gated pair runs both Linears' fused
+// forwards and multiplies; a Linear split in halves (chunk(2, -1)) runs its GEMM once and the
+// chain on its half.
+#pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modules/linear_chain.h"
+#include "modules/registry.h"
+
+namespace fusedlinear {
+
+class LayeredModelImpl : public torch::nn::Module {
+ public:
+  // One layer: chain(linear(x)), times gate(x) for a gated pair (gate: a Linear of its own, run
+  // with no chain), or with half 0 or 1, the chain on that half of linear's output times the
+  // other half.
+  struct Layer {
+    std::shared_ptr<LinearChainImpl> linear, gate;
+    int half = -1;
+  };
+
+  // The model `spec` describes: in_features, then each layer's output width in `widths` (one a
+  // layer; a chunked Linear is twice its layer's width). Its parameters drawn as PyTorch's
+  // constructors draw them, layer by layer, from `generator`; registered under the Python keys.
+  // Throws std::invalid_argument for widths that do not fit the spec (a residual of other
+  // widths).
+  LayeredModelImpl(ModelSpec spec, const std::vector<int64_t>& widths,
+                   at::Generator generator = at::detail::getDefaultCPUGenerator());
+
+  const ModelSpec& spec() const { return spec_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+  // Every LinearChain of the model, layer by layer (a gate after its layer's Linear).
+  std::vector<LinearChainImpl*> linears() const;
+  // The one LinearChain of a one-Linear model; throws std::invalid_argument for any other.
+  LinearChainImpl& single_linear() const;
+
+  // The fused forward, each Linear as its plan says.
+  torch::Tensor forward(const torch::Tensor& x);
+  // libtorch's ops, one per Python op, in the Python order: the baseline.
+  torch::Tensor forward_eager(const torch::Tensor& x);
+  // Each Linear by libtorch (addmm, bias included), each chain by the fused op: what the custom
+  // op alone gives.
+  torch::Tensor forward_eager_gemms(const torch::Tensor& x);
+  // The Linears alone, as libtorch runs them, on inputs of their widths (for timing the GEMMs).
+  void run_gemms(const torch::Tensor& x);
+  // The forward in float64 (the chains from the functors' float64 forms).
+  torch::Tensor reference(const torch::Tensor& x);
+
+  // Each LinearChain's setting (linear_chain.h).
+  void set_precision(Precision precision);
+  void set_bf16x3_min_rows(int64_t rows);
+  void set_gemm_kernel(GemmKernel kernel);
+  // What forward(x) runs: each Linear's plan, "; " between Linears ("ieee, CPU GEMM").
+  std::string gemm_description(const torch::Tensor& x);
+  // Bytes the split weights take (0 for ieee and tf32).
+  int64_t split_weight_bytes();
+  // Multiply-adds of one row's forward (the GEMMs').
+  double flops_per_row();
+
+  int64_t in_features();
+  int64_t out_features();
+
+ private:
+  ModelSpec spec_;
+  std::vector<Layer> layers_;
+};
+TORCH_MODULE(LayeredModel);
+
+// The state-dict keys of `spec`'s model (one Linear or layered), in Python's order.
+std::vector<std::string> layered_model_keys(const ModelSpec& spec);
+
+}  // namespace fusedlinear

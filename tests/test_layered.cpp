@@ -1,0 +1,213 @@
+// Layered models (kernels/ops/model_spec.h, modules/layered_model.h): the grammar, its canonical
+// form and refusals; the module's state-dict keys (Python's); and 200 seeded random layered models
+// (plain, gated, chunked and residual layers) whose fused forward is checked against the eager
+// model of the same spec and against float64, on the CPU and, where there is one, on CUDA.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "modules/layered_model.h"
+#include "modules/loader/state_dict.h"
+#include "tests/test_support.h"
+
+namespace fusedlinear {
+namespace {
+
+using testing_support::message_of;
+
+TEST(ModelSpecs, CanonicalForm) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"fc1: gelu(tanh) | fc2: relu | fc3", "fc1:gelu(tanh)|fc2:relu|fc3"},
+      {"0:gelu|2", "0:gelu|2"},
+      {" w1 : silu * w3 | w2 ", "w1:silu*w3|w2"},
+      {"w13[1]: gelu * w13[0] | w2", "w13[1]:gelu*w13[0]|w2"},
+      {"x + ( fc1: gelu | fc2 )", "x+(fc1:gelu|fc2)"},
+      {"x+(fc: swish(beta=1.702))", "x+(fc:swish(1.702))"},
+      {"block.0: leaky_relu(negative_slope=0.2), add(block.shift) | head",
+       "block.0:leaky_relu(0.2),add(block.shift)|head"},
+      {"a: * b", "a:*b"},  // a bilinear unit: a(x) * b(x)
+      {"fc1:", "fc1"},
+  };
+  for (const auto& [spec, canonical] : cases) {
+    EXPECT_TRUE(is_layered_spec(spec)) << spec;
+    const ParsedModel model = parse_model_spec(spec);
+    EXPECT_EQ(model.to_string(), canonical) << spec;
+    EXPECT_EQ(parse_model_spec(canonical).to_string(), canonical);
+  }
+  for (const char* chain : {"gelu", "add(x),relu", "xgelu", "swish(1.702),square"}) {
+    EXPECT_FALSE(is_layered_spec(chain)) << chain;
+  }
+  EXPECT_EQ(parse_model_spec("w1: silu * w3 | w2").description(), "(w1 -> silu) * w3 | w2");
+}
+
+TEST(ModelSpecs, RefusedWithOneLineNamingTheLayer) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"fc1: gelu | | fc3", "expected a layer (a Linear's path) (at character 13)"},
+      {"fc1: gelu | fc2: mesh", "layer 2 (fc2): chain 'mesh': unknown op 'mesh'"},
+      {"fc1 gelu | fc2", "expected the Linear's attribute path"},
+      {"w1: silu * w3 * w4", "expected one '*' a layer"},
+      {"w13[0]: silu * w2[1]", "expected the other half of the same Linear (w13[1])"},
+      {"w13[0]: silu * w13[0]", "expected the other half of the same Linear (w13[1])"},
+      {"w13[2]: silu * w13[1]", "expected [0] or [1]"},
+      {"w13[0]: silu", "a Linear's half is gated by the other"},
+      {"w1: silu * w1", "a gate other than the Linear itself"},
+      {"fc1: gelu | fc1", "a Linear used once; 'fc1' comes twice"},
+      {"x + (fc1: gelu | fc2", "the residual's closing ')' at the end"},
+      {"x + fc1: gelu", "'(' after 'x +'"},
+  };
+  for (const auto& [spec, expected] : cases) {
+    const std::string message = message_of<ChainSpecError>([&] { parse_model_spec(spec); });
+    EXPECT_NE(message.find(expected), std::string::npos) << spec << ": " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  // The interpreter's limits are checked when the model is made, not at its first call.
+  EXPECT_NE(message_of<ChainSpecError>([] {
+              layered_model("fc1: add(a),add(b),add(c),add(d),add(e) | fc2");
+            }).find("more than 4 parameter terms"),
+            std::string::npos);
+}
+
+TEST(LayeredModels, StateDictKeysArePythons) {
+  const std::pair<const char*, std::vector<std::string>> cases[] = {
+      {"0:gelu|2", {"0.weight", "0.bias", "2.weight", "2.bias"}},
+      {"w1:silu*w3|w2", {"w1.weight", "w1.bias", "w3.weight", "w3.bias", "w2.weight", "w2.bias"}},
+      {"w13[0]:silu*w13[1]|w2", {"w13.weight", "w13.bias", "w2.weight", "w2.bias"}},
+      {"x+(block.fc1:add(block.shift),gelu|block.fc2)",
+       {"block.shift", "block.fc1.weight", "block.fc1.bias", "block.fc2.weight", "block.fc2.bias"}},
+  };
+  for (const auto& [spec, keys] : cases) {
+    std::vector<std::string> got = layered_model_keys(layered_model(spec));
+    std::vector<std::string> want = keys;
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want) << spec;
+  }
+  // Linears without a bias, as the file says.
+  EXPECT_EQ(layered_model_keys(layered_model("fc1:relu|fc2", {{"fc1", false}})),
+            (std::vector<std::string>{"fc1.weight", "fc2.weight", "fc2.bias"}));
+}
+
+TEST(LayeredModels, WidthsAndParametersChecked) {
+  EXPECT_NE(message_of<std::invalid_argument>([] {
+              LayeredModelImpl(layered_model("x+(fc1:gelu|fc2)"), {8, 16, 4});
+            }).find("the widths must match"),
+            std::string::npos);
+  EXPECT_NE(message_of<std::invalid_argument>([] {
+              LayeredModelImpl(layered_model("fc1:add(p)|fc2:add(p)"), {8, 16, 16});
+            }).find("the parameter 'p' is used by two layers' chains"),
+            std::string::npos);
+  LayeredModelImpl chunked(layered_model("w13[1]:add(shift),silu*w13[0]|w2"), {8, 6, 3});
+  EXPECT_EQ(chunked.layers().front().linear->out_features(), 12);  // both halves
+  EXPECT_EQ(chunked.named_parameters()["shift"].sizes(), (torch::IntArrayRef{6}));
+  EXPECT_EQ(chunked.out_features(), 3);
+}
+
+// A chain of 0-3 ops, arguments left at their defaults, or a per-feature parameter `key`.
+std::string random_chain(std::mt19937& rng, const std::string& key) {
+  const std::vector<std::string> ops = {
+      "relu",    "gelu",     "gelu(tanh)",      "silu",     "swish(1.702)", "mish",
+      "sigmoid", "tanh",     "hardtanh",        "softplus", "square",       "leaky_relu(0.1)",
+      "elu",     "mul(0.5)", "add(" + key + ")"};
+  std::uniform_int_distribution<int> count(0, 3), pick(0, int(ops.size()) - 1);
+  std::string chain;
+  bool used_key = false;
+  for (int n = count(rng); n > 0; --n) {
+    std::string op = ops[pick(rng)];
+    if (op[0] == 'a') {
+      if (used_key) continue;
+      used_key = true;
+    }
+    chain += (chain.empty() ? "" : ",") + op;
+  }
+  return chain;
+}
+
+// A model of 1-4 layers, some gated or chunked, maybe a residual; `widths` receives the input's
+// width and each layer's.
+std::string random_model(std::mt19937& rng, std::vector<int64_t>& widths, bool& residual) {
+  std::uniform_int_distribution<int> layers(1, 4), kind(0, 3), width(1, 24);
+  const int count = layers(rng);
+  residual = kind(rng) == 0;
+  widths = {width(rng)};
+  std::string spec;
+  for (int i = 0; i < count; ++i) {
+    const std::string name = "l" + std::to_string(i);
+    const std::string chain = random_chain(rng, "s" + std::to_string(i));
+    std::string layer;
+    switch (kind(rng)) {
+      case 0:
+        layer = name + ":" + chain + "*g" + std::to_string(i);
+        break;
+      case 1:
+        layer = name + "[" + std::to_string(i % 2) + "]:" + chain + "*" + name + "[" +
+                std::to_string(1 - i % 2) + "]";
+        break;
+      default:
+        layer = name + (chain.empty() ? "" : ":" + chain);
+    }
+    spec += (spec.empty() ? "" : "|") + layer;
+    widths.push_back(residual && i + 1 == count ? widths.front() : width(rng));
+  }
+  return residual ? "x+(" + spec + ")" : spec;
+}
+
+void expect_random_models_match_eager(const torch::Device& device) {
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int64_t> widths;
+    bool residual = false;
+    const std::string spec = random_model(rng, widths, residual);
+    SCOPED_TRACE(spec);
+    LayeredModelImpl model(layered_model(spec), widths,
+                           at::detail::createCPUGenerator(uint64_t(trial)));
+    model.to(device);
+    const torch::Tensor x = torch::randn({int64_t(1 + trial % 7), widths.front()},
+                                         at::detail::createCPUGenerator(uint64_t(trial) + 1000))
+                                .to(device);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor fused = model.forward(x), eager = model.forward_eager(x);
+    ASSERT_EQ(fused.sizes(), eager.sizes());
+    EXPECT_TRUE(torch::allclose(fused, eager, 1e-4, 1e-5, /*equal_nan=*/true))
+        << (fused - eager).abs().max();
+    EXPECT_TRUE(torch::allclose(model.forward_eager_gemms(x), eager, 1e-4, 1e-5, true));
+    const torch::Tensor reference = model.reference(x);
+    EXPECT_TRUE(torch::allclose(fused.cpu().to(torch::kFloat64), reference, 1e-4, 1e-5, true));
+  }
+}
+
+TEST(LayeredModels, RandomModelsMatchEagerOnTheCpu) {
+  expect_random_models_match_eager(torch::kCPU);
+}
+
+TEST(LayeredModels, RandomModelsMatchEagerOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_random_models_match_eager(torch::kCUDA);
+}
+
+// The float32-grade modes run in every Linear of a model: bf16x6 as close to float64 as float32
+// is; bf16x3, whose split drops ~2^-17 of each product, within an order of magnitude at these
+// short sums (where float32's own rounding is small), far from bf16's ~2^-8.
+TEST(LayeredModels, PrecisionsThroughEveryLayer) {
+  for (const Precision precision : {Precision::kBf16x3, Precision::kBf16x6, Precision::kBf16}) {
+    LayeredModelImpl model(layered_model("w1:silu*w3|w2:gelu|x3"), {512, 384, 256, 512},
+                           at::detail::createCPUGenerator(7));
+    model.set_precision(precision);
+    const torch::Tensor x = torch::rand({9, 512}, at::detail::createCPUGenerator(8));
+    torch::NoGradGuard no_grad;
+    const torch::Tensor reference = model.reference(x);
+    const auto error_of = [&](const torch::Tensor& y) {
+      return (y.to(torch::kFloat64) - reference).abs().max().item<double>();
+    };
+    const double error = error_of(model.forward(x)),
+                 float32_error = error_of(model.forward_eager(x));
+    const double factor = precision == Precision::kBf16x6 ? 2 : 32;
+    EXPECT_EQ(error <= factor * float32_error, precision != Precision::kBf16)
+        << precision_name(precision) << ": " << error << " against float32's " << float32_error;
+    EXPECT_GT(model.split_weight_bytes(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace fusedlinear
