@@ -1,14 +1,37 @@
 #!/usr/bin/env python3
-"""Describe a PyTorch `Linear -> pointwise ops` model as a chain spec and save it for fusedlinear.
+"""Describe a PyTorch `Linear -> pointwise ops` model, or an MLP of such layers, as a spec and
+save it for fusedlinear.
 
 fusedlinear runs any model that is one nn.Linear followed by pointwise ops of a fixed
 vocabulary; the model is described by a chain spec such as `gelu(tanh),silu,clamp(-2,2)`
-(docs/CHAINS.md). This module traces a model with torch.fx, writes its spec in canonical form
-and saves its state dict with the spec inside:
+(docs/CHAINS.md). It also runs layered models, described by a layered spec that names each
+Linear by its attribute path:
+
+    fc1:gelu|fc2                    fc2(gelu(fc1(x))); nn.Sequential's Linears are '0', '2', ...
+    w1:silu*w3|w2                   w2(silu(w1(x)) * w3(x)): a gated pair (SwiGLU, GeGLU)
+    w13[0]:silu*w13[1]|w2           a, b = w13(x).chunk(2, -1); w2(silu(a) * b)
+    x+(fc1:gelu|fc2)                x + fc2(gelu(fc1(x))): the input added to the output
+
+This module traces a model with torch.fx, writes its spec in canonical form and saves its state
+dict with the spec inside:
 
     from fx_chain import save_with_chain, chain_spec
     linear_name, spec = chain_spec(model)          # ('fc', 'gelu(tanh),silu,clamp(-2,2)')
+    chain_spec(mlp)                                # ('', 'fc1:gelu|fc2'): a layered model
     save_with_chain(model, "mynet.pt")             # or "mynet.safetensors"
+
+A model of one Linear is written as before: its chain spec and the Linear's path (metadata
+{"version": 1, "chain": spec, "linear": path}). A layered model (several Linears, a gated pair,
+a Linear's two halves or a residual) is written with its layered spec as "chain" and "" as
+"linear"; chain_spec returns ('', spec) for it. What is accepted, beside each layer's pointwise
+ops: Linears one after another (nested modules, nn.Sequential), each called once; the product
+of a chain on one Linear's output and another Linear's output (`F.silu(w1(x)) * w3(x)`, either
+order), both Linears taking the same value; the product of a Linear's two halves
+(`a, b = y.chunk(2, -1)`, `torch.chunk(y, 2, dim=-1)`), a chain on one of them; a gated layer
+ends at its product. `x + f(x)` of the model's input as its last op (the widths equal); and
+the patterns `y * torch.sigmoid(beta * y)` (swish(beta); QuickGELU is swish(1.702)) and
+`y * y`, `y ** 2`, `torch.square(y)` (square). A parameter of a chain (add, sub, mul, div) has
+the shape [its layer's width], [] or [1], and belongs to one layer.
 
 Anything the spec cannot express is refused with a ChainError, one line naming the node.
 
@@ -22,7 +45,10 @@ Runs with torch 1.13 (Debian's python3-torch) and torch 2.x; .safetensors files 
 safetensors package to be written (reading the spec back needs nothing).
 """
 import argparse
+import collections
 import decimal
+import dis
+import inspect
 import json
 import math
 import operator
@@ -112,12 +138,12 @@ VOCABULARY = {
     "selu": (),
     "celu": (("alpha", 1.0),),
     "gelu": (("approximate", "none"),),
-    "silu": (), "swish": (), "mish": (), "sigmoid": (), "tanh": (),
+    "silu": (), "swish": (("beta", 1.0),), "mish": (), "sigmoid": (), "tanh": (),
     "hardtanh": (("min_val", -1.0), ("max_val", 1.0)),
     "clamp": (("min", -INF), ("max", INF)),
     "hardsigmoid": (), "hardswish": (),
     "softplus": (("beta", 1.0), ("threshold", 20.0)),
-    "softsign": (), "tanhshrink": (), "logsigmoid": (),
+    "softsign": (), "tanhshrink": (), "logsigmoid": (), "square": (),
     "add": (("other", REQUIRED),), "sub": (("other", REQUIRED),),
     "mul": (("other", REQUIRED),), "div": (("other", REQUIRED),),
 }
@@ -137,6 +163,8 @@ class Op:
     def __str__(self):
         if self.token == "gelu":
             return "gelu" if self.args[0] == "none" else "gelu(%s)" % self.args[0]
+        if self.token == "swish" and (not self.args or self.args[0] == 1):
+            return "swish"  # beta written only when it is not 1, as specs were before it
         if not self.args:
             return self.token
         return "%s(%s)" % (self.token, ",".join(
@@ -260,8 +288,195 @@ def parse_spec(text):
 
 
 def canonical_spec(text):
-    """The canonical form of a chain spec: `leaky_relu(negative_slope=0.2)` -> `leaky_relu(0.2)`."""
+    """The canonical form of a chain spec (`leaky_relu(negative_slope=0.2)` -> `leaky_relu(0.2)`)
+    or of a layered spec (`x + (w1: silu * w3 | w2)` -> `x+(w1:silu*w3|w2)`)."""
+    if is_layered_spec(text):
+        return str(parse_model_spec(text))
     return ",".join(str(op) for op in parse_spec(text))
+
+
+# Layered specs (docs/CHAINS.md, "Layered models"; kernels/ops/model_spec.h on the C++ side):
+#   fc1: gelu | fc2: relu | fc3        layers in order, each a Linear and its chain (maybe none)
+#   w1: silu * w3 | w2                 a gated pair: silu(w1(x)) * w3(x)
+#   w13[0]: silu * w13[1] | w2         the same from one Linear's two halves (chunk(2, -1))
+#   x + (fc1: gelu | fc2)              the model's input added to its output (a residual)
+
+LINEAR_PATH = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*\Z")
+
+
+class LinearRef:
+    """A Linear by its attribute path ('fc1', '0', 'block.fc'), or one half of its output
+    (half 0 or 1: chunk(2, -1)'s first or second part; -1 the whole output)."""
+
+    def __init__(self, path, half=-1):
+        self.path, self.half = path, half
+
+    def __str__(self):
+        return self.path if self.half < 0 else "%s[%d]" % (self.path, self.half)
+
+    def __repr__(self):
+        return "LinearRef(%r, %d)" % (self.path, self.half)
+
+    def __eq__(self, other):
+        return isinstance(other, LinearRef) and (self.path, self.half) == (other.path, other.half)
+
+
+class Layer:
+    """One layer of a layered spec: chain(linear(x)), times gate(x) for a gated pair (gate a
+    LinearRef, or None)."""
+
+    def __init__(self, linear, ops=(), gate=None):
+        self.linear, self.ops, self.gate = linear, list(ops), gate
+
+    def __str__(self):
+        text = str(self.linear)
+        if self.ops or self.gate is not None:
+            text += ":" + ",".join(str(op) for op in self.ops)
+        if self.gate is not None:
+            text += "*" + str(self.gate)
+        return text
+
+    def __repr__(self):
+        return "Layer(%r, %r, %r)" % (self.linear, self.ops, self.gate)
+
+
+class ModelSpec:
+    """A model as layers (a list of Layer) and whether its input is added to its output.
+
+    str() is the canonical layered spec (`x+(w1:silu*w3|w2)`); `single` says whether it is one
+    Linear and its chain, which files carry as a chain spec and the Linear's path."""
+
+    def __init__(self, layers, residual=False):
+        self.layers, self.residual = list(layers), residual
+
+    @property
+    def single(self):
+        layer = self.layers[0]
+        return (len(self.layers) == 1 and not self.residual and layer.gate is None
+                and layer.linear.half < 0)
+
+    def linears(self):
+        """The paths of the model's Linears, in order (a gate after its layer's Linear)."""
+        paths = []
+        for layer in self.layers:
+            for ref in (layer.linear, layer.gate):
+                if ref is not None and ref.path not in paths:
+                    paths.append(ref.path)
+        return paths
+
+    def __str__(self):
+        text = "|".join(str(layer) for layer in self.layers)
+        return "x+(%s)" % text if self.residual else text
+
+    def __repr__(self):
+        return "ModelSpec(%r, residual=%r)" % (self.layers, self.residual)
+
+
+def is_layered_spec(text):
+    """Whether a spec is layered (it names Linears: ':' or '|', or a residual `x + (...)`)
+    rather than a chain spec: the same test as fusedlinear's."""
+    if ":" in text or "|" in text:
+        return True
+    stripped = text.strip()
+    return stripped.startswith("x") and stripped[1:].lstrip().startswith("+")
+
+
+def _model_error(text, position, what):
+    return ChainError("fx_chain: model spec %r, at character %d: expected %s"
+                      % (text, position + 1, what))
+
+
+def _split(piece, at, separator):
+    """[(part stripped, where it starts)] of piece (which starts at `at`) split at separator."""
+    parts, start = [], 0
+    while True:
+        end = piece.find(separator, start)
+        raw = piece[start:] if end < 0 else piece[start:end]
+        lead = len(raw) - len(raw.lstrip())
+        parts.append((raw.strip(), at + start + lead))
+        if end < 0:
+            return parts
+        start = end + 1
+
+
+def _parse_ref(text, piece, at, role):
+    ref, path = LinearRef(piece), piece
+    if piece.endswith("]"):
+        open_ = piece.rfind("[")
+        if piece[open_ + 1:] not in ("0]", "1]") or open_ < 0:
+            raise _model_error(text, at + max(open_, 0), "[0] or [1] (a half of the %s's output)"
+                               % role)
+        path, ref.half = piece[:open_], int(piece[open_ + 1])
+    if not LINEAR_PATH.match(path):
+        raise _model_error(text, at, "the %s's attribute path ([A-Za-z0-9_.], e.g. fc1 or "
+                           "block.0), got '%s'" % (role, piece))
+    ref.path = path
+    return ref
+
+
+def _parse_layer(text, piece, at, index):
+    if not piece:
+        raise _model_error(text, at, "a layer (a Linear's path)")
+    colon = piece.find(":")
+    linear = _parse_ref(text, (piece if colon < 0 else piece[:colon]).strip(), at, "Linear")
+    if colon < 0:
+        if linear.half >= 0:
+            raise _model_error(text, at, "':' and a gate after a Linear's half")
+        return Layer(linear)
+    parts = _split(piece[colon + 1:], at + colon + 1, "*")
+    if len(parts) > 2:
+        raise _model_error(text, parts[2][1] - 1, "one '*' a layer")
+    ops = []
+    if parts[0][0]:
+        try:
+            ops = parse_spec(parts[0][0])
+        except ChainError as error:
+            raise ChainError("fx_chain: model spec %r, layer %d (%s): %s" % (
+                text, index, linear, str(error)[len("fx_chain: "):])) from None
+    gate = None
+    if len(parts) == 2:
+        gate = _parse_ref(text, parts[1][0], parts[1][1], "gate")
+        if linear.half >= 0 or gate.half >= 0:
+            if gate.path != linear.path or gate.half + linear.half != 1:
+                raise _model_error(text, parts[1][1], "the other half of the same Linear (%s[%d])"
+                                   % (linear.path, 1 - max(linear.half, 0)))
+        elif gate.path == linear.path:
+            raise _model_error(text, parts[1][1], "a gate other than the Linear itself")
+    elif linear.half >= 0:
+        raise _model_error(text, at + len(piece), "'* %s[%d]' (a Linear's half is gated by the "
+                           "other)" % (linear.path, 1 - linear.half))
+    return Layer(linear, ops, gate)
+
+
+def parse_model_spec(text):
+    """The ModelSpec of a layered spec; ChainError (one line, naming the character) if it is
+    not one. The grammar is fusedlinear's (kernels/ops/model_spec.h)."""
+    body, offset, residual = text, 0, False
+    if text.strip().startswith("x"):
+        i = text.index("x") + 1
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i < len(text) and text[i] == "+":
+            i += 1
+            while i < len(text) and text[i].isspace():
+                i += 1
+            if i >= len(text) or text[i] != "(":
+                raise _model_error(text, i, "'(' after 'x +'")
+            close = text.rfind(")")
+            if close < i or text[close + 1:].strip():
+                raise _model_error(text, len(text), "the residual's closing ')' at the end")
+            body, offset, residual = text[i + 1:close], i + 1, True
+    layers, used = [], set()
+    for piece, at in _split(body, offset, "|"):
+        layer = _parse_layer(text, piece, at, len(layers) + 1)
+        for ref in (layer.linear, layer.gate):
+            if ref is None or (ref is layer.gate and ref.path == layer.linear.path):
+                continue
+            if ref.path in used:
+                raise _model_error(text, at, "a Linear used once; '%s' comes twice" % ref.path)
+            used.add(ref.path)
+        layers.append(layer)
+    return ModelSpec(layers, residual)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,6 +539,10 @@ _FUNCTION_TABLE = [
     ("softsign", (IN,), False, ["F.softsign"]),
     ("tanhshrink", (IN,), False, ["F.tanhshrink"]),
     ("logsigmoid", (IN,), False, ["F.logsigmoid"]),
+    ("square", (IN,), False, ["torch.square"]),
+    ("square", (IN,), True, ["torch.square_"]),
+    ("pow", (IN, ("exponent", REQUIRED)), False, ["torch.pow", "operator.pow"]),
+    ("pow", (IN, ("exponent", REQUIRED)), True, ["operator.ipow"]),
     ("add", BINARY_PARAMS["add"], False, ["torch.add", "operator.add"]),
     ("add", BINARY_PARAMS["add"], True, ["operator.iadd"]),
     ("sub", BINARY_PARAMS["sub"], False, ["torch.sub", "torch.subtract", "operator.sub"]),
@@ -340,6 +559,7 @@ _FUNCTION_TABLE = [
 # Tensor methods: (token, params after self, names); a trailing '_' is the in-place form.
 _METHOD_TABLE = [
     ("relu", (), ["relu"]), ("sigmoid", (), ["sigmoid"]), ("tanh", (), ["tanh"]),
+    ("square", (), ["square"]), ("pow", (("exponent", REQUIRED),), ["pow"]),
     ("clamp", (("min", None), ("max", None)), ["clamp", "clip"]),
     ("clamp", (("min", REQUIRED),), ["clamp_min"]),
     ("clamp", (("max", REQUIRED),), ["clamp_max"]),
@@ -588,6 +808,12 @@ def _binary_op(node, ctx, call, running):
 
 def _unary_op(node, ctx, call):
     bound, token = call.bound, call.token
+    if token == "pow":
+        exponent = _number(node, ctx, "exponent", bound["exponent"])
+        if exponent != 2:
+            raise _refuse(node, ctx.modules, "with the exponent %s (only 2: square)"
+                          % format_number(exponent))
+        return Op("square")
     if token == "gelu":
         approximate = bound["approximate"]
         if approximate not in GELU_APPROXIMATIONS:
@@ -626,18 +852,78 @@ def to_op(node, ctx, call, running):
     return _unary_op(node, ctx, call)
 
 
-class _Walk:
-    """The graph's nodes in order, one running value: `live` holds the nodes that hold it now
-    (several after an in-place op or an identity), `consumed[n]` the node that replaced n."""
+class _Layer:
+    """A layer as the trace builds it: its Linear (ref, the node that called it, the width of
+    its output or half), the value that Linear took, its chain's ops (each with its node), and
+    once multiplied, its gate (ref) and the product's node."""
+
+    def __init__(self, ref, node, width, source, ops=(), gate=None, product=None):
+        self.ref, self.node, self.width, self.source = ref, node, width, source
+        self.ops, self.gate, self.product = tuple(ops), gate, product
+
+    def with_op(self, op, node):
+        return _Layer(self.ref, self.node, self.width, self.source, self.ops + ((op, node),))
+
+    def gated(self, gate, product):
+        return _Layer(self.ref, self.node, self.width, self.source, self.ops, gate, product)
+
+    def params(self):
+        return {op.args[0] for op, _ in self.ops
+                if op.token in BINARY and isinstance(op.args[0], str)}
+
+    def spec(self):
+        return Layer(self.ref, [op for op, _ in self.ops], self.gate)
+
+
+class _Value:
+    """What a node computes, abstractly: the model's input (kind 'input'); the layers done and
+    the open one (kind 'layer'); a Linear's output in two halves (kind 'chunk'); or the input
+    added to the layers (kind 'residual'). A 'layer' value made by appending `op` to another
+    keeps that one as `parent` (for the patterns x * sigmoid(x) and x * x). `users`: the nodes
+    that took it; nodes that alias one value (an identity, an in-place op) share it."""
+
+    def __init__(self, kind, node, layers=(), open_layer=None, parent=None, op=None):
+        self.kind, self.node, self.layers, self.open = kind, node, tuple(layers), open_layer
+        self.parent, self.op = parent, op
+        self.users, self.halves = [], {}
+
+    def append(self, node, op):
+        return _Value("layer", node, self.layers, self.open.with_op(op, node), self, op)
+
+    def all_layers(self):
+        return self.layers + ((self.open,) if self.open is not None else ())
+
+
+def _is_add(node):
+    return (node.op == "call_function" and node.target in (operator.add, operator.iadd,
+                                                             torch.add)) or \
+        (node.op == "call_method" and node.target in ("add", "add_"))
+
+
+class _Trace:
+    """An abstract evaluation of the traced graph, node by node, into layers.
+
+    Each node's value says what it computes from the model's input (_Value). An nn.Linear
+    applied to a value closes its open layer and opens a new one; a pointwise op appends to the
+    open layer's chain; a product of two values forms a gated layer (two Linears of one input,
+    or one Linear's two halves), `x * sigmoid(beta * x)` (swish) or `x * x` (square); the input
+    added to the last layer's output is the residual. A value is taken by one node, except
+    where it becomes a gate (two Linears take it), a swish pattern, or the residual's input;
+    anything else is a branch the spec cannot express."""
 
     def __init__(self, graph_module, ctx):
-        self.nodes = [n for n in graph_module.graph.nodes if n.op not in ("get_attr",)]
+        self.graph = graph_module.graph
         self.ctx, self.modules = ctx, ctx.modules
-        self.live, self.consumed = set(), {}
-        self.linear, self.ops = None, []
+        self.values = {}    # node -> its _Value (aliasing nodes share one)
+        self.linears = {}   # a Linear's path -> the node that called it
+        self.forks = {}     # frozenset of two Linear nodes -> (the node they both took, first,
+        #                     second), until a gated product joins them
+
+    # -- the walk --
 
     def run(self):
-        inputs = [n for n in self.nodes if n.op == "placeholder"]
+        nodes = [n for n in self.graph.nodes if n.op != "get_attr"]
+        inputs = [n for n in nodes if n.op == "placeholder"]
         used = [n for n in inputs if n.users]
         if not inputs:
             raise ChainError("fx_chain: the model's forward takes no input: %s" % WHY)
@@ -647,122 +933,378 @@ class _Walk:
         if used and used[0] is not inputs[0]:
             raise ChainError("fx_chain: the model's forward uses its input '%s', not its first "
                              "one '%s': %s" % (used[0].name, inputs[0].name, WHY))
-        self.live = {inputs[0]}
-        calls = [n for n in self.nodes if n.op != "placeholder"]
-        index = 0
-        while index < len(calls):
-            index += self.step(calls, index)
-        return self.linear, self.ops
+        self.values[inputs[0]] = _Value("input", inputs[0])
+        for node in nodes:
+            if node.op == "output":
+                return self.finish(node)
+            if node.op != "placeholder":
+                self.step(node)
+        raise ChainError("fx_chain: the traced graph has no output: %s" % WHY)
 
-    def step(self, calls, index):
-        """Handles calls[index]; returns how many nodes it took (2 for swish)."""
-        node = calls[index]
-        if node.op == "output":
-            self.finish(node)
-            return 1
-        if self.linear is None:
-            self.first(node, calls)
-            return 1
+    def step(self, node):
         call = classify(node, self.modules)
         if call is None:
-            raise _refuse(node, self.modules)
-        if call.token == "linear":
-            raise _refuse(node, self.modules, "a second Linear")
-        running = self.running_input(node)
-        if call.token == "sigmoid" and not call.inplace and self.is_swish(node, calls, index):
-            self.advance(calls[index + 1], Op("swish"), self.mul_inplace(calls[index + 1]))
-            return 2
-        self.advance(node, to_op(node, self.ctx, call, running), call.inplace
-                     or call.token in ("identity", "dropout"))
-        return 1
-
-    def first(self, node, calls):
-        """The first op: an nn.Linear applied to the input."""
-        call = classify(node, self.modules) if node.op != "output" else None
-        if call is not None and call.token == "linear" and call.bound["input"] in self.live:
-            self.linear = node
-            self.ctx.out_features = self.modules[node.target].out_features
-            self.live, self.consumed = {node}, {n: node for n in self.live}
+            if not (self.chunk(node) or self.getitem(node)):
+                self.unknown(node)
             return
-        later = [n for n in calls if n.op == "call_module" and isinstance(
-            self.modules.get(n.target), nn.Linear)]
+        if call.token == "linear":
+            return self.linear(node, call)
+        if call.token in ("identity", "dropout"):
+            return self.identity(node, call)
+        operands = self.operands(node)
+        if not operands:
+            raise _refuse(node, self.modules, "which computes on parameters or constants only")
+        if call.token in BINARY and len(operands) == 2:
+            return self.two_values(node, call, operands)
+        if len(operands) > 1:
+            raise _refuse(node, self.modules, "which takes the running value twice")
+        (source, value), = operands
+        if call.token not in BINARY and call.bound["input"] is not source:
+            self.check_open(node, source, value)
+            raise _refuse(node, self.modules, "which does not take the running value as its "
+                          "input")
+        self.check_open(node, source, value)
+        self.use(node, operands)
+        self.ctx.out_features = value.open.width
+        op = to_op(node, self.ctx, call, source)
+        if op.token in BINARY and isinstance(op.args[0], str):
+            self.check_own_param(node, value, op.args[0])
+        self.assign(node, value, value.append(node, op), call.inplace)
+
+    def operands(self, node):
+        """[(node, value)] for each node among the arguments that is not a parameter."""
+        found = []
+        for used in _node_uses((node.args, node.kwargs)):
+            if used.op == "get_attr":
+                continue
+            value = self.values.get(used)
+            if value is None:
+                raise _refuse(node, self.modules, "which takes node '%s', not a value computed "
+                              "from the input" % used.name)
+            found.append((used, value))
+        return found
+
+    def assign(self, node, old, new, inplace):
+        """node's value is new; an in-place op gives it to every node that held old too."""
+        self.values[node] = new
+        if inplace:
+            for other, value in list(self.values.items()):
+                if value is old:
+                    self.values[other] = new
+
+    # -- who takes what --
+
+    def use(self, node, operands, allowed=()):
+        """Records that node takes each value; a value already taken is a branch, unless it is
+        one of `allowed`."""
+        done = []
+        for source, value in operands:
+            if any(value is seen for seen in done):
+                continue
+            done.append(value)
+            if value.users and not any(value is ok for ok in allowed):
+                raise self.branch(node, source, value.users[0])
+            value.users.append(node)
+
+    def branch(self, node, source, first):
+        hint = "; the one sum fusedlinear runs adds the model's input to its output (a residual)" \
+            if _is_add(node) else ""
+        if node.op == "call_module" and isinstance(self.modules.get(node.target), nn.Linear) \
+                and first.op == "call_module":
+            hint = "; two Linears take one value only as a gated pair, act(w1(x)) * w3(x)"
+        return ChainError("fx_chain: cannot express %s, which takes node '%s' again after node "
+                          "'%s' took it (a branch)%s: %s"
+                          % (describe(node, self.modules), source.name, first.name, hint, WHY))
+
+    def first_op(self, node):
+        later = [n for n in self.graph.nodes if n.op == "call_module"
+                 and isinstance(self.modules.get(n.target), nn.Linear)]
         where = ("; node '%s' comes later" % later[0].name) if later and later[0] is not node \
             else ""
-        raise ChainError("fx_chain: the first op is %s, not an nn.Linear applied to the input%s: "
-                         "%s" % (describe(node, self.modules), where, WHY))
+        return ChainError("fx_chain: the first op is %s, not an nn.Linear applied to the input%s: "
+                          "%s" % (describe(node, self.modules), where, WHY))
 
-    def running_input(self, node):
-        """The one running value a node takes; ChainError for none, two, or a consumed one."""
-        uses = _node_uses((node.args, node.kwargs))
-        values = [n for n in uses if n.op != "get_attr"]
-        for value in values:
-            if value not in self.live:
-                self.branch(node, value)
-        if not values:
+    def check_open(self, node, source, value):
+        """ChainError unless an op may append to value's open layer."""
+        if value.kind == "input":
+            if not self.linears:
+                raise self.first_op(node)
+            raise self.branch(node, source, value.users[0])
+        if value.kind == "residual":
+            raise _refuse(node, self.modules, "an op after the residual (node '%s'): the input "
+                          "added to the output is the model's last op" % value.node.name)
+        if value.kind == "chunk":
+            raise _refuse(node, self.modules, "which takes the two halves of node '%s' "
+                          "(chunk) as one value" % value.node.name)
+        if value.open.gate is not None:
+            raise _refuse(node, self.modules, "an op after the gated product (node '%s'): a "
+                          "gated layer ends at its product, and the next Linear starts a new "
+                          "layer" % value.open.product.name)
+
+    def check_own_param(self, node, value, key):
+        for index, layer in enumerate(value.layers):
+            if key in layer.params():
+                raise _refuse(node, self.modules, "with the parameter '%s', which layer %d (%s) "
+                              "uses too: each layer's chain takes its own parameters"
+                              % (key, index + 1, layer.ref))
+
+    # -- the kinds of node --
+
+    def unknown(self, node):
+        if self.linears:
+            raise _refuse(node, self.modules)
+        uses = [n for n in _node_uses((node.args, node.kwargs)) if n.op != "get_attr"]
+        if any(self.values.get(n) is not None and self.values[n].kind == "input" for n in uses):
+            raise self.first_op(node)
+        raise _refuse(node, self.modules)
+
+    def linear(self, node, call):
+        source = call.bound["input"]
+        path = node.target
+        if path in self.linears:
+            raise _refuse(node, self.modules, "a Linear used twice (node '%s' called it first): "
+                          "each Linear of a model is called once" % self.linears[path].name)
+        if not isinstance(source, torch.fx.Node) or source.op == "get_attr":
+            raise _refuse(node, self.modules, "which takes no value computed from the input")
+        value = self.operands(node)[0][1]
+        if value.kind in ("residual", "chunk"):
+            self.check_open(node, source, value)
+        if value.kind == "layer" and value.open.ref.half >= 0 and value.open.gate is None:
+            raise self.lone_half(node, value)
+        if not LINEAR_PATH.match(path):
+            raise _refuse(node, self.modules, "an nn.Linear at '%s', a path the spec cannot name "
+                          "([A-Za-z0-9_.])" % path)
+        if value.users:
+            first = value.users[0]
+            if len(value.users) > 1 or first not in self.linears.values():
+                raise self.branch(node, source, first)
+            self.forks[frozenset((first, node))] = (source, first, node)
+        value.users.append(node)
+        self.linears[path] = node
+        width = self.modules[path].out_features
+        opened = _Layer(LinearRef(path), node, width, value)
+        self.values[node] = _Value("layer", node, value.layers + ((value.open,) if value.kind
+                                                                  == "layer" else ()), opened)
+
+    def lone_half(self, node, value):
+        return _refuse(node, self.modules, "which takes half %d of node '%s' (chunk) without "
+                       "multiplying it by the other half (a gated pair: act(a) * b)"
+                       % (value.open.ref.half, value.open.node.name))
+
+    def identity(self, node, call):
+        if call.token == "dropout":
+            _dropout(node, self.ctx, call)
+        source = call.bound["input"]
+        if not isinstance(source, torch.fx.Node) or source.op == "get_attr":
             raise _refuse(node, self.modules, "which computes on parameters or constants only")
-        if len(values) > 1:
+        self.values[node] = self.operands(node)[0][1]
+
+    def chunk(self, node):
+        """a, b = y.chunk(2, -1) of a Linear's output y: its two halves."""
+        if not ((node.op == "call_function" and node.target is torch.chunk)
+                or (node.op == "call_method" and node.target == "chunk")):
+            return False
+        bound = _bind(node, (IN, ("chunks", REQUIRED), ("dim", 0)), self.modules)
+        source = bound["input"]
+        if not isinstance(source, torch.fx.Node) or source.op == "get_attr":
+            raise _refuse(node, self.modules, "which splits a parameter")
+        value = self.operands(node)[0][1]
+        if value.kind == "input":
+            self.check_open(node, source, value)
+        if bound["chunks"] != 2 or bound["dim"] != -1 or isinstance(bound["dim"], bool):
+            raise _refuse(node, self.modules, "with chunks=%r, dim=%r (only chunk(2, -1): a "
+                          "Linear's output in two halves)" % (bound["chunks"], bound["dim"]))
+        if value.kind != "layer" or value.open.ops or value.open.gate is not None \
+                or value.open.ref.half >= 0:
+            raise _refuse(node, self.modules, "which splits node '%s', not a Linear's output as "
+                          "it is (chunk(2, -1) comes right after the Linear)" % source.name)
+        if value.open.width % 2:
+            raise _refuse(node, self.modules, "which splits node '%s' of width %d in two halves"
+                          % (source.name, value.open.width))
+        self.use(node, [(source, value)])
+        self.values[node] = _Value("chunk", node, value.layers, value.open)
+        return True
+
+    def getitem(self, node):
+        """One half of a chunk: a layer of its own, the Linear's half."""
+        if not (node.op == "call_function" and node.target is operator.getitem):
+            return False
+        source, index = (tuple(node.args) + (None, None))[:2]
+        value = self.values.get(source) if isinstance(source, torch.fx.Node) else None
+        if value is None or value.kind != "chunk" or node.kwargs:
+            return False
+        if isinstance(index, bool) or index not in (0, 1, -1, -2):
+            raise _refuse(node, self.modules, "with the index %r (chunk(2, -1) gives halves 0 "
+                          "and 1)" % (index,))
+        half = index % 2
+        if half not in value.halves:
+            linear = value.open
+            opened = _Layer(LinearRef(linear.ref.path, half), linear.node, linear.width // 2,
+                            linear.source)
+            value.halves[half] = _Value("layer", node, value.layers, opened)
+        self.values[node] = value.halves[half]
+        return True
+
+    def two_values(self, node, call, operands):
+        (a, first), (b, second) = operands
+        if a is not call.bound["input"]:
+            (a, first), (b, second) = (b, second), (a, first)
+        if call.token == "mul":
+            return self.product(node, call, (a, first), (b, second))
+        if call.token == "add" and (first.kind == "input") != (second.kind == "input"):
+            return self.residual(node, call, (a, first), (b, second))
+        if first is second:
             raise _refuse(node, self.modules, "which takes the running value twice")
-        return values[0]
+        self.use(node, operands)
+        raise _refuse(node, self.modules, "which takes two values computed from the input (node "
+                      "'%s' and node '%s'); only a product may join two (a gated pair), and a "
+                      "sum only the model's input and its output (a residual)" % (a.name, b.name))
 
-    def branch(self, node, value):
-        later = self.consumed.get(value)
-        if later is None:
-            raise _refuse(node, self.modules, "which takes node '%s', not the running value"
-                          % value.name)
-        raise ChainError("fx_chain: cannot express %s, which takes node '%s' again after node "
-                         "'%s' took it (a branch): %s"
-                         % (describe(node, self.modules), value.name, later.name, WHY))
+    def residual(self, node, call, left, right):
+        """x + f(x): the model's input added to the last layer's output."""
+        (x, _), (h, value) = (left, right) if left[1].kind == "input" else (right, left)
+        if value.kind != "layer":
+            self.check_open(node, h, value)
+        if value.open.ref.half >= 0 and value.open.gate is None:
+            raise self.lone_half(node, value)
+        if call.bound.get("alpha", 1) != 1:
+            raise _refuse(node, self.modules, "with alpha=%r (only alpha=1)"
+                          % (call.bound["alpha"],))
+        layers = value.all_layers()
+        width_in = self.modules[layers[0].ref.path].in_features
+        if width_in != value.open.width:
+            raise _refuse(node, self.modules, "which adds the model's input (%d wide) to node "
+                          "'%s' (%d wide): a residual needs the same widths"
+                          % (width_in, h.name, value.open.width))
+        self.use(node, [(h, value)])
+        self.values[x].users.append(node)
+        result = _Value("residual", node, layers)
+        self.assign(node, left[1], result, call.inplace)
 
-    def is_swish(self, sigmoid, calls, index):
-        """sigmoid(x) * x (either order, any mul form) with the mul right after the sigmoid."""
-        if index + 1 >= len(calls) or set(sigmoid.users) != {calls[index + 1]}:
-            return False
-        mul = calls[index + 1]
-        call = classify(mul, self.modules)
-        if call is None or call.token != "mul" or set(call.bound) != {"input", "other"}:
-            return False
-        operands = [call.bound["input"], call.bound["other"]]
-        return sigmoid in operands and any(o is not sigmoid and o in self.live for o in operands) \
-            and sigmoid.args[0] in self.live and len(sigmoid.all_input_nodes) == 1
+    def product(self, node, call, left, right):
+        (a, first), (b, second) = left, right
+        if first is second:  # x * x
+            self.check_open(node, a, first)
+            self.use(node, [left])
+            return self.assign(node, first, first.append(node, Op("square")), call.inplace)
+        for (_, value), (_, other) in ((left, right), (right, left)):
+            beta = self.swish_beta(other, value)
+            if beta is not None:  # x * sigmoid(beta * x)
+                self.use(node, [left, right], allowed=(value,))
+                swish = value.append(node, Op("swish", [beta]))
+                return self.assign(node, first, swish, call.inplace)
+        gated = self.gate(node, left, right)
+        if gated is not None:
+            return self.assign(node, first, gated, call.inplace)
+        self.use(node, [left, right])
+        for source, value in (left, right):
+            self.check_open(node, source, value)
+        raise _refuse(node, self.modules, "which multiplies node '%s' by node '%s', neither a "
+                      "gated pair (act(w1(x)) * w3(x), two Linears of one value, or act(a) * b "
+                      "of a, b = w13(x).chunk(2, -1)) nor x * sigmoid(x) or x * x"
+                      % (a.name, b.name))
 
-    def mul_inplace(self, mul):
-        call = classify(mul, self.modules)
-        return call.inplace and call.bound["input"] in self.live
+    @staticmethod
+    def swish_beta(other, value):
+        """beta where other is sigmoid(value) (1) or sigmoid(beta * value), else None."""
+        if other.kind != "layer" or other.op is None or other.op.token != "sigmoid":
+            return None
+        parent = other.parent
+        if parent is value:
+            return 1.0
+        if parent.op is not None and parent.op.token == "mul" and parent.parent is value \
+                and not isinstance(parent.op.args[0], str):
+            return parent.op.args[0]
+        return None
 
-    def advance(self, node, op, aliases):
-        """The running value is now node's; with aliases (in-place op, identity) the nodes that
-        held it before hold it still."""
-        if op is not None:
-            self.ops.append(op)
-        if aliases:
-            self.live.add(node)
-        else:
-            for old in self.live:
-                self.consumed[old] = node
-            self.live = {node}
+    def gate(self, node, left, right):
+        """The gated layer act(w1(x)) * w3(x) (or act(a) * b of a Linear's halves), or None."""
+        (_, first), (_, second) = left, right
+        if first.kind != "layer" or second.kind != "layer":
+            return None
+        one, two = first.open, second.open
+        if one.source is not two.source or one.gate is not None or two.gate is not None:
+            return None
+        halves = one.node is two.node
+        if halves and {one.ref.half, two.ref.half} != {0, 1}:
+            return None
+        if not halves and (one.ref.half >= 0 or two.ref.half >= 0):
+            return None
+        if one.ops and two.ops:
+            raise _refuse(node, self.modules, "a gated product of two values with ops (%s and "
+                          "%s): the gate, one of the two, is a Linear's output as it is"
+                          % (one.spec(), two.spec()))
+        main, gate = (two, one) if two.ops else (one, two)
+        if not halves:
+            widths = [self.modules[layer.ref.path].out_features for layer in (one, two)]
+            if widths[0] != widths[1]:
+                raise _refuse(node, self.modules, "which multiplies node '%s' (%d wide) by node "
+                              "'%s' (%d wide): a gated pair's Linears take the same shape"
+                              % (one.node.name, widths[0], two.node.name, widths[1]))
+        self.use(node, [left, right])
+        self.forks.pop(frozenset((one.node, two.node)), None)
+        return _Value("layer", node, first.layers, main.gated(gate.ref, node))
 
     def finish(self, output):
         result = output.args[0]
         if not isinstance(result, torch.fx.Node):
             raise ChainError("fx_chain: the model returns a %s, not one tensor: %s"
                              % (type(result).__name__, WHY))
-        if self.linear is None:
+        value = self.values.get(result)
+        if not self.linears:
             raise ChainError("fx_chain: the model has no nn.Linear applied to its input: %s" % WHY)
-        if result not in self.live:
-            self.branch(output, result)
-        if not self.ops:
+        if value is None:
+            raise _refuse(output, self.modules, "which returns node '%s', not a value computed "
+                          "from the input" % result.name)
+        if value.kind == "chunk":
+            raise _refuse(output, self.modules, "which returns the two halves of node '%s' (a "
+                          "tuple), not one tensor" % value.node.name)
+        if value.kind == "input":
+            raise self.branch(output, result, value.users[0])
+        self.use(output, [(result, value)])
+        if value.open is not None and value.open.ref.half >= 0 and value.open.gate is None:
+            raise self.lone_half(output, value)
+        for source, first, second in self.forks.values():
+            raise self.branch(second, source, first)
+        layers = value.all_layers()
+        model = ModelSpec([layer.spec() for layer in layers], value.kind == "residual")
+        if model.single and not model.layers[0].ops:
             raise ChainError("fx_chain: the model is its Linear alone; a chain names at least "
                              "one op after it (docs/CHAINS.md)")
+        return model
+
+
+class _Proxy(torch.fx.Proxy):
+    """torch.fx's Proxy, which unpacks `a, b = proxy` (`a, b = self.w13(x).chunk(2, -1)`) by
+    the caller's instruction at its offset, as torch 2 does: torch 1.13 looks it up by index
+    (f_lasti // 2), which Python 3.11's inline caches put off, so that it fails there."""
+
+    def __iter__(self):
+        frame = inspect.currentframe().f_back
+        for instruction in dis.get_instructions(frame.f_code):
+            if instruction.offset == frame.f_lasti:
+                if instruction.opname == "UNPACK_SEQUENCE":
+                    return (self[i] for i in range(instruction.argval))
+                break
+        return self.tracer.iter(self)
+
+
+class _Tracer(torch.fx.Tracer):
+    def proxy(self, node):
+        return _Proxy(node, self)
 
 
 def _trace(model):
-    """torch.fx.symbolic_trace of the model in eval mode; every module's mode is restored."""
+    """torch.fx.symbolic_trace of the model in eval mode (its proxies unpack as _Proxy says);
+    every module's mode is restored."""
     if not isinstance(model, nn.Module):
         raise ChainError("fx_chain: %s is not an nn.Module" % type(model).__name__)
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
-        return torch.fx.symbolic_trace(model)
+        tracer = _Tracer()
+        graph = tracer.trace(model)
+        return torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
     except Exception as error:  # torch.fx raises many kinds; the first line says why
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ChainError("fx_chain: torch.fx cannot trace the model (%s: %s); the chain needs a "
@@ -773,20 +1315,39 @@ def _trace(model):
             module.training = training
 
 
-def chain_ops(model):
-    """(linear_name, [Op]) for a model that is nn.Linear followed by the vocabulary's ops."""
+def trace_model(model):
+    """The ModelSpec of a model: its layers (each an nn.Linear and the pointwise ops after it,
+    a gated pair, or a Linear's two halves) and whether it adds its input to its output.
+    ChainError, one line naming the node, for anything fusedlinear cannot run."""
     graph_module = _trace(model)
     modules = dict(model.named_modules())
-    linear, ops = _Walk(graph_module, _Context(model, modules)).run()
-    return linear.target, ops
+    return _Trace(graph_module, _Context(model, modules)).run()
+
+
+def chain_ops(model):
+    """(linear_name, [Op]) for a model that is one nn.Linear followed by the vocabulary's ops;
+    ChainError for a layered model (trace_model describes those)."""
+    model_spec = trace_model(model)
+    if not model_spec.single:
+        raise ChainError("fx_chain: the model is layered (%s), not one Linear and its chain; "
+                         "trace_model describes it" % model_spec)
+    layer = model_spec.layers[0]
+    return layer.linear.path, layer.ops
 
 
 def chain_spec(model):
-    """(linear_name, spec): the module path of the model's nn.Linear and its chain spec in
-    canonical form, e.g. ('fc', 'gelu(tanh),silu,clamp(-2,2)'). ChainError when the model is
-    not nn.Linear followed by pointwise ops of the vocabulary (docs/CHAINS.md)."""
-    linear, ops = chain_ops(model)
-    return linear, ",".join(str(op) for op in ops)
+    """(linear_name, spec) in canonical form.
+
+    For one nn.Linear followed by pointwise ops: the Linear's module path and its chain spec,
+    e.g. ('fc', 'gelu(tanh),silu,clamp(-2,2)'), exactly as before layered models existed. For a
+    layered model (several Linears, a gated pair, a Linear's halves or a residual): '' and the
+    layered spec, e.g. ('', 'fc1:gelu|fc2'), ('', 'x+(w1:silu*w3|w2)'): the spec names its
+    Linears itself. ChainError when the model is neither (docs/CHAINS.md)."""
+    model_spec = trace_model(model)
+    if model_spec.single:
+        layer = model_spec.layers[0]
+        return layer.linear.path, ",".join(str(op) for op in layer.ops)
+    return "", str(model_spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -830,7 +1391,9 @@ def _metadata(linear, spec):
 
 
 def save_with_chain(model, path, overwrite=False):
-    """Writes model.state_dict() to path with the chain spec inside; returns (linear, spec).
+    """Writes model.state_dict() to path with the chain spec inside; returns (linear, spec) as
+    chain_spec does: for a layered model ('', the layered spec), written as the chain with ''
+    as the Linear.
 
     A path ending in .safetensors is written with safetensors.torch (metadata keys
     fusedlinear.version, fusedlinear.chain, fusedlinear.linear); any other with torch.save,
@@ -908,7 +1471,8 @@ def _torch_metadata(path):
 
 def read_chain(path):
     """{'version', 'chain', 'linear'} from a file save_with_chain wrote (.pt or .safetensors);
-    ChainError when the file carries no chain."""
+    ChainError when the file carries no chain. For a layered spec 'linear' is '' (the spec names
+    its Linears; fusedlinear ignores the entry), also where the file has none."""
     with open(path, "rb") as file:
         is_zip = file.read(4) == b"PK\x03\x04"
     if is_zip:
@@ -917,6 +1481,8 @@ def read_chain(path):
         raw = _safetensors_metadata(path)
         found = {key[len(METADATA_KEY) + 1:]: value for key, value in raw.items()
                  if key.startswith(METADATA_KEY + ".")}
+    if "chain" in found and "linear" not in found and is_layered_spec(str(found["chain"])):
+        found["linear"] = ""
     if "chain" not in found or "linear" not in found:
         raise ChainError("fx_chain: %s carries no chain (save it with save_with_chain)" % path)
     version = int(found.get("version", 0))
@@ -1057,6 +1623,213 @@ class Relu6Tanhshrink(nn.Module):
         return self.relu(x)
 
 
+# Layered demos: MLPs, each Linear a layer of the spec. HIDDEN is their hidden width.
+
+HIDDEN = 64
+
+
+def mlp_sequential(in_features, out_features):
+    """nn.Sequential(Linear, GELU, Linear): the Linears are '0' and '2'."""
+    return nn.Sequential(nn.Linear(in_features, HIDDEN), nn.GELU(),
+                         nn.Linear(HIDDEN, out_features))
+
+
+class NestedMLP(nn.Module):
+    """Linear -> ReLU -> (Linear -> SiLU, a Sequential inside a Sequential) -> head."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(in_features, HIDDEN), nn.ReLU(),
+                                   nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.SiLU()))
+        self.head = nn.Linear(HIDDEN, out_features)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+class FunctionalMLP(nn.Module):
+    """fc2(gelu(fc1(x), approximate='tanh')), written with functions."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, out_features)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class PolicyTanh(nn.Module):
+    """A reinforcement-learning policy head: in -> 256 -> 256 -> 256 -> out, tanh, tanh, relu."""
+
+    def __init__(self, in_features, out_features, hidden=256):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(),
+                                 nn.Linear(hidden, hidden), nn.Tanh(),
+                                 nn.Linear(hidden, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, out_features))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class SwiGLU(nn.Module):
+    """LLaMA's feed-forward: w2(silu(w1(x)) * w3(x)), Linears without bias; `swapped` writes
+    the product the other way round, w3(x) * silu(w1(x))."""
+
+    def __init__(self, in_features, out_features, swapped=False):
+        super().__init__()
+        self.w1 = nn.Linear(in_features, HIDDEN, bias=False)
+        self.w2 = nn.Linear(HIDDEN, out_features, bias=False)
+        self.w3 = nn.Linear(in_features, HIDDEN, bias=False)
+        self.swapped = swapped
+
+    def forward(self, x):
+        if self.swapped:
+            return self.w2(self.w3(x) * F.silu(self.w1(x)))
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class GatedGelu(nn.Module):
+    """T5 v1.1's gated-GELU feed-forward: wo(dropout(gelu_tanh(wi_0(x)) * wi_1(x)))."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.wi_0 = nn.Linear(in_features, HIDDEN, bias=False)
+        self.wi_1 = nn.Linear(in_features, HIDDEN, bias=False)
+        self.wo = nn.Linear(HIDDEN, out_features, bias=False)
+        self.act = nn.GELU(approximate="tanh")
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x):
+        hidden = self.act(self.wi_0(x)) * self.wi_1(x)
+        return self.wo(self.dropout(hidden))
+
+
+class ChunkSwiGLU(nn.Module):
+    """SwiGLU from one Linear of twice the width: a, b = w13(x).chunk(2, -1); w2(silu(a) * b)."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.w13 = nn.Linear(in_features, 2 * HIDDEN)
+        self.w2 = nn.Linear(HIDDEN, out_features)
+
+    def forward(self, x):
+        a, b = self.w13(x).chunk(2, -1)
+        return self.w2(F.silu(a) * b)
+
+
+class ChunkGEGLU(nn.Module):
+    """diffusers' GEGLU and its output Linear: the second half activated,
+    h, gate = proj(x).chunk(2, dim=-1); out(h * gelu(gate))."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.proj = nn.Linear(in_features, 2 * HIDDEN)
+        self.out = nn.Linear(HIDDEN, out_features)
+
+    def forward(self, x):
+        hidden, gate = torch.chunk(self.proj(x), 2, dim=-1)
+        return self.out(hidden * F.gelu(gate))
+
+
+class ResidualMLP(nn.Module):
+    """x + fc2(gelu(fc1(x))): the output is as wide as the input (out_features is ignored)."""
+
+    def __init__(self, in_features, out_features=None):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, in_features)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(x)))
+
+
+class ResidualSwiGLU(nn.Module):
+    """A transformer block's feed-forward half without its norm: x = x + ffn(x), ffn a SwiGLU
+    (its Linears ffn.w1, ffn.w2, ffn.w3); out_features is ignored."""
+
+    def __init__(self, in_features, out_features=None):
+        super().__init__()
+        self.ffn = SwiGLU(in_features, in_features)
+
+    def forward(self, x):
+        x = x + self.ffn(x)
+        return x
+
+
+class QuickGELU(nn.Module):
+    """CLIP's activation: x * sigmoid(1.702 * x)."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class ClipMLP(nn.Module):
+    """CLIP's MLP: c_fc -> QuickGELU -> c_proj, inside `mlp` as CLIP names it."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.mlp = nn.Sequential(collections.OrderedDict([
+            ("c_fc", nn.Linear(in_features, HIDDEN)), ("gelu", QuickGELU()),
+            ("c_proj", nn.Linear(HIDDEN, out_features))]))
+
+    def forward(self, x):
+        return self.mlp(x)
+
+
+class ReluSquaredMLP(nn.Module):
+    """Primer's squared ReLU: fc2(relu(fc1(x)).square())."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, out_features)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)).square())
+
+
+def mlp_dropout_identity(in_features, out_features):
+    """Linear -> ReLU -> Dropout(0.1) -> Identity -> Linear -> Dropout(0.2): the Linears are '0'
+    and '4'; the dropouts and the Identity leave no trace in the spec."""
+    return nn.Sequential(nn.Linear(in_features, HIDDEN), nn.ReLU(), nn.Dropout(0.1),
+                         nn.Identity(), nn.Linear(HIDDEN, out_features), nn.Dropout(0.2))
+
+
+class MLPWithParams(nn.Module):
+    """fc2(silu(fc1(x) + shift)) * scale: a per-feature shift on the hidden layer (shape
+    [hidden]), a scalar scale (shape []) on the output layer."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, HIDDEN)
+        self.shift = nn.Parameter(torch.randn(HIDDEN))
+        self.fc2 = nn.Linear(HIDDEN, out_features)
+        self.scale = nn.Parameter(torch.tensor(0.75))
+
+    def forward(self, x):
+        return self.fc2(F.silu(self.fc1(x) + self.shift)) * self.scale
+
+
+class MixedMLP(nn.Module):
+    """Four layers of assorted forms: in-place ReLU, LeakyReLU, Hardswish then clamp, Softplus."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc3 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc4 = nn.Linear(HIDDEN, out_features)
+        self.act = nn.LeakyReLU(0.1)
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x), inplace=True)
+        x = self.act(self.fc2(x))
+        x = F.hardswish(self.fc3(x)).clamp(-1, 1)
+        return F.softplus(self.fc4(x))
+
+
 class Demo:
     """A demo model: how to build it and its default shape."""
 
@@ -1075,6 +1848,23 @@ DEMOS = {
     "clamp_div": Demo(ClampDiv),
     "selu_celu_softsign": Demo(SeluCeluSoftsign),
     "relu6_tanhshrink": Demo(Relu6Tanhshrink),
+    # layered models (MLPs)
+    "mlp_sequential": Demo(mlp_sequential, 32, 16),
+    "mlp_nested": Demo(NestedMLP, 32, 16),
+    "mlp_functional": Demo(FunctionalMLP, 32, 16),
+    "policy_tanh": Demo(PolicyTanh, 64, 8),
+    "swiglu": Demo(SwiGLU, 32, 32),
+    "swiglu_swapped": Demo(lambda i, o: SwiGLU(i, o, swapped=True), 32, 32),
+    "geglu": Demo(GatedGelu, 32, 32),
+    "swiglu_chunk": Demo(ChunkSwiGLU, 32, 32),
+    "geglu_chunk": Demo(ChunkGEGLU, 32, 32),
+    "residual_mlp": Demo(ResidualMLP, 32, 32),
+    "residual_swiglu": Demo(ResidualSwiGLU, 32, 32),
+    "quickgelu_mlp": Demo(ClipMLP, 32, 32),
+    "relu_squared_mlp": Demo(ReluSquaredMLP, 32, 16),
+    "mlp_dropout_identity": Demo(mlp_dropout_identity, 32, 16),
+    "mlp_with_params": Demo(MLPWithParams, 32, 16),
+    "mlp_mixed": Demo(MixedMLP, 32, 16),
 }
 
 
@@ -1112,15 +1902,19 @@ def model_in_features(model):
 
 def _arguments(argv):
     parser = argparse.ArgumentParser(
-        description="Save Linear -> pointwise models with their chain spec for fusedlinear.")
+        description="Save Linear -> pointwise models (and layered MLPs of them) with their "
+        "spec for fusedlinear.")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--demo", choices=tuple(DEMOS) + ("all",), help="export a demo model")
     what.add_argument("--list-demos", action="store_true", help="print each demo and its spec")
-    what.add_argument("--spec", metavar="FILE", help="print the chain and Linear FILE carries")
+    what.add_argument("--spec", metavar="FILE", help="print the chain and Linear FILE carries "
+                      "(a layered spec: its Linears)")
     parser.add_argument("--out", help="folder for --demo's files (created if missing)")
     parser.add_argument("--batch", type=int, default=5, help="rows of the input (default 5)")
-    parser.add_argument("--in-features", type=int, help="default: the demo's (64; mynet 512)")
-    parser.add_argument("--out-features", type=int, help="default: the demo's (48; mynet 256)")
+    parser.add_argument("--in-features", type=int, help="default: the demo's (64; mynet 512; "
+                        "--list-demos says)")
+    parser.add_argument("--out-features", type=int, help="default: the demo's (48; mynet 256; "
+                        "a residual demo's is its in-features)")
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed (default 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing files")
     args = parser.parse_args(argv)
@@ -1134,12 +1928,16 @@ def _arguments(argv):
     return args
 
 
+def _which(linear):
+    return "linear '%s'" % linear if linear else "layered"
+
+
 def _list_demos():
     for name in DEMOS:
         linear, spec = chain_spec(build_demo(name, 4, 3))
         demo = DEMOS[name]
-        print("%-20s %s (linear '%s', %d -> %d)" % (name, spec, linear, demo.in_features,
-                                                      demo.out_features))
+        print("%-20s %s (%s, %d -> %d)" % (name, spec, _which(linear), demo.in_features,
+                                             demo.out_features))
 
 
 def _export_demos(args):
@@ -1147,7 +1945,7 @@ def _export_demos(args):
     for name in DEMOS if args.demo == "all" else (args.demo,):
         linear, spec, paths = export_demo(name, args.out, args.batch, args.in_features,
                                           args.out_features, args.seed, args.overwrite)
-        print("%s: %s (linear '%s') -> %s" % (name, spec, linear, ", ".join(paths)))
+        print("%s: %s (%s) -> %s" % (name, spec, _which(linear), ", ".join(paths)))
 
 
 def main(argv=None):
@@ -1157,7 +1955,11 @@ def main(argv=None):
             _list_demos()
         elif args.spec:
             found = read_chain(args.spec)
-            print("chain: %s\nlinear: %s" % (found["chain"], found["linear"]))
+            if is_layered_spec(found["chain"]):
+                print("chain: %s\nlinears: %s" % (found["chain"], ", ".join(
+                    parse_model_spec(found["chain"]).linears())))
+            else:
+                print("chain: %s\nlinear: %s" % (found["chain"], found["linear"]))
         else:
             _export_demos(args)
     except ChainError as error:

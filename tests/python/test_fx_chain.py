@@ -4,9 +4,11 @@
 
 Checks the canonical spec of every demo model (and that each spec, evaluated with the formulas
 of docs/CHAINS.md, gives the model's output), every PyTorch form of every vocabulary op, the
-refusals and their messages, the canonical numbers and the spec grammar, the .pt and
-.safetensors files (skipped, with a message, where the safetensors package is missing) and the
-command line. Exits non-zero on any failure.
+layered models (MLPs, gated pairs, chunked Linears, residuals: their specs, each evaluated
+against the model's output, and their refusals), the refusals and their messages, the canonical
+numbers and the spec grammar (chain and layered specs), the .pt and .safetensors files
+(skipped, with a message, where the safetensors package is missing) and the command line.
+Exits non-zero on any failure.
 """
 import argparse
 import importlib.util
@@ -45,6 +47,26 @@ EXPECTED = {
                                "hardsigmoid,relu"),
 }
 
+# layered demo name -> its canonical spec (chain_spec gives ('', spec))
+LAYERED_EXPECTED = {
+    "mlp_sequential": "0:gelu|2",
+    "mlp_nested": "block.0:relu|block.2.0:silu|head",
+    "mlp_functional": "fc1:gelu(tanh)|fc2",
+    "policy_tanh": "net.0:tanh|net.2:tanh|net.4:relu|net.6",
+    "swiglu": "w1:silu*w3|w2",
+    "swiglu_swapped": "w1:silu*w3|w2",
+    "geglu": "wi_0:gelu(tanh)*wi_1|wo",
+    "swiglu_chunk": "w13[0]:silu*w13[1]|w2",
+    "geglu_chunk": "proj[1]:gelu*proj[0]|out",
+    "residual_mlp": "x+(fc1:gelu|fc2)",
+    "residual_swiglu": "x+(ffn.w1:silu*ffn.w3|ffn.w2)",
+    "quickgelu_mlp": "mlp.c_fc:swish(1.702)|mlp.c_proj",
+    "relu_squared_mlp": "fc1:relu,square|fc2",
+    "mlp_dropout_identity": "0:relu|4",
+    "mlp_with_params": "fc1:add(shift),silu|fc2:mul(scale)",
+    "mlp_mixed": "fc1:relu|fc2:leaky_relu(0.1)|fc3:hardswish,clamp(-1,1)|fc4:softplus(1,20)",
+}
+
 
 def load_module(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -72,7 +94,7 @@ FORMULAS = {
         0.5 * x * (1 + torch.erf(x / math.sqrt(2))) if approximate == "none" else
         0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))),
     "silu": lambda x: x / (1 + torch.exp(-x)),
-    "swish": lambda x: (1 / (1 + torch.exp(-x))) * x,
+    "swish": lambda x, beta: (1 / (1 + torch.exp(-beta * x))) * x,
     "mish": lambda x: x * torch.tanh(torch.log1p(torch.exp(x))),
     "sigmoid": lambda x: 1 / (1 + torch.exp(-x)),
     "tanh": torch.tanh,
@@ -85,20 +107,50 @@ FORMULAS = {
     "softsign": lambda x: x / (1 + x.abs()),
     "tanhshrink": lambda x: x - torch.tanh(x),
     "logsigmoid": lambda x: torch.clamp(x, max=0) - torch.log1p(torch.exp(-x.abs())),
+    "square": lambda x: x * x,
     "add": lambda x, v: x + v, "sub": lambda x, v: x - v,
     "mul": lambda x, v: x * v, "div": lambda x, v: x / v,
 }
 
 
-def evaluate(spec, state, linear, x):
-    """The chain's output, in float64: Linear, then each op of the spec by its formula."""
-    y = F.linear(x.double(), state[linear + ".weight"].double(),
-                 state[linear + ".bias"].double())
-    for op in fx.parse_spec(spec):
+def run_chain(ops, state, y):
+    """Each op of a chain by its formula, in float64."""
+    for op in ops:
         args = [state[a].double() if isinstance(a, str) and op.token in fx.BINARY else a
                 for a in op.args]
         y = FORMULAS[op.token](y, *args)
     return y
+
+
+def run_linear(state, path, x):
+    bias = state.get(path + ".bias")
+    return F.linear(x, state[path + ".weight"].double(),
+                    None if bias is None else bias.double())
+
+
+def evaluate(spec, state, linear, x):
+    """The chain's output, in float64: Linear, then each op of the spec by its formula."""
+    return run_chain(fx.parse_spec(spec), state, run_linear(state, linear, x.double()))
+
+
+def evaluate_model(spec, state, x):
+    """A layered spec's output, in float64, as the grammar says: each layer chain(linear(h)),
+    times gate(h) for a gated pair, or the chain on one half of the Linear's output times the
+    other half; the input added at the end for a residual."""
+    model = fx.parse_model_spec(spec)
+    h = x.double()
+    for layer in model.layers:
+        y = run_linear(state, layer.linear.path, h)
+        if layer.linear.half >= 0:
+            width = y.shape[-1] // 2
+            halves = y[..., :width], y[..., width:]
+            h = run_chain(layer.ops, state, halves[layer.linear.half]) * \
+                halves[1 - layer.linear.half]
+        elif layer.gate is not None:
+            h = run_chain(layer.ops, state, y) * run_linear(state, layer.gate.path, h)
+        else:
+            h = run_chain(layer.ops, state, y)
+    return x.double() + h if model.residual else h
 
 
 def max_difference(a, b):
@@ -142,6 +194,21 @@ def _branch(y):
 
 def _square(y):
     return y * y
+
+
+def _pow_in_place(y):
+    y **= 2
+    return y
+
+
+def _sigmoid_in_place_then_square(y):
+    torch.sigmoid_(y)
+    return y * y
+
+
+def _swish_apart(y):
+    s = torch.sigmoid(1.5 * y)
+    return y * s
 
 
 def _relu_in_place_then_return(y):
@@ -254,6 +321,35 @@ FORMS = [
     ("F.dropout(training=self.training)", lambda s, x: F.dropout(
         s.fc(x), 0.5, training=s.training).tanh(), {}, "tanh"),
     ("fc(input=x)", lambda s, x: s.fc(input=x).relu(), {}, "relu"),
+    ("y * sigmoid(1.702 * y)", lambda s, x: (lambda y: y * torch.sigmoid(1.702 * y))(s.fc(x)),
+     {}, "swish(1.702)"),
+    ("sigmoid(1.702 * y) * y", lambda s, x: (lambda y: torch.sigmoid(1.702 * y) * y)(s.fc(x)),
+     {}, "swish(1.702)"),
+    ("y * (1.702 * y).sigmoid()", lambda s, x: (lambda y: y * (1.702 * y).sigmoid())(s.fc(x)),
+     {}, "swish(1.702)"),
+    ("y * sigmoid(y * 1.702)", lambda s, x: (lambda y: y * torch.sigmoid(y * 1.702))(s.fc(x)),
+     {}, "swish(1.702)"),
+    ("torch.mul(y, nn.Sigmoid()(0.25 * y))", lambda s, x: (lambda y: torch.mul(
+        y, s.act(0.25 * y)))(s.fc(x)), {"act": nn.Sigmoid()}, "swish(0.25)"),
+    ("y * sigmoid(1.0 * y)", lambda s, x: (lambda y: y * torch.sigmoid(1.0 * y))(s.fc(x)), {},
+     "swish"),
+    ("swish(beta), then ops", lambda s, x: _swish_apart(s.fc(x)).tanh(), {}, "swish(1.5),tanh"),
+    ("torch.square", lambda s, x: torch.square(s.fc(x)), {}, "square"),
+    ("y.square()", lambda s, x: s.fc(x).square(), {}, "square"),
+    ("y.square_()", lambda s, x: s.fc(x).square_(), {}, "square"),
+    ("y ** 2", lambda s, x: s.fc(x) ** 2, {}, "square"),
+    ("y ** 2.0", lambda s, x: s.fc(x) ** 2.0, {}, "square"),
+    ("y **= 2", lambda s, x: _pow_in_place(s.fc(x)), {}, "square"),
+    ("torch.pow(y, 2)", lambda s, x: torch.pow(s.fc(x), 2), {}, "square"),
+    ("y.pow(2)", lambda s, x: s.fc(x).pow(2), {}, "square"),
+    ("y.pow_(2)", lambda s, x: s.fc(x).pow_(2), {}, "square"),
+    ("y * y", lambda s, x: _square(s.fc(x)), {}, "square"),
+    ("torch.mul(y, y)", lambda s, x: (lambda y: torch.mul(y, y))(s.fc(x)), {}, "square"),
+    ("relu, square, sub", lambda s, x: F.relu(s.fc(x)).square() - 1, {}, "relu,square,sub(1)"),
+    ("sigmoid in place, then y * y", lambda s, x: _sigmoid_in_place_then_square(s.fc(x)), {},
+     "sigmoid,square"),
+    ("nn.Dropout on the input", lambda s, x: torch.tanh(s.fc(s.d(x))), {"d": nn.Dropout(0.2)},
+     "tanh"),
     ("in-place functions", lambda s, x: torch.tanh_(torch.sigmoid_(F.hardtanh_(F.elu_(
         F.leaky_relu_(s.fc(x), 0.5)), -2, 2))), {},
      "leaky_relu(0.5),elu(1),hardtanh(-2,2),sigmoid,tanh"),
@@ -273,17 +369,33 @@ REFUSALS = [
      ["the first op is call_function torch.relu (node 'relu')", "node 'fc' comes later"]),
     ("a functional linear", lambda s, x: F.linear(x, s.fc.weight, s.fc.bias).relu(), {},
      ["call_function torch.nn.functional.linear (node 'linear')"]),
-    ("a second Linear", lambda s, x: s.fc2(s.fc(x)), {"fc2": nn.Linear(3, 3)},
-     ["call_module fc2 (torch.nn.Linear) (node 'fc2'), a second Linear"]),
+    ("a Linear used twice", lambda s, x: s.fc(s.fc(x)).relu(), {},
+     ["call_module fc (torch.nn.Linear) (node 'fc_1'), a Linear used twice (node 'fc' called it "
+      "first)"]),
     ("a branch", lambda s, x: _branch(s.fc(x)), {},
      ["call_function operator.add (node 'add')", "takes node 'fc' again after node 'relu'",
       "(a branch)"]),
-    ("a residual", lambda s, x: s.fc(x) + x, {},
-     ["(node 'add')", "takes node 'x' again after node 'fc'"]),
+    ("a residual of other widths", lambda s, x: s.fc(x) + x, {},
+     ["(node 'add')", "adds the model's input (4 wide) to node 'fc' (3 wide)", "same widths"]),
+    ("the input subtracted", lambda s, x: s.fc(x) - x, {},
+     ["call_function operator.sub (node 'sub')", "takes node 'x' again after node 'fc'"]),
     ("an op left unused", lambda s, x: _discard_relu(s.fc(x)), {},
      ["the output (node 'output')", "takes node 'fc' again after node 'relu'"]),
-    ("x * x", lambda s, x: _square(s.fc(x)), {},
-     ["call_function operator.mul (node 'mul')", "takes the running value twice"]),
+    ("x + x", lambda s, x: (lambda y: y + y)(s.fc(x)), {},
+     ["call_function operator.add (node 'add')", "takes the running value twice"]),
+    ("relu(x) * x", lambda s, x: (lambda y: torch.relu(y) * y)(s.fc(x)), {},
+     ["call_function operator.mul (node 'mul')", "takes node 'fc' again after node 'relu'",
+      "(a branch)"]),
+    ("x * sigmoid(p * x)", lambda s, x: (lambda y: y * torch.sigmoid(s.p * y))(s.fc(x)), {},
+     ["(node 'mul_1')", "takes node 'fc' again after node 'mul' took it (a branch)"]),
+    ("x * sigmoid(x / 2)", lambda s, x: (lambda y: y * torch.sigmoid(y / 2))(s.fc(x)), {},
+     ["(node 'mul')", "takes node 'fc' again after node 'truediv' took it (a branch)"]),
+    ("x ** 3", lambda s, x: s.fc(x) ** 3, {},
+     ["call_function operator.pow (node 'pow_1')", "with the exponent 3 (only 2: square)"]),
+    ("torch.pow(x, p)", lambda s, x: torch.pow(s.fc(x), s.scalar), {},
+     ["call_function torch.pow (node 'pow_1')", "whose exponent is a tensor, not a number"]),
+    ("2 ** x", lambda s, x: 2 ** s.fc(x), {},
+     ["(node 'pow_1')", "which does not take the running value as its input"]),
     ("a parameter of the wrong shape", lambda s, x: s.fc(x) + s.row, {},
      ["(node 'add')", "parameter 'row' of shape [1, 3]", "[3], [] or [1]"]),
     ("an integer buffer", lambda s, x: s.fc(x) * s.steps, {},
@@ -328,9 +440,327 @@ REFUSALS = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------
+# Layered models: a module of the given members (Linears, other modules, parameters) and a
+# forward given as a function.
+
+class Net(nn.Module):
+    def __init__(self, forward, **members):
+        super().__init__()
+        for name, member in members.items():
+            setattr(self, name, member)
+        self._forward = forward
+
+    def forward(self, x):
+        return self._forward(self, x)
+
+
+IN, HID, OUT = 6, 10, 4
+
+
+def lin(i, o, bias=True):
+    return nn.Linear(i, o, bias=bias)
+
+
+def mlp(**members):
+    """fc1: IN -> HID, fc2: HID -> OUT, and the members given."""
+    return dict(dict(fc1=lin(IN, HID), fc2=lin(HID, OUT)), **members)
+
+
+def glu(i=IN, **members):
+    """w1, w3: i -> HID, w2: HID -> OUT (LLaMA's names), and the members given."""
+    return dict(dict(w1=lin(i, HID), w2=lin(HID, OUT), w3=lin(i, HID)), **members)
+
+
+def chunked(out=OUT, **members):
+    """w13: IN -> 2 HID, w2: HID -> out."""
+    return dict(dict(w13=lin(IN, 2 * HID), w2=lin(HID, out)), **members)
+
+
+def _chunk_method(s, x):
+    a, b = s.w13(x).chunk(2, -1)
+    return s.w2(F.silu(a) * b)
+
+
+def _chunk_method_keyword(s, x):
+    a, b = s.w13(x).chunk(2, dim=-1)
+    return s.w2(a * F.silu(b))
+
+
+def _chunk_function(s, x):
+    a, b = torch.chunk(s.w13(x), 2, dim=-1)
+    return s.w2(F.gelu(a) * b)
+
+
+def _chunk_indexed(s, x):
+    halves = s.w13(x).chunk(2, -1)
+    return s.w2(halves[1] * torch.tanh(halves[0]))
+
+
+def _chunk_bilinear(s, x):
+    a, b = s.w13(x).chunk(2, -1)
+    return s.w2(a * b)
+
+
+def _chunk_half_param(s, x):
+    a, b = s.w13(x).chunk(2, -1)
+    return s.w2(F.silu(a + s.hp).square() * b)
+
+
+def _chunk_residual(s, x):
+    a, b = s.w13(x).chunk(2, -1)
+    return x + s.w2(F.silu(a) * b)
+
+
+def _chunk_last(s, x):
+    a, b = s.w13(x).chunk(2, -1)
+    return F.silu(a) * b
+
+
+def _chunk_in_place(s, x):
+    a, b = s.w13(x).chunk(2, -1)
+    F.silu(a, inplace=True)
+    return s.w2(a.mul_(b))
+
+
+def _gate_in_place(s, x):
+    g = F.silu(s.w1(x))
+    g.mul_(s.w3(x))
+    return s.w2(g)
+
+
+def _residual_augmented(s, x):
+    h = s.fc2(F.gelu(s.fc1(x)))
+    h += x
+    return h
+
+
+def _residual_into_input(s, x):
+    x += s.fc2(F.gelu(s.fc1(x)))
+    return x
+
+
+def _quickgelu(y):
+    return y * torch.sigmoid(1.702 * y)
+
+
+def _three_layers(s, x):
+    h = F.relu(s.fc1(x), inplace=True)
+    h = torch.clamp(s.fc2(h), -1, 1) + 0.5
+    return torch.sigmoid(s.fc3(h))
+
+
+def _params(s, x):
+    h = F.silu(s.fc1(x) + s.shift)
+    h = s.fc2(h) * s.scale
+    return s.fc3(torch.tanh(h)) - s.one
+
+
+# (what, forward, members (a function, called after torch.manual_seed), canonical spec)
+LAYERED = [
+    ("nn.Sequential(Linear, GELU, Linear)", None,
+     lambda: nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 10)), "0:gelu|2"),
+    ("Linears one after another", lambda s, x: s.fc2(s.fc1(x)), mlp, "fc1|fc2"),
+    ("a second Linear after one op", lambda s, x: s.fc2(torch.tanh(s.fc1(x))), mlp, "fc1:tanh|fc2"),
+    ("fc2(gelu(fc1(x)))", lambda s, x: s.fc2(F.gelu(s.fc1(x))), mlp, "fc1:gelu|fc2"),
+    ("nested Sequentials", lambda s, x: s.head(s.block(x)), lambda: dict(
+        block=nn.Sequential(lin(IN, HID), nn.Tanh(), nn.Sequential(lin(HID, HID), nn.ReLU())),
+        head=lin(HID, OUT)), "block.0:tanh|block.2.0:relu|head"),
+    ("a Sequential inside a Sequential", None, lambda: nn.Sequential(
+        nn.Sequential(lin(IN, HID), nn.SiLU()), nn.Sequential(lin(HID, OUT)), nn.Sigmoid()),
+     "0.0:silu|1.0:sigmoid"),
+    ("three layers, chains of several forms", _three_layers, lambda: mlp(fc2=lin(HID, HID),
+                                                                          fc3=lin(HID, OUT)),
+     "fc1:relu|fc2:clamp(-1,1),add(0.5)|fc3:sigmoid"),
+    ("Linears without bias", None, lambda: nn.Sequential(lin(IN, HID, False), nn.ReLU(),
+                                                         lin(HID, OUT, False)), "0:relu|2"),
+    ("Dropout and Identity dropped", None, lambda: nn.Sequential(
+        lin(IN, HID), nn.ReLU(), nn.Dropout(0.5), nn.Identity(), lin(HID, OUT), nn.Dropout()),
+     "0:relu|4"),
+    ("dropout on the input, F.dropout(training=self.training)", lambda s, x: s.fc2(F.dropout(
+        F.elu(s.fc1(s.drop(x))), 0.3, training=s.training)), lambda: mlp(drop=nn.Dropout(0.1)),
+     "fc1:elu(1)|fc2"),
+    ("parameters of each layer: [width], [] and [1]", _params, lambda: mlp(
+        fc2=lin(HID, HID), fc3=lin(HID, OUT), shift=nn.Parameter(torch.randn(HID)),
+        scale=nn.Parameter(torch.tensor(0.5)), one=nn.Parameter(torch.tensor([0.25]))),
+     "fc1:add(shift),silu|fc2:mul(scale),tanh|fc3:sub(one)"),
+    ("LLaMA's SwiGLU", lambda s, x: s.w2(F.silu(s.w1(x)) * s.w3(x)),
+     lambda: dict(w1=lin(IN, HID, False), w2=lin(HID, OUT, False), w3=lin(IN, HID, False)),
+     "w1:silu*w3|w2"),
+    ("SwiGLU, the product the other way round", lambda s, x: s.w2(s.w3(x) * F.silu(s.w1(x))),
+     glu, "w1:silu*w3|w2"),
+    ("GeGLU", lambda s, x: s.w2(F.gelu(s.w1(x)) * s.w3(x)), glu, "w1:gelu*w3|w2"),
+    ("a gate of nn modules, torch.mul", lambda s, x: s.w2(torch.mul(s.w3(x), s.act(s.w1(x)))),
+     lambda: glu(act=nn.Tanh()), "w1:tanh*w3|w2"),
+    ("a chain on the activated operand", lambda s, x: s.w2(
+        torch.clamp(F.silu(s.w1(x) + s.shift), max=3) * s.w3(x)),
+     lambda: glu(shift=nn.Parameter(torch.randn(HID))), "w1:add(shift),silu,clamp(-inf,3)*w3|w2"),
+    ("swish on the activated operand", lambda s, x: s.w2(
+        (lambda y: y * torch.sigmoid(y))(s.w1(x)) * s.w3(x)), glu, "w1:swish*w3|w2"),
+    ("a bilinear gate (no ops)", lambda s, x: s.w2(s.w1(x) * s.w3(x)), glu, "w1:*w3|w2"),
+    ("a gate in place", _gate_in_place, glu, "w1:silu*w3|w2"),
+    ("a gated layer last", lambda s, x: F.silu(s.w1(x)) * s.w3(x), glu, "w1:silu*w3"),
+    ("a gated layer after a layer", lambda s, x: (lambda h: s.w2(F.silu(s.w1(h)) * s.w3(h)))(
+        torch.relu(s.fc(x))),
+     lambda: glu(i=HID, fc=lin(IN, HID)), "fc:relu|w1:silu*w3|w2"),
+    ("two gated layers", lambda s, x: (lambda h: s.o(F.gelu(s.a(h)) * s.b(h)))(
+        F.silu(s.w1(x)) * s.w3(x)),
+     lambda: dict(w1=lin(IN, HID), w3=lin(IN, HID), a=lin(HID, HID), b=lin(HID, HID),
+                  o=lin(HID, OUT)), "w1:silu*w3|a:gelu*b|o"),
+    ("a, b = w13(x).chunk(2, -1); silu(a) * b", _chunk_method, chunked, "w13[0]:silu*w13[1]|w2"),
+    ("chunk(2, dim=-1); a * silu(b)", _chunk_method_keyword, chunked, "w13[1]:silu*w13[0]|w2"),
+    ("torch.chunk(y, 2, dim=-1)", _chunk_function, chunked, "w13[0]:gelu*w13[1]|w2"),
+    ("the halves indexed", _chunk_indexed, chunked, "w13[0]:tanh*w13[1]|w2"),
+    ("the halves alone (no ops)", _chunk_bilinear, chunked, "w13[0]:*w13[1]|w2"),
+    ("a half's chain with a parameter of the half's width", _chunk_half_param,
+     lambda: chunked(hp=nn.Parameter(torch.randn(HID))), "w13[0]:add(hp),silu,square*w13[1]|w2"),
+    ("a chunked layer last", _chunk_last, chunked, "w13[0]:silu*w13[1]"),
+    ("a chunked layer in place", _chunk_in_place, chunked, "w13[0]:silu*w13[1]|w2"),
+    ("x + f(x)", lambda s, x: x + s.fc2(F.gelu(s.fc1(x))), lambda: mlp(fc2=lin(HID, IN)),
+     "x+(fc1:gelu|fc2)"),
+    ("f(x) + x", lambda s, x: s.fc2(F.gelu(s.fc1(x))) + x, lambda: mlp(fc2=lin(HID, IN)),
+     "x+(fc1:gelu|fc2)"),
+    ("torch.add(x, f(x))", lambda s, x: torch.add(x, s.fc2(F.gelu(s.fc1(x)))),
+     lambda: mlp(fc2=lin(HID, IN)), "x+(fc1:gelu|fc2)"),
+    ("h += x", _residual_augmented, lambda: mlp(fc2=lin(HID, IN)), "x+(fc1:gelu|fc2)"),
+    ("x += f(x)", _residual_into_input, lambda: mlp(fc2=lin(HID, IN)), "x+(fc1:gelu|fc2)"),
+    ("a residual of one Linear", lambda s, x: x + torch.tanh(s.fc(x)),
+     lambda: dict(fc=lin(IN, IN)), "x+(fc:tanh)"),
+    ("a residual of a Linear alone", lambda s, x: s.fc(x) + x, lambda: dict(fc=lin(IN, IN)),
+     "x+(fc)"),
+    ("a residual around SwiGLU", lambda s, x: x + s.w2(F.silu(s.w1(x)) * s.w3(x)),
+     lambda: glu(w2=lin(HID, IN)), "x+(w1:silu*w3|w2)"),
+    ("a residual around a chunked SwiGLU", _chunk_residual, lambda: chunked(out=IN),
+     "x+(w13[0]:silu*w13[1]|w2)"),
+    ("QuickGELU, y * sigmoid(1.702 * y)", lambda s, x: s.fc2(_quickgelu(s.fc1(x))), mlp,
+     "fc1:swish(1.702)|fc2"),
+    ("QuickGELU as CLIP's module", lambda s, x: s.fc2(s.act(s.fc1(x))),
+     lambda: mlp(act=Net(lambda m, y: y * torch.sigmoid(1.702 * y))), "fc1:swish(1.702)|fc2"),
+    ("squared ReLU", lambda s, x: s.fc2(torch.square(F.relu(s.fc1(x)))), mlp,
+     "fc1:relu,square|fc2"),
+    ("relu(y) ** 2", lambda s, x: s.fc2(F.relu(s.fc1(x)) ** 2), mlp, "fc1:relu,square|fc2"),
+]
+
+# (what, forward, members, strings the message must hold)
+LAYERED_REFUSALS = [
+    ("a LayerNorm between layers", lambda s, x: s.fc2(s.norm(s.fc1(x))),
+     lambda: mlp(norm=nn.LayerNorm(HID)),
+     ["cannot express call_module norm (torch.nn.LayerNorm) (node 'norm')"]),
+    ("a LayerNorm first", lambda s, x: s.fc2(s.fc1(s.norm(x))), lambda: mlp(norm=nn.LayerNorm(IN)),
+     ["the first op is call_module norm (torch.nn.LayerNorm) (node 'norm'), not an nn.Linear "
+      "applied to the input", "node 'fc1' comes later"]),
+    ("attention scores", lambda s, x: torch.matmul(s.q(x), s.k(x).transpose(-1, -2)),
+     lambda: dict(q=lin(IN, HID), k=lin(IN, HID)),
+     ["cannot express call_method transpose (node 'transpose')"]),
+    ("a matmul of two values", lambda s, x: torch.matmul(s.q(x), s.k(x)),
+     lambda: dict(q=lin(IN, HID), k=lin(IN, HID)),
+     ["cannot express call_function torch.matmul (node 'matmul')"]),
+    ("a Linear used twice", lambda s, x: s.fc(torch.relu(s.fc(x))), lambda: dict(fc=lin(IN, IN)),
+     ["call_module fc (torch.nn.Linear) (node 'fc_1'), a Linear used twice (node 'fc' called "
+      "it first)"]),
+    ("one Linear gating itself", lambda s, x: F.silu(s.fc(x)) * s.fc(x),
+     lambda: dict(fc=lin(IN, IN)), ["(node 'fc_1'), a Linear used twice"]),
+    ("a parameter of two layers", lambda s, x: s.fc2(s.fc1(x) * s.g) * s.g,
+     lambda: mlp(g=nn.Parameter(torch.tensor(2.0))),
+     ["call_function operator.mul (node 'mul_1')", "the parameter 'g', which layer 1 (fc1) "
+      "uses too"]),
+    ("a parameter of another layer's width", lambda s, x: s.fc2(s.fc1(x) + s.p),
+     lambda: mlp(p=nn.Parameter(torch.randn(OUT))),
+     ["(node 'add')", "parameter 'p' of shape [4]", "[10], [] or [1]"]),
+    ("a chunked half's parameter of the Linear's width", _chunk_half_param,
+     lambda: chunked(hp=nn.Parameter(torch.randn(2 * HID))),
+     ["(node 'add')", "parameter 'hp' of shape [20]", "[10], [] or [1]"]),
+    ("ops on both operands of a product",
+     lambda s, x: s.w2(F.silu(s.w1(x)) * torch.tanh(s.w3(x))), glu,
+     ["call_function operator.mul (node 'mul')", "a gated product of two values with ops "
+      "(w1:silu and w3:tanh)"]),
+    ("ops on both halves", lambda s, x: (lambda t: s.w2(F.silu(t[0]) * F.silu(t[1])))(
+        s.w13(x).chunk(2, -1)), chunked,
+     ["(node 'mul')", "two values with ops (w13[0]:silu and w13[1]:silu)"]),
+    ("an op after the gated product", lambda s, x: s.w2(torch.tanh(F.silu(s.w1(x)) * s.w3(x))),
+     glu, ["call_function torch.tanh (node 'tanh'), an op after the gated product (node 'mul')",
+           "the next Linear starts a new layer"]),
+    ("a square of the gated product", lambda s, x: _square(F.silu(s.w1(x)) * s.w3(x)), glu,
+     ["(node 'mul_1'), an op after the gated product (node 'mul')"]),
+    ("a gated pair of other widths", lambda s, x: F.silu(s.w1(x)) * s.w3(x),
+     lambda: glu(w3=lin(IN, 1)),
+     ["(node 'mul')", "node 'w1' (10 wide) by node 'w3' (1 wide)"]),
+    ("a gate of another input", lambda s, x: (lambda h: s.w2(F.silu(s.w1(h)) * s.w3(x)))(
+        s.fc(x)), lambda: glu(fc=lin(IN, IN)),
+     ["call_function operator.mul (node 'mul')", "neither a gated pair"]),
+    ("a product of a Linear and the input", lambda s, x: s.fc(x) * x,
+     lambda: dict(fc=lin(IN, IN)), ["(node 'mul')", "takes node 'x' again after node 'fc'"]),
+    ("three Linears of one value", lambda s, x: s.w1(x) * s.w3(x) * s.w4(x),
+     lambda: glu(w4=lin(IN, HID)),
+     ["call_module w4 (torch.nn.Linear) (node 'w4'), which takes node 'x' again after node "
+      "'w1' took it (a branch)"]),
+    ("a Linear whose output is left unused", lambda s, x: [s.w3(x), s.w2(F.silu(s.w1(x)))][1],
+     glu, ["(node 'w1'), which takes node 'x' again after node 'w3' took it (a branch)",
+           "gated pair"]),
+    ("a sum of two Linears", lambda s, x: s.w1(x) + s.w3(x), glu,
+     ["call_function operator.add (node 'add')", "two values computed from the input"]),
+    ("a branch between layers", lambda s, x: (lambda h: s.fc2(torch.relu(h) + h))(s.fc1(x)), mlp,
+     ["call_function operator.add (node 'add')", "takes node 'fc1' again after node 'relu'",
+      "(a branch)", "adds the model's input to its output"]),
+    ("a residual of a hidden value", lambda s, x: (lambda h: s.fc2(h) + h)(torch.relu(s.fc1(x))),
+     lambda: mlp(fc2=lin(HID, HID)),
+     ["(node 'add')", "takes node 'relu' again after node 'fc2' took it (a branch)"]),
+    ("a residual before a Linear", lambda s, x: s.fc2(x + s.fc1(x)),
+     lambda: mlp(fc1=lin(IN, IN), fc2=lin(IN, OUT)),
+     ["call_module fc2 (torch.nn.Linear) (node 'fc2'), an op after the residual (node 'add')"]),
+    ("an op after the residual", lambda s, x: torch.tanh(x + s.fc1(x)),
+     lambda: dict(fc1=lin(IN, IN)),
+     ["call_function torch.tanh (node 'tanh'), an op after the residual (node 'add')"]),
+    ("a residual of other widths", lambda s, x: x + s.fc2(s.fc1(x)), mlp,
+     ["(node 'add')", "adds the model's input (6 wide) to node 'fc2' (4 wide)"]),
+    ("a residual scaled by alpha", lambda s, x: torch.add(x, s.fc(x), alpha=0.5),
+     lambda: dict(fc=lin(IN, IN)), ["call_function torch.add (node 'add')", "alpha=0.5"]),
+    ("the input added twice", lambda s, x: x + s.fc(x) + x, lambda: dict(fc=lin(IN, IN)),
+     ["(node 'add_1'), an op after the residual (node 'add')"]),
+    ("chunk(2) (dim 0)", lambda s, x: (lambda t: s.w2(F.silu(t[0]) * t[1]))(s.w13(x).chunk(2)),
+     chunked, ["call_method chunk (node 'chunk'), with chunks=2, dim=0 (only chunk(2, -1)"]),
+    ("chunk(3, -1)", lambda s, x: (lambda t: t[0] * t[1])(s.w13(x).chunk(3, -1)),
+     lambda: chunked(w13=lin(IN, 3 * HID)), ["(node 'chunk'), with chunks=3, dim=-1"]),
+    ("chunk after an op", lambda s, x: (lambda t: s.w2(t[0] * t[1]))(
+        F.relu(s.w13(x)).chunk(2, -1)), chunked,
+     ["(node 'chunk'), which splits node 'relu', not a Linear's output as it is"]),
+    ("a half left ungated", lambda s, x: s.w2(F.silu(s.w13(x).chunk(2, -1)[0])), chunked,
+     ["call_module w2 (torch.nn.Linear) (node 'w2'), which takes half 0 of node 'w13' (chunk) "
+      "without multiplying it by the other half"]),
+    ("a half returned", lambda s, x: F.silu(s.w13(x).chunk(2, -1)[1]), chunked,
+     ["the output (node 'output'), which takes half 1 of node 'w13'"]),
+    ("the halves returned", lambda s, x: s.w13(x).chunk(2, -1), chunked,
+     ["the output (node 'output'), which returns the two halves of node 'chunk'"]),
+    ("a half of one Linear times another Linear", lambda s, x: s.w13(x).chunk(2, -1)[0] * s.w3(x),
+     lambda: chunked(w3=lin(IN, HID)), ["(node 'mul'), which multiplies node 'getitem' by "
+                                         "node 'w3', neither a gated pair"]),
+]
+
+
 class DemoSpecs(unittest.TestCase):
     def test_the_demos_are_those_expected(self):
-        self.assertEqual(list(fx.DEMOS), list(EXPECTED))
+        self.assertEqual(list(fx.DEMOS), list(EXPECTED) + list(LAYERED_EXPECTED))
+
+    def test_each_layered_demo_has_its_canonical_spec(self):
+        for name, want in LAYERED_EXPECTED.items():
+            with self.subTest(demo=name):
+                self.assertEqual(fx.chain_spec(fx.build_demo(name)), ("", want))
+
+    def test_each_layered_spec_gives_the_models_output(self):
+        for name, spec in LAYERED_EXPECTED.items():
+            with self.subTest(demo=name):
+                torch.manual_seed(1)
+                model = fx.build_demo(name).eval()
+                x = torch.randn(7, fx.model_in_features(model))
+                with torch.no_grad():
+                    want = evaluate_model(spec, model.state_dict(), x)
+                    self.assertLess(max_difference(model(x), want), 1e-5)
+
+    def test_ten_layered_demos_or_more_run_fast(self):
+        self.assertGreaterEqual(len(LAYERED_EXPECTED), 10)
+        for name in LAYERED_EXPECTED:
+            parameters = sum(p.numel() for p in fx.build_demo(name).parameters())
+            self.assertLess(parameters, 200000, name)
 
     def test_each_demo_has_its_canonical_spec(self):
         for name, want in EXPECTED.items():
@@ -351,8 +781,11 @@ class DemoSpecs(unittest.TestCase):
     def test_the_demos_use_every_op_of_the_vocabulary(self):
         used = {str(op).split("(")[0] for _, spec in EXPECTED.values()
                 for op in fx.parse_spec(spec)}
+        used |= {str(op).split("(")[0] for spec in LAYERED_EXPECTED.values()
+                 for layer in fx.parse_model_spec(spec).layers for op in layer.ops}
         self.assertEqual(used, set(fx.VOCABULARY))
         self.assertIn("gelu(tanh)", EXPECTED["mynet"][1])
+        self.assertIn("swish(1.702)", LAYERED_EXPECTED["quickgelu_mlp"])
 
     def test_the_reference_models_are_those_of_export_py(self):
         export = load_module(os.path.join(REPO, "weights", "export.py"), "export_reference")
@@ -495,6 +928,82 @@ class Refusals(unittest.TestCase):
             self.assertEqual(os.listdir(folder), [])
 
 
+class Layered(unittest.TestCase):
+    def build(self, forward, members):
+        torch.manual_seed(0)
+        built = members()
+        return built if forward is None else Net(forward, **built)
+
+    def test_each_layered_model_has_its_canonical_spec(self):
+        for what, forward, members, want in LAYERED:
+            with self.subTest(model=what):
+                self.assertEqual(fx.chain_spec(self.build(forward, members)), ("", want))
+
+    def test_each_layered_spec_gives_the_models_output(self):
+        for what, forward, members, spec in LAYERED:
+            with self.subTest(model=what):
+                model = self.build(forward, members).eval()
+                first = fx.parse_model_spec(spec).layers[0].linear.path
+                x = torch.randn(5, model.get_submodule(first).in_features)
+                with torch.no_grad():
+                    want = evaluate_model(spec, model.state_dict(), x)
+                    got = model(x.clone())  # x += ... writes into its input
+                self.assertEqual(got.shape, want.shape)
+                self.assertLess(max_difference(got, want), 1e-5)
+
+    def test_layered_specs_are_canonical_fixed_points(self):
+        for _, _, _, spec in LAYERED:
+            with self.subTest(spec=spec):
+                self.assertTrue(fx.is_layered_spec(spec))
+                self.assertEqual(fx.canonical_spec(spec), spec)
+
+    def test_one_linear_models_are_chain_specs(self):
+        """One Linear and its chain exports as before: the Linear's path and a chain spec, also
+        for the new ops; a gated or chunked Linear, or a residual, is layered."""
+        one = Net(lambda s, x: F.relu(s.fc(x)).square(), fc=lin(IN, HID))
+        self.assertEqual(fx.chain_spec(one), ("fc", "relu,square"))
+        self.assertEqual(fx.chain_ops(one), ("fc", [fx.Op("relu"), fx.Op("square")]))
+        chunk = Net(_chunk_last, **chunked())
+        self.assertEqual(fx.chain_spec(chunk), ("", "w13[0]:silu*w13[1]"))
+        with self.assertRaises(fx.ChainError) as caught:
+            fx.chain_ops(chunk)
+        self.assertIn("layered (w13[0]:silu*w13[1])", str(caught.exception))
+
+    def test_trace_model_gives_the_layers(self):
+        model = Net(lambda s, x: x + s.w2(F.silu(s.w1(x) * 2) * s.w3(x)),
+                    **glu(w2=lin(HID, IN)))
+        traced = fx.trace_model(model)
+        self.assertTrue(traced.residual)
+        self.assertFalse(traced.single)
+        self.assertEqual([str(layer) for layer in traced.layers], ["w1:mul(2),silu*w3", "w2"])
+        self.assertEqual(traced.layers[0].gate, fx.LinearRef("w3"))
+        self.assertEqual(traced.linears(), ["w1", "w3", "w2"])
+
+    def test_tracing_does_not_run_or_change_the_model(self):
+        model = Net(_residual_into_input, **mlp(fc2=lin(HID, IN))).train()
+        state = {key: value.clone() for key, value in model.state_dict().items()}
+        fx.chain_spec(model)
+        self.assertTrue(model.training)
+        for key, value in model.state_dict().items():
+            self.assertTrue(torch.equal(value, state[key]), key)
+
+
+class LayeredRefusals(unittest.TestCase):
+    def test_each_kind_of_layered_refusal_names_the_node(self):
+        for what, forward, members, strings in LAYERED_REFUSALS:
+            with self.subTest(refusal=what):
+                torch.manual_seed(0)
+                Refusals.check_refused(self, what, Net(forward, **members()), strings)
+
+    def test_a_refused_layered_model_writes_nothing(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "w.pt")
+            what, forward, members, _ = LAYERED_REFUSALS[0]
+            with self.assertRaises(fx.ChainError):
+                fx.save_with_chain(Net(forward, **members()), path)
+            self.assertEqual(os.listdir(folder), [])
+
+
 class Numbers(unittest.TestCase):
     def test_canonical_numbers(self):
         cases = [(0.2, "0.2"), (1e-3, "0.001"), (1e-4, "0.0001"), (1e-5, "1e-5"),
@@ -542,10 +1051,70 @@ class Grammar(unittest.TestCase):
              "add(add_value),swish,tanh,gelu,hardtanh(-1,1)"),
             ("mul(block.0.scale), div(other=2.50)", "mul(block.0.scale),div(2.5)"),
             ("sub(-0.20000000298023224)", "sub(-0.2)"),
+            ("swish(beta=1.702)", "swish(1.702)"), ("swish(1)", "swish"),
+            ("swish(beta=1.0)", "swish"), ("swish", "swish"),
+            ("swish(0.5), square", "swish(0.5),square"),
         ]
         for text, want in cases:
             with self.subTest(spec=text):
                 self.assertEqual(fx.canonical_spec(text), want)
+
+    def test_swish_and_square_in_the_vocabulary(self):
+        self.assertEqual(fx.VOCABULARY["swish"], (("beta", 1.0),))
+        self.assertEqual(fx.VOCABULARY["square"], ())
+        self.assertEqual(fx.parse_spec("swish(1.702)")[0].args, (fx.float32(1.702),))
+        self.assertEqual(str(fx.Op("swish", [1.0])), "swish")
+        self.assertEqual(str(fx.Op("swish", [1.702])), "swish(1.702)")
+        self.assertEqual(fx.Op("swish"), fx.Op("swish", [1.0]))
+
+    def test_canonical_form_of_written_layered_specs(self):
+        cases = [
+            ("x + (w1: silu * w3 | w2)", "x+(w1:silu*w3|w2)"),
+            (" fc1 : gelu | fc2 : relu | fc3 ", "fc1:gelu|fc2:relu|fc3"),
+            ("fc1: leaky_relu(negative_slope=0.2) | fc2", "fc1:leaky_relu(0.2)|fc2"),
+            ("fc1:|fc2", "fc1|fc2"), ("w13[0] : silu * w13[1] | w2", "w13[0]:silu*w13[1]|w2"),
+            ("w13[1]:swish(beta=1.702)*w13[0]", "w13[1]:swish(1.702)*w13[0]"),
+            ("x+( fc )", "x+(fc)"), ("w1: * w3", "w1:*w3"),
+            ("block.0: add(block.1.v), swish(1) | head", "block.0:add(block.1.v),swish|head"),
+            ("x + (fc1: clamp(min=0), square | fc2)", "x+(fc1:clamp(0,inf),square|fc2)"),
+        ]
+        for text, want in cases:
+            with self.subTest(spec=text):
+                self.assertEqual(fx.canonical_spec(text), want)
+                self.assertEqual(fx.canonical_spec(want), want)
+
+    def test_layered_specs_parse_to_layers(self):
+        model = fx.parse_model_spec("x + (w13[1]: gelu, mul(2) * w13[0] | out: tanh | last)")
+        self.assertTrue(model.residual)
+        self.assertEqual(len(model.layers), 3)
+        first = model.layers[0]
+        self.assertEqual((first.linear, first.gate), (fx.LinearRef("w13", 1),
+                                                      fx.LinearRef("w13", 0)))
+        self.assertEqual([str(op) for op in first.ops], ["gelu", "mul(2)"])
+        self.assertEqual(model.linears(), ["w13", "out", "last"])
+
+    def test_which_specs_are_layered(self):
+        for text in ("fc1|fc2", "fc:gelu", "x+(fc)", " x + (fc)"):
+            self.assertTrue(fx.is_layered_spec(text), text)
+        for text in ("gelu,silu", "swish(1.702)", "square", "add(x)"):
+            self.assertFalse(fx.is_layered_spec(text), text)
+
+    def test_malformed_layered_specs(self):
+        cases = [("fc1:gelu|", "expected a layer"), ("|fc2", "expected a layer"),
+                 ("fc1:gelu|fc1", "'fc1' comes twice"), ("w1:silu*w1", "a gate other than"),
+                 ("w13[0]:silu*w13[0]", "the other half of the same Linear (w13[1])"),
+                 ("w13[0]:silu*w3", "the other half of the same Linear"),
+                 ("w13[2]:silu*w13[1]", "[0] or [1]"), ("w13[0]:silu", "'* w13[1]'"),
+                 ("w13[0]|w2", "':' and a gate"), ("w1:silu*w3*w4", "one '*' a layer"),
+                 ("fc-1:gelu", "attribute path"), ("x+fc:gelu", "'(' after 'x +'"),
+                 ("x+(fc:gelu", "closing ')'"), ("fc1:foo|fc2", "layer 1 (fc1): chain spec"),
+                 ("fc1:square(2)|fc2", "square takes no arguments")]
+        for text, want in cases:
+            with self.subTest(spec=text):
+                with self.assertRaises(fx.ChainError) as caught:
+                    fx.canonical_spec(text)
+                self.assertIn(want, str(caught.exception))
+                self.assertNotIn("\n", str(caught.exception))
 
     def test_canonical_specs_are_fixed_points(self):
         for _, spec in EXPECTED.values():
@@ -560,7 +1129,9 @@ class Grammar(unittest.TestCase):
                  ("clamp(min=1,min=2)", "given twice"),
                  ("clamp(max=1,2)", "positional argument after a named one"),
                  ("relu relu", "expected ',' between ops"), ("add(1", "expected ',' or ')'"),
-                 ("relu;", "unexpected ';'"), ("elu(beta=1)", "elu has no argument 'beta'")]
+                 ("relu;", "unexpected ';'"), ("elu(beta=1)", "elu has no argument 'beta'"),
+                 ("swish(fast)", "swish's beta is a number"), ("square(2)", "square takes no "
+                                                                           "arguments")]
         for text, want in cases:
             with self.subTest(spec=text):
                 with self.assertRaises(fx.ChainError) as caught:
@@ -610,6 +1181,66 @@ class Files(unittest.TestCase):
         fx.save_with_chain(fx.build_demo("leaky_sigmoid"), self.path("w.pt"))
         self.assertEqual(fx.read_chain(self.path("w.pt")),
                          {"version": 1, "chain": "leaky_relu(0.2),sigmoid", "linear": "block.0"})
+
+    def test_layered_models_round_trip_through_pt_files(self):
+        for name, spec in LAYERED_EXPECTED.items():
+            with self.subTest(demo=name):
+                torch.manual_seed(0)
+                model = fx.build_demo(name).eval()
+                path = self.path(name + ".pt")
+                self.assertEqual(fx.save_with_chain(model, path), ("", spec))
+                want = {"version": 1, "chain": spec, "linear": ""}
+                self.assertEqual(fx.read_chain(path), want)
+                loaded = torch.load(path)
+                self.assertEqual(loaded._metadata["fusedlinear"], want)
+                self.assertEqual(list(loaded), list(model.state_dict()))
+                torch.manual_seed(1)
+                fresh = fx.build_demo(name).eval()
+                result = fresh.load_state_dict(loaded)
+                self.assertEqual((list(result.missing_keys), list(result.unexpected_keys)),
+                                 ([], []))
+                x = torch.rand(3, fx.model_in_features(model))
+                with torch.no_grad():
+                    self.assertTrue(torch.equal(fresh(x), model(x)))
+                for layer in fx.parse_model_spec(spec).layers:
+                    self.assertIn(layer.linear.path + ".weight", loaded)
+
+    def test_a_layered_chain_without_its_linear_entry_reads_back(self):
+        state = nn.Linear(2, 2).state_dict()
+        state._metadata["fusedlinear"] = {"version": 1, "chain": "fc1:gelu|fc2"}
+        torch.save(state, self.path("layered.pt"))
+        self.assertEqual(fx.read_chain(self.path("layered.pt")),
+                         {"version": 1, "chain": "fc1:gelu|fc2", "linear": ""})
+        state._metadata["fusedlinear"] = {"version": 1, "chain": "gelu"}
+        torch.save(state, self.path("chain.pt"))
+        with self.assertRaises(fx.ChainError) as caught:
+            fx.read_chain(self.path("chain.pt"))
+        self.assertIn("carries no chain", str(caught.exception))
+
+    def test_a_layered_safetensors_header_reads_back_without_the_package(self):
+        header = {"__metadata__": {"fusedlinear.version": "1",
+                                   "fusedlinear.chain": "x+(w1:silu*w3|w2)",
+                                   "fusedlinear.linear": ""},
+                  "w1.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+        text = json.dumps(header).encode()
+        with open(self.path("w.safetensors"), "wb") as file:
+            file.write(struct.pack("<Q", len(text)) + text + struct.pack("<f", 1.0))
+        self.assertEqual(fx.read_chain(self.path("w.safetensors")),
+                         {"version": 1, "chain": "x+(w1:silu*w3|w2)", "linear": ""})
+
+    def test_layered_safetensors_round_trip(self):
+        try:
+            import safetensors.torch
+        except ImportError:
+            self.skipTest("the safetensors package is not installed; .safetensors writing "
+                          "not tested")
+        model = fx.build_demo("swiglu_chunk")
+        path = self.path("w.safetensors")
+        self.assertEqual(fx.save_with_chain(model, path), ("", LAYERED_EXPECTED["swiglu_chunk"]))
+        with safetensors.safe_open(path, framework="pt") as file:
+            self.assertEqual(file.metadata(), {
+                "fusedlinear.version": "1", "fusedlinear.chain": LAYERED_EXPECTED["swiglu_chunk"],
+                "fusedlinear.linear": ""})
 
     def test_weights_only_load(self):
         fx.save_with_chain(fx.build_demo("mish_mish"), self.path("w.pt"))
@@ -723,6 +1354,10 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(code, 0)
         for name, (linear, spec) in EXPECTED.items():
             self.assertRegex(out, r"(?m)^%s +%s \(linear '%s'" % (name, re.escape(spec), linear))
+        for name, spec in LAYERED_EXPECTED.items():
+            demo = fx.DEMOS[name]
+            self.assertRegex(out, r"(?m)^%s +%s \(layered, %d -> %d\)$" % (
+                name, re.escape(spec), demo.in_features, demo.out_features))
 
     def test_demo_all_writes_weights_input_and_output(self):
         folder = self.folder.name
@@ -747,6 +1382,19 @@ class CommandLine(unittest.TestCase):
                          (256, 512))
         self.assertEqual(torch.load(os.path.join(folder, "mish_mish.pt"))["linear.weight"]
                          .shape, (48, 64))
+        for name, spec in LAYERED_EXPECTED.items():
+            with self.subTest(demo=name):
+                self.assertIn("%s: %s (layered)" % (name, spec), out)
+                path = os.path.join(folder, name)
+                self.assertEqual(fx.read_chain(path + ".pt"),
+                                 {"version": 1, "chain": spec, "linear": ""})
+                x, y = torch.load(path + "_input.pt"), torch.load(path + "_output.pt")
+                model = fx.build_demo(name).eval()
+                model.load_state_dict(torch.load(path + ".pt"))
+                with torch.no_grad():
+                    self.assertTrue(torch.equal(model(x), y))
+                self.assertEqual(tuple(x.shape), (3, fx.DEMOS[name].in_features))
+                self.assertEqual(tuple(y.shape), (3, fx.DEMOS[name].out_features))
 
     def test_shape_seed_and_overwrite(self):
         folder = self.folder.name
@@ -769,6 +1417,25 @@ class CommandLine(unittest.TestCase):
         code, out, _ = self.run_cli("--spec", path)
         self.assertEqual(code, 0)
         self.assertEqual(out, "chain: gelu(tanh),silu,clamp(-2,2)\nlinear: fc\n")
+
+    def test_spec_prints_the_linears_of_a_layered_file(self):
+        path = os.path.join(self.folder.name, "w.pt")
+        fx.save_with_chain(fx.build_demo("residual_swiglu", 8, 8), path)
+        code, out, _ = self.run_cli("--spec", path)
+        self.assertEqual(code, 0)
+        self.assertEqual(out, "chain: x+(ffn.w1:silu*ffn.w3|ffn.w2)\nlinears: ffn.w1, ffn.w3, "
+                              "ffn.w2\n")
+
+    def test_a_layered_demo_at_another_shape(self):
+        folder = self.folder.name
+        args = ["--demo", "swiglu_chunk", "--out", folder, "--in-features", "8",
+                "--out-features", "6", "--batch", "2"]
+        code, out, err = self.run_cli(*args)
+        self.assertEqual(code, 0, err)
+        self.assertIn("swiglu_chunk: w13[0]:silu*w13[1]|w2 (layered)", out)
+        state = torch.load(os.path.join(folder, "swiglu_chunk.pt"))
+        self.assertEqual(state["w13.weight"].shape, (2 * fx.HIDDEN, 8))
+        self.assertEqual(state["w2.weight"].shape, (6, fx.HIDDEN))
 
     def test_spec_of_a_file_without_a_chain_exits_2(self):
         path = os.path.join(self.folder.name, "plain.pt")
