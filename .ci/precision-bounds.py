@@ -8,7 +8,7 @@ LIBRARY is libfusedlinear_ops.so. On two inputs: `torch.rand` x and nn.Linear's 
 permuted) with the same weights. Each mode's ops (cuBLAS's products on CUDA), and on a GPU of
 compute capability 9.0 bf16x3 and bf16x6 on the Hopper GEMM too (gemm_epilogue with the chain
 mul(1), which leaves the sums as they are). For each mode: the largest |error| against float64, the largest
-|error| / sum_k |x_k w_k| over the outputs, and the bound the README states for it
+|error| / sum_k |x_k w_k| over the outputs, and the bound docs/USAGE.md states for it
 (ieee: K 2^-24; bf16x3: 3 2^-16 + K 2^-24; bf16x6: 3 2^-25 + K 2^-24; tf32: 2 2^-11 + K 2^-24; bf16: 2 2^-8 + K 2^-24), and
 whether allclose(1e-4, 1e-4) against PyTorch's float32 product holds.
 """
