@@ -122,7 +122,7 @@ __device__ __forceinline__ void copy_async_wait() {
 // kThreads threads take consecutive pieces in turn, each the same piece of every kRowStep-th row,
 // so where its rows lie is worked out once and each stage adds only its k. (A loop over pieces of
 // a count the compiler could not know, each address worked out in full, took most of the staged
-// kernel's instructions: PERFORMANCE.md, row 58.)
+// kernel's instructions.)
 template <typename E, int kTileRows, int kPiecesPerRow, int kThreads>
 struct TileSource {
   static constexpr int kPerPiece = 16 / int(sizeof(E));

@@ -27,7 +27,7 @@ namespace skinny {
 //     row 61), which took every thread's issue slots and address work;
 //   - otherwise with cp.async, 16 bytes a thread at a time, each row padded by 16 bytes.
 // Two blocks an SM, each waiting only at its own barriers, k split in two: one block of 16 warps
-// measured 1.12x slower, its loads and products barely overlapping (row 60). The warps' sums are
+// was slower, its loads and products barely overlapping. The warps' sums are
 // added in a fixed order at the end.
 struct LaneRowsShape {
   static constexpr int kRows = 16;               // rows of x per block

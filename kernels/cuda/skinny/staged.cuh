@@ -24,9 +24,9 @@ namespace skinny {
 // fragments from there with ldmatrix: x crosses L2 once per block's rows of W, and each row of W is
 // read 128-256 bytes a part at a time. 8 warps: groups of 32 rows of W x shares of each stage's k,
 // the shares added in a fixed tree at the end. Up to 32 rows two blocks an SM, two stages each
-// (PERFORMANCE.md, rows 42-43: at 24-32 rows one block with more stages, or 64 k a stage with 64
-// rows, measured 1.1-1.8x slower); from 33 rows 128 rows of W a block halve x's reads and
-// measured 1.3-1.4x faster than two tiles of 32 rows. At that shape (64 k a stage: 128-byte rows,
+// (at 24-32 rows one block with more stages, or 64 k a stage with 64 rows, was slower; docs/
+// PERFORMANCE.md has the figures); from 33 rows 128 rows of W a block halve x's reads, faster
+// than two tiles of 32 rows. At that shape (64 k a stage: 128-byte rows,
 // wgmma's swizzle), built for sm_90a, each half of the block (a warpgroup) instead forms its 64
 // rows' products for the whole stage with wgmma: 1.2x faster (row 57). Its stages are then the
 // TMA's tiles, and from sm_90 one thread copies them (1.01-1.04x faster, row 61); one block an SM
