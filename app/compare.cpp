@@ -34,9 +34,13 @@ struct ModelResult {
   std::vector<int64_t> input_shape, output_shape;  // what ran
   int64_t in_features = 0, out_features = 0;
   std::vector<PathResult> paths;  // eager first
-  TimingStats gemm;               // eager's GEMM alone (addmm with the bias)
+  TimingStats gemm;               // eager's GEMMs alone (addmm with the bias)
+  TimingStats weight_copy;        // a copy of every weight: the memory system's pace on them
   double gemm_flops = 0;
   double gemm_gflops() const { return gemm_flops / gemm.median_us / 1e3; }
+  // The floor of a forward that must read its weights: reading them at a copy's pace (a copy
+  // moves each byte twice).
+  double weight_read_us() const { return weight_copy.median_us / 2; }
 };
 
 std::string split_memory(LayeredModelImpl& model) {
@@ -97,6 +101,9 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
     calls.emplace_back([&, fused_model](int) { fused_model->forward(x); });
   }
   calls.emplace_back([&](int) { model->run_gemms(x); });
+  calls.emplace_back([&](int) {
+    for (LinearChainImpl* linear : model->linears()) linear->linear()->weight.clone();
+  });
 
   // Outputs: eager's is the reference of the verdict; a float64 evaluation of the same
   // parameters (as the model holds them) and input is the reference of accuracy.
@@ -118,7 +125,8 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   // In turns, so drifts of the device's clocks weigh on every path alike.
   const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
   for (size_t i = 0; i < r.paths.size(); ++i) r.paths[i].time = times[i];
-  r.gemm = times.back();
+  r.gemm = times[r.paths.size()];
+  r.weight_copy = times[r.paths.size() + 1];
   r.gemm_flops = double(rows) * model->flops_per_row();
   return r;
 }
@@ -199,13 +207,17 @@ int run_compare(const Settings& settings) {
     }
   }
   for (const auto& r : results) {
-    std::cout << r.name << " eager GEMM (addmm): " << fixed(r.gemm.median_us / 1000, 3) << " ms, "
-              << fixed(r.gemm_gflops(), 1) << " GFLOP/s\n";
+    std::cout << r.name << " eager GEMMs alone (addmm): " << fixed(r.gemm.median_us / 1000, 3)
+              << " ms, " << fixed(r.gemm_gflops(), 1)
+              << " GFLOP/s; weights read at a copy's pace: " << fixed(r.weight_read_us() / 1000, 3)
+              << " ms\n";
   }
   for (const auto& r : results) {
     for (const auto& p : r.paths) {
       if (p.path == "fused") {
-        std::cout << r.name << " fused " << p.gemm << ": " << p.weight << "\n";
+        std::cout << r.name << " fused " << p.gemm << ": " << p.weight << "; "
+                  << fixed(p.time.median_us / r.gemm.median_us, 3) << "x the eager GEMMs, "
+                  << fixed(p.time.median_us / r.weight_read_us(), 3) << "x the weight read\n";
       }
     }
   }
@@ -244,6 +256,8 @@ int run_compare(const Settings& settings) {
                         {"out_features", r.out_features},
                         {"gemm_addmm", timing_json(r.gemm)},
                         {"gemm_gflops", r.gemm_gflops()},
+                        {"weight_copy", timing_json(r.weight_copy)},
+                        {"weight_read_us", r.weight_read_us()},
                         {"paths", paths}});
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
