@@ -127,14 +127,8 @@ torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
   return evaluate(
       layers_, spec_.residual, x,
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward(h); },
-      [](LinearChainImpl& l, const torch::Tensor& h) {
-        // A gate has no chain: its whole fused forward (bias in the epilogue) is its output. A
-        // chunked Linear's chain takes half of it: the GEMM alone, then the bias.
-        if (l.chain().ops.empty()) return l.forward(h);
-        torch::Tensor y = l.matmul_without_bias(h);
-        if (l.linear()->bias.defined()) y.add_(l.linear()->bias);
-        return y;
-      },
+      // A gate's output, or a chunked Linear's before its chain takes half: no chain.
+      [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward_without_chain(h); },
       [](LinearChainImpl& l, const torch::Tensor& y) {
         return l.chain_fused(y.contiguous(), c10::nullopt);
       });
@@ -201,6 +195,38 @@ std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
     // Linears that run alike are said once.
     if (one != last) text += (text.empty() ? "" : "; ") + one;
     last = one;
+ModelOpArguments LayeredModelImpl::op_arguments() {
+  if (!spec_.layered()) {
+    throw std::invalid_argument(
+        "op_arguments: a layered model's; a one-Linear model runs with "
+        "the ops epilogue, linear_epilogue or gemm_epilogue");
+  }
+  ModelOpArguments arguments;
+  arguments.spec = spec_.name;
+  const Precision precision = layers_.front().linear->precision();
+  arguments.precision = precision_name(precision);
+  const auto add_linear = [&](LinearChainImpl& l) {
+    const LinearWeights w = l.weights(precision);
+    arguments.weights.push_back(w.weight);
+    for (const torch::Tensor& part : {w.hi, w.mid, w.lo}) {
+      if (part.defined()) arguments.weights.push_back(part);
+    }
+    const torch::Tensor& bias = l.linear()->bias;
+    arguments.biases.push_back(bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+  };
+  for (const Layer& layer : layers_) {
+    add_linear(*layer.linear);
+    if (layer.gate) add_linear(*layer.gate);
+    for (const torch::Tensor& p : layer.linear->slot_params()) arguments.params.push_back(p);
+  }
+  return arguments;
+}
+
+torch::Tensor LayeredModelImpl::forward_op(const torch::Tensor& x) {
+  const ModelOpArguments a = op_arguments();
+  return fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision);
+}
+
   }
   return text;
 }

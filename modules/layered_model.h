@@ -19,6 +19,16 @@
 
 namespace fusedlinear {
 
+// A layered model as the whole-model op (ops.h: fused_model, torch.ops.fusedlinear.model) takes
+// it: each Linear's W and parts, its bias, the chains' parameters, the canonical spec and the
+// precision.
+struct ModelOpArguments {
+  std::vector<torch::Tensor> weights;
+  std::vector<c10::optional<torch::Tensor>> biases;
+  std::vector<torch::Tensor> params;
+  std::string spec, precision;
+};
+
 class LayeredModelImpl : public torch::nn::Module {
  public:
   // One layer: chain(linear(x)), times gate(x) for a gated pair (gate: a Linear of its own, run
@@ -53,6 +63,11 @@ class LayeredModelImpl : public torch::nn::Module {
   torch::Tensor forward_eager_gemms(const torch::Tensor& x);
   // The Linears alone, as libtorch runs them, on inputs of their widths (for timing the GEMMs).
   void run_gemms(const torch::Tensor& x);
+  // The arguments of the whole-model op for this model in its precision (the split weights
+  // shared, not copied); forward_op(x) runs that op, which equals forward(x) under auto. Throws
+  // std::invalid_argument for a one-Linear model (the per-Linear ops run it).
+  ModelOpArguments op_arguments();
+  torch::Tensor forward_op(const torch::Tensor& x);
   // The forward in float64 (the chains from the functors' float64 forms).
   torch::Tensor reference(const torch::Tensor& x);
 

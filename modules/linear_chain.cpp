@@ -4,12 +4,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "kernels/ops/linear_forward.h"
 #include "kernels/ops/ops.h"
 #include "modules/loader/state_dict.h"
-
-#ifdef FUSEDLINEAR_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
 
 namespace fusedlinear {
 namespace {
@@ -37,41 +34,6 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features, bool bi
     linear->bias.uniform_(-bias_bound, bias_bound, generator);
   }
   return linear;
-}
-
-// How many bfloat16 parts of W the mode keeps (0: it reads W itself).
-int split_weight_parts(Precision precision) {
-  switch (precision) {
-    case Precision::kBf16:
-      return 1;
-    case Precision::kBf16x3:
-      return 2;
-    case Precision::kBf16x6:
-      return 3;
-    case Precision::kIeee:
-    case Precision::kTf32:
-      return 0;
-  }
-  return 0;
-}
-
-GemmDevice gemm_device_of(const torch::Tensor& x) {
-  GemmDevice device;
-#ifdef FUSEDLINEAR_WITH_CUDA
-  if (x.is_cuda()) {
-    const cudaDeviceProp* props = at::cuda::getDeviceProperties(x.device().index());
-    device.gpu = true;
-    device.compute_major = props->major;
-    device.compute_minor = props->minor;
-  }
-#else
-  (void)x;
-#endif
-  return device;
-}
-
-int64_t rows_of(const torch::Tensor& x) {
-  return x.dim() > 0 && x.size(-1) > 0 ? x.numel() / x.size(-1) : 0;
 }
 
 }  // namespace
@@ -163,26 +125,22 @@ GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
 
 GemmPlan LinearChainImpl::gemm_plan(const torch::Tensor& x) { return plan_gemm(gemm_query(x)); }
 
+LinearWeights LinearChainImpl::weights(Precision products) {
+  LinearWeights w{linear_->weight, {}, {}, {}};
+  if (split_weight_parts(products) > 0) {
+    const SplitWeight parts = split_weight();
+    w.hi = parts.hi;
+    w.mid = parts.mid;
+    w.lo = parts.lo;
+  }
+  return w;
+}
+
 torch::Tensor LinearChainImpl::matmul_without_bias(const torch::Tensor& x) {
   GemmQuery query = gemm_query(x);
   query.kernel = GemmKernel::kCublas;  // the products cuBLAS (or the CPU) runs
-  switch (plan_gemm(query).products) {
-    case Precision::kIeee:
-      break;
-    case Precision::kBf16x3: {
-      const SplitWeight parts = split_weight();
-      return linear_bf16x3(x, parts.hi, parts.lo);
-    }
-    case Precision::kBf16x6: {
-      const SplitWeight parts = split_weight();
-      return linear_bf16x6(x, parts.hi, parts.mid, parts.lo);
-    }
-    case Precision::kTf32:
-      return linear_tf32(x, linear_->weight);
-    case Precision::kBf16:
-      return linear_bf16(x, split_weight().hi);
-  }
-  return torch::matmul(x, linear_->weight.t());
+  const Precision products = plan_gemm(query).products;
+  return linear_products(x, weights(products), products);
 }
 
 torch::Tensor LinearChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
@@ -191,34 +149,14 @@ torch::Tensor LinearChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
 
 torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) {
   const GemmPlan plan = gemm_plan(x);
-  if (!plan.skinny && !plan.hopper) return epilogue_fused(matmul_without_bias(x));
-  // The whole forward in one op: the small-batch kernels' or the Hopper GEMM's, the same
-  // arguments (ops.h).
-  const auto whole_forward = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
-  const c10::optional<torch::Tensor> bias = linear_->bias;
-  // W, or its bfloat16 parts, as the op takes them: w, w_lo, w_third.
-  const auto run = [&](const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
-                       const c10::optional<torch::Tensor>& w_third, const char* products) {
-    return whole_forward(x, w, w_lo, bias, slot_params(), chain_name_, products, w_third);
-  };
-  switch (plan.products) {
-    case Precision::kIeee:
-    case Precision::kTf32:
-      return run(linear_->weight, c10::nullopt, c10::nullopt, "ieee");
-    case Precision::kBf16x3: {
-      const SplitWeight parts = split_weight();
-      return run(parts.hi, parts.lo, c10::nullopt, "bf16x3");
-    }
-    case Precision::kBf16:
-      return run(split_weight().hi, c10::nullopt, c10::nullopt, "bf16");
-    case Precision::kBf16x6: {  // the Hopper GEMM's (plan_gemm: no small-batch kernel)
-      const SplitWeight parts = split_weight();
-      return run(parts.hi, parts.mid, parts.lo, "bf16x6");
-    }
-  }
-  TORCH_CHECK(false, "forward: the plan gave ", plan.description,
-              ", which no whole-forward op runs");
-  return torch::Tensor();
+  return linear_forward(plan, x, weights(plan.products), linear_->bias, slot_params(), chain_name_);
+}
+
+torch::Tensor LinearChainImpl::forward_without_chain(const torch::Tensor& x) {
+  GemmQuery query = gemm_query(x);
+  query.compiled_chain = false;  // the empty chain is the interpreter's
+  const GemmPlan plan = plan_gemm(query);
+  return linear_forward(plan, x, weights(plan.products), linear_->bias, {}, "");
 }
 
 torch::Tensor LinearChainImpl::forward_eager(const torch::Tensor& x) {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "kernels/ops/chain_spec.h"
-#include "modules/gemm_plan.h"
+#include "kernels/ops/linear_forward.h"
 #include "modules/registry.h"
 
 namespace fusedlinear {
@@ -64,6 +64,11 @@ class LinearChainImpl : public torch::nn::Module {
   // The chain's parameter tensors in its slots (ParsedChain::slot_params), as the ops take them.
   std::vector<torch::Tensor> slot_params() const;
   // A chain parameter by its state-dict key (throws std::out_of_range for another key).
+  // The Linear alone (x W^T + bias) as its plan says, no chain: a gate's output, or a chunked
+  // Linear's before its chain takes half.
+  torch::Tensor forward_without_chain(const torch::Tensor& x);
+  // W, and its bfloat16 parts where `products` takes them (split once, kept while W is unchanged).
+  LinearWeights weights(Precision products);
   torch::Tensor& param(const std::string& key);
 
   // The GEMM's precision (modules/gemm_plan.h; default kIeee, PyTorch's float32 semantics).

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/ops/ops.h"
 #include "modules/layered_model.h"
 #include "modules/loader/state_dict.h"
 #include "tests/test_support.h"
@@ -185,6 +187,102 @@ TEST(LayeredModels, RandomModelsMatchEagerOnTheCpu) {
 TEST(LayeredModels, RandomModelsMatchEagerOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   expect_random_models_match_eager(torch::kCUDA);
+}
+
+// The whole-model op (fusedlinear::model) runs each Linear as the module does under auto: the
+// same bits, in every precision, biases present or not.
+void expect_whole_model_op_equals_module(const torch::Device& device) {
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<int64_t> widths;
+    bool residual = false;
+    const std::string spec = random_model(rng, widths, residual);
+    const Precision precision = all_precisions()[size_t(trial) % all_precisions().size()];
+    SCOPED_TRACE(spec + " in " + precision_name(precision));
+    LayeredModelImpl model(layered_model(spec, {{"l0", trial % 3 != 0}}), widths,
+                           at::detail::createCPUGenerator(uint64_t(trial)));
+    model.to(device);
+    model.set_precision(precision);
+    const torch::Tensor x = torch::randn({int64_t(1 + trial % 5), 3, widths.front()},
+                                         at::detail::createCPUGenerator(uint64_t(trial) + 500))
+                                .to(device);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor module = model.forward(x), op = model.forward_op(x);
+    ASSERT_EQ(op.sizes(), module.sizes());
+    EXPECT_TRUE(torch::equal(op, module)) << (op - module).abs().max();
+    // The Meta implementation: the same checks, the output's shape.
+    ModelOpArguments meta = model.op_arguments();
+    for (torch::Tensor& w : meta.weights) w = w.to(torch::kMeta);
+    for (auto& b : meta.biases) {
+      if (b) b = b->to(torch::kMeta);
+    }
+    for (torch::Tensor& p : meta.params) p = p.to(torch::kMeta);
+    const torch::Tensor shape_only = fused_model(x.to(torch::kMeta), meta.weights, meta.biases,
+                                                 meta.params, meta.spec, meta.precision);
+    EXPECT_EQ(shape_only.sizes(), module.sizes());
+    EXPECT_EQ(shape_only.scalar_type(), module.scalar_type());
+  }
+}
+
+TEST(LayeredModels, WholeModelOpEqualsTheModuleOnTheCpu) {
+  expect_whole_model_op_equals_module(torch::kCPU);
+}
+
+TEST(LayeredModels, WholeModelOpEqualsTheModuleOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_whole_model_op_equals_module(torch::kCUDA);
+}
+
+// Each wrong argument of the whole-model op: one line naming it, what was expected and what came.
+TEST(LayeredModels, WholeModelOpRefusesInOneLine) {
+  LayeredModelImpl model(layered_model("w1:silu*w3|w2:add(s)"), {8, 6, 4});
+  const torch::Tensor x = torch::rand({2, 8});
+  const ModelOpArguments good = model.op_arguments();
+  EXPECT_EQ(good.spec, "w1:silu*w3|w2:add(s)");
+  EXPECT_EQ(good.weights.size(), 3u);
+  const auto message = [&](const std::function<void(ModelOpArguments&)>& change) {
+    ModelOpArguments a = good;
+    change(a);
+    try {
+      fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  const std::vector<std::pair<std::function<void(ModelOpArguments&)>, std::string>> cases = {
+      {[](ModelOpArguments& a) { a.spec = "gelu"; }, "expected a layered spec"},
+      {[](ModelOpArguments& a) { a.spec = "w1:nope|w2"; }, "nope"},
+      {[](ModelOpArguments& a) { a.precision = "fp8"; }, "expected precision ieee"},
+      {[](ModelOpArguments& a) { a.precision = "bf16x3"; }, "so 9 weights, got 3"},
+      {[](ModelOpArguments& a) { a.weights.pop_back(); }, "so 3 weights, got 2"},
+      {[](ModelOpArguments& a) { a.biases.pop_back(); }, "expected 3 biases"},
+      {[](ModelOpArguments& a) { a.params.clear(); }, "take 1 parameter tensor(s), got 0"},
+      {[](ModelOpArguments& a) {
+         a.weights[2] = torch::rand({4, 5});
+       },
+       "expected weights[2] of shape [4, 6], got [4, 5]"},
+      {[](ModelOpArguments& a) {
+         a.weights[1] = torch::rand({5, 8});
+         a.biases[1] = c10::nullopt;
+       },
+       "layer 1's gate gives 5 outputs, its Linear 6"},
+      {[](ModelOpArguments& a) { a.biases[0] = torch::rand({7}); },
+       "expected biases[0] of shape [6], got [7]"},
+      {[](ModelOpArguments& a) { a.params[0] = torch::rand({3}); },
+       "expected params[0] of shape [4] or of one element, got [3]"},
+      {[](ModelOpArguments& a) { a.weights[0] = a.weights[0].to(torch::kFloat64); },
+       "expected weights[0] of dtype Float, got Double"},
+      {[](ModelOpArguments& a) { a.spec = "x+(w1:silu*w3|w2:add(s))"; },
+       "the residual adds x (8 wide) to an output 4 wide"},
+  };
+  for (const auto& [change, expected] : cases) {
+    const std::string what = message(change);
+    EXPECT_NE(what.find(expected), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  EXPECT_THROW(LayeredModelImpl(runtime_model("gelu"), {8, 6}).op_arguments(),
+               std::invalid_argument);
 }
 
 // The float32-grade modes run in every Linear of a model: bf16x6 as close to float64 as float32

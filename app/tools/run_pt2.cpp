@@ -1,13 +1,15 @@
 // fusedlinear_pt2 PACKAGE WEIGHTS INPUT WANT: runs an AOTInductor package (.pt2) whose graph calls
 // fusedlinear's ops, loaded by AOTIModelPackageLoader in this program, which links the ops (a
 // server does the same with the ops library preloaded); tests/python/pytorch2_path.py writes one
-// of swish_chain. Compares its output with PyTorch's (WANT) and times it in turns against
+// of swish_chain and one of a layered model (the whole-model op). Compares its output with
+// PyTorch's (WANT) and times it; with swish_chain's WEIGHTS (not "-"), in turns against
 // fusedlinear's own swish_chain module on the same weights, eager and fused. Exit code 0 when the
 // package's output is within 1e-6 of PyTorch's (2.4e-7 on an H200).
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "app/timing.h"
 #include "app/tools/check_support.h"
@@ -18,7 +20,7 @@
 int main(int argc, char** argv) {
   using namespace fusedlinear;
   if (argc != 5) {
-    std::fprintf(stderr, "usage: fusedlinear_pt2 PACKAGE WEIGHTS INPUT WANT\n");
+    std::fprintf(stderr, "usage: fusedlinear_pt2 PACKAGE WEIGHTS|- INPUT WANT\n");
     return 2;
   }
   try {
@@ -29,6 +31,14 @@ int main(int argc, char** argv) {
     const torch::Tensor want = read_tensor(argv[4]);
     const torch::Tensor got = package.run({x})[0].cpu();
     const double diff = max_abs_difference(got, want);
+    if (std::string(argv[2]) == "-") {  // no module of ours to time it against
+      const auto times = time_interleaved(device, 10, 50, {[&](int) { package.run({x}); }});
+      std::printf(
+          "AOTInductor package on %s, %s input: max abs difference from PyTorch %.3g; "
+          "median %.1f us\n",
+          device.str().c_str(), c10::str(x.sizes()).c_str(), diff, times[0].median_us);
+      return diff <= 1e-6 ? 0 : 1;
+    }
     auto model = make_model("swish_chain", x.size(-1), want.size(-1), uint64_t{0});
     load_state_dict(*model, argv[2]);
     model->to(device);

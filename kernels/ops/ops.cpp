@@ -405,9 +405,9 @@ torch::Tensor whole_forward_elsewhere(const torch::Tensor& x, const torch::Tenso
   TORCH_CHECK(false, detail::no_implementation(kOp, "x", x));
 }
 
-const char* const kOps[] = {"epilogue",      "linear_epilogue",  "gemm_epilogue",
-                            "split_bf16",    "split_bf16_three", "linear_bf16x6",
-                            "linear_bf16x3", "linear_bf16",      "linear_tf32"};
+const char* const kOps[] = {
+    "epilogue",      "linear_epilogue", "gemm_epilogue", "split_bf16",  "split_bf16_three",
+    "linear_bf16x6", "linear_bf16x3",   "linear_bf16",   "linear_tf32", "model"};
 
 }  // namespace
 
@@ -429,6 +429,11 @@ TORCH_LIBRARY(fusedlinear, m) {
   m.def("linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor");
   m.def("linear_bf16(Tensor x, Tensor w_hi) -> Tensor");
   m.def("linear_tf32(Tensor x, Tensor w) -> Tensor");
+  // A layered model's whole forward (model_op.cpp): each Linear's W then its parts, one bias per
+  // Linear (None where it has none), the layers' chain parameters in order.
+  m.def(
+      "model(Tensor x, Tensor[] weights, Tensor?[] biases, Tensor[]? params, str spec, "
+      "str precision) -> Tensor");
 }
 
 // Inference ops (ops.h): run below autograd, so their outputs carry no grad_fn and never require

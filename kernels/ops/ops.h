@@ -14,6 +14,8 @@
 //   linear_bf16x3(Tensor x, Tensor w_hi, Tensor w_lo) -> Tensor,
 //   linear_bf16(Tensor x, Tensor w_hi) -> Tensor,
 //   linear_tf32(Tensor x, Tensor w) -> Tensor          x W^T from tensor-core products
+//   model(Tensor x, Tensor[] weights, Tensor?[] biases, Tensor[]? params, str spec,
+//         str precision) -> Tensor                      a layered model's whole forward
 //
 // The ops are inference ops: they record no autograd graph, in any grad mode, so their outputs
 // never require grad (as if called under torch.no_grad), whatever their inputs. So a model in its
@@ -71,6 +73,20 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
                                   const std::vector<torch::Tensor>& params,
                                   const std::string& chain, const std::string& precision,
                                   const c10::optional<torch::Tensor>& w_third = c10::nullopt);
+
+// A layered model's whole forward (kernels/ops/model_spec.h's spec, e.g. "w1:silu*w3|w2"), each
+// Linear run as auto plans it for its input (linear_forward.h: the small-batch kernels, the
+// Hopper GEMM, or the products then the fused epilogue), as LayeredModel runs it. `weights`: each
+// Linear in the spec's order (a gate after its layer's Linear), its W [out, in] of x's dtype
+// followed by the bfloat16 parts `precision` takes (bf16: hi; bf16x3: hi, lo = split_bf16(W);
+// bf16x6: hi, mid, lo = split_bf16_three(W)); `biases`: one per Linear, nullopt where it has none;
+// `params`: each layer's chain parameters in its slot order, layer after layer. `precision`:
+// ieee, tf32, bf16, bf16x3 or bf16x6 (all but ieee for float32 x). Returns [..., out]. Every
+// count, shape, dtype and device is checked first, the Meta implementation included.
+torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                          const std::vector<c10::optional<torch::Tensor>>& biases,
+                          const std::vector<torch::Tensor>& params, const std::string& spec,
+                          const std::string& precision);
 
 // v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
 // hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,

@@ -14,6 +14,8 @@ PyTorch's output. Then, for each, runs
     CLI run --weights F --input X --output Y --device cpu
     CLI compare --weights F --input X --device cpu --iters 1 --warmup 0
 
+(with --device cuda: on CUDA, and compare in every precision and kernel, then in bfloat16 and
+float16)
 (--jobs at a time, default the CPU count) and checks Y against PyTorch's output
 (torch.allclose, --rtol and --atol, 1e-5 each) and compare's exit code (0). One line per model,
 `ok` or `FAIL` with the reason; a failing random model's files are kept in --work (default: a
@@ -299,14 +301,21 @@ def run(command):
     return result.returncode, lines[-1] if lines else "(no output)"
 
 
-def check(cli, paths, rtol, atol):
+# On CUDA, compare also runs every precision of a float32 model and the 16-bit models (each against
+# eager libtorch of the same dtype, at compare's tolerance for it).
+CUDA_COMPARES = (["--precision", "all", "--gemm", "auto,cublas,skinny,hopper"],
+                 ["--dtype", "bfloat16", "--gemm", "auto,cublas,skinny,hopper"],
+                 ["--dtype", "float16", "--gemm", "auto,cublas,skinny"])
+
+
+def check(cli, paths, rtol, atol, device):
     """(ok, what) for one exported model: run's output against PyTorch's, and compare's exit."""
     weights, x, want = paths
     fused = weights[:-len(".pt")] + "_fused.pt"
     if os.path.exists(fused):
         os.unlink(fused)
     code, last = run([cli, "run", "--weights", weights, "--input", x, "--output", fused,
-                      "--device", "cpu"])
+                      "--device", device])
     if code != 0:
         return False, "run: exit %d: %s" % (code, last)
     if not os.path.exists(fused):
@@ -321,11 +330,13 @@ def check(cli, paths, rtol, atol):
     if not torch.allclose(got, expected, rtol=rtol, atol=atol):
         return False, "run: not within rtol %g, atol %g of PyTorch (max abs difference %.3g)" % (
             rtol, atol, largest)
-    code, last = run([cli, "compare", "--weights", weights, "--input", x, "--device", "cpu",
-                      "--iters", "1", "--warmup", "0"])
-    if code != 0:
-        return False, "compare: exit %d: %s" % (code, last)
-    return True, "max abs difference %.3g; compare passes" % largest
+    for extra in CUDA_COMPARES if device == "cuda" else ([],):
+        code, last = run([cli, "compare", "--weights", weights, "--input", x, "--device", device,
+                          "--iters", "1", "--warmup", "0"] + extra)
+        if code != 0:
+            return False, "compare %s: exit %d: %s" % (" ".join(extra), code, last)
+    return True, "max abs difference %.3g; compare passes%s" % (
+        largest, " in every precision and dtype" if device == "cuda" else "")
 
 
 def main():
@@ -340,9 +351,16 @@ def main():
     parser.add_argument("--batch", type=int, default=5, help="rows of each input (default 5)")
     parser.add_argument("--rtol", type=float, default=1e-5, help="default 1e-5")
     parser.add_argument("--atol", type=float, default=1e-5, help="default 1e-5")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where run and compare run (default cpu); cuda also compares every "
+                             "precision, bfloat16 and float16, and exits 77 (skipped) without a "
+                             "CUDA device")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="programs run at a time (default: the CPU count)")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("torch %s sees no CUDA device: skipped" % torch.__version__)
+        return 77  # ctest's SKIP_RETURN_CODE
     fx = load_exporter(args.exporter)
     layered = [name for name in fx.DEMOS if fx.chain_spec(fx.build_demo(name, 4, 4))[0] == ""]
     names = args.demo or layered
@@ -365,7 +383,8 @@ def main():
 
     def one(entry):
         name, spec, paths = entry
-        return (False, paths) if spec is None else check(args.cli, paths, args.rtol, args.atol)
+        return (False, paths) if spec is None else check(args.cli, paths, args.rtol, args.atol,
+                                                         args.device)
 
     passed, failed = 0, []
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:

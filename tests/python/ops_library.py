@@ -2,7 +2,8 @@
 
     python3 tests/python/ops_library.py LIBRARY [--script OUT_FOLDER]
 
-Checks every op against eager PyTorch on the CPU (and CUDA where available), on meta tensors, that
+Checks every op against eager PyTorch on the CPU (and CUDA where available) (the whole-model op
+against Python modules it stands for), on meta tensors, that
 None is refused for a required tensor, that the ops run in grad mode recording no graph, and
 with --script writes a TorchScript module that calls an op (mish_mish.ts), its input and its output
 (mish_mish_ts_input.pt, mish_mish_ts_output.pt) for the C++ side to load. Exits non-zero on the
@@ -130,6 +131,69 @@ def check_ops(device):
     print("ok    %s: ran in grad mode recording no graph, ran under no_grad" % device)
 
 
+class SwiGlu(torch.nn.Module):
+    """LLaMA's feed-forward with a residual, x + w2(silu(w1(x)) * w3(x)); w3 without a bias."""
+
+    def __init__(self, width=64, hidden=96):
+        super().__init__()
+        self.w1 = torch.nn.Linear(width, hidden)
+        self.w3 = torch.nn.Linear(width, hidden, bias=False)
+        self.w2 = torch.nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return x + self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SwiGluOps(SwiGlu):
+    """The same module as one call of the whole-model op."""
+
+    def forward(self, x):
+        linears = [self.w1, self.w3, self.w2]
+        return torch.ops.fusedlinear.model(x, [l.weight for l in linears],
+                                           [l.bias for l in linears], [],
+                                           "x+(w1:silu*w3|w2)", "ieee")
+
+
+def check_model_op(device):
+    """The whole-model op against the Python modules it stands for, in each precision."""
+    ops = torch.ops.fusedlinear
+    torch.manual_seed(3)
+    reference = SwiGlu().to(device)
+    fused = SwiGluOps().to(device)
+    fused.load_state_dict(reference.state_dict())
+    x = torch.rand(2, 5, 64, device=device)
+    with torch.no_grad():
+        check(device + " model x+(w1:silu*w3|w2)", fused(x), reference(x), 1e-5)
+        linears = [reference.w1, reference.w3, reference.w2]
+        biases = [l.bias for l in linears]
+        for precision, split, tolerance in (("bf16x3", ops.split_bf16, 1e-4),
+                                            ("bf16x6", ops.split_bf16_three, 1e-5)):
+            weights = []
+            for l in linears:
+                weights += [l.weight, *split(l.weight)]
+            check("%s model in %s" % (device, precision),
+                  ops.model(x, weights, biases, [], "x+(w1:silu*w3|w2)", precision),
+                  reference(x), tolerance)
+        # The chunk form with a chain parameter: w13's halves, gelu on the first plus a shift.
+        w13, w2 = torch.nn.Linear(64, 2 * 40).to(device), torch.nn.Linear(40, 8).to(device)
+        shift = torch.randn(40, device=device)
+        a, b = w13(x).chunk(2, -1)
+        check(device + " model w13[0]:add(shift),gelu*w13[1]|w2",
+              ops.model(x, [w13.weight, w2.weight], [w13.bias, w2.bias], [shift],
+                        "w13[0]:add(shift),gelu*w13[1]|w2", "ieee"),
+              w2(F.gelu(a + shift) * b), 1e-5)
+        meta = ops.model(x.to("meta"), [w13.weight.to("meta"), w2.weight.to("meta")],
+                         [None, None], [shift.to("meta")], "w13[0]:add(shift),gelu*w13[1]|w2",
+                         "ieee")
+        assert meta.device.type == "meta" and meta.shape == (2, 5, 8), meta.shape
+        try:
+            ops.model(x, [w13.weight], [w13.bias, w2.bias], [shift],
+                      "w13[0]:add(shift),gelu*w13[1]|w2", "ieee")
+            raise SystemExit("FAIL  %s: model ran with a weight missing" % device)
+        except RuntimeError as e:
+            assert "2 weights, got 1" in str(e), str(e)
+
+
 class ScriptedMishMish(torch.nn.Module):
     """MishMish with its epilogue as the fused op: what a TorchScript deployment calls."""
 
@@ -151,6 +215,7 @@ def main():
     print("loaded %s into torch %s" % (args.library, torch.__version__))
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
         check_ops(device)
+        check_model_op(device)
     if args.script:
         torch.manual_seed(1)
         module = torch.jit.script(ScriptedMishMish(64, 48).eval())

@@ -7,10 +7,12 @@ Loads the ops library, then for the CPU (and CUDA where there is one):
   - torch.library.opcheck on every op (schema, fake tensors, autograd registration, AOTAutograd);
   - torch.compile(fullgraph=True) of the reference models written with the ops: the same outputs as
     the Python models, with no graph break, under no_grad and in the default grad mode;
-  - torch.export of each, run again from the exported program;
+  - torch.export of each, run again from the exported program (a layered model as one call of the
+    whole-model op among them);
 and with --out, for the C++ side (app/tools/run_pt2.cpp): swish_chain written with the ops,
 exported and packaged by AOTInductor (DIR/swish_chain.pt2, on CUDA where there is one), with its
-state dict, input and Python's output. Every check runs; a failure is one FAIL line, and the exit
+state dict, input and Python's output; and a layered model (x + w2(silu(w1(x)) * w3(x))) as one
+call of the whole-model op (DIR/swiglu.pt2, its input and output). Every check runs; a failure is one FAIL line, and the exit
 code is non-zero if any failed.
 """
 import argparse
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 # module (this folder).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "weights"))
 from export import MishMish, SwishChain  # noqa: E402
-from ops_library import ScriptedMishMish as MishMishOps, check  # noqa: E402
+from ops_library import ScriptedMishMish as MishMishOps, SwiGlu, SwiGluOps, check  # noqa: E402
 
 
 class SwishChainOps(SwishChain):
@@ -71,6 +73,8 @@ def check_opcheck(device):
     x, w = torch.rand(5, 64, device=device), torch.randn(48, 64, device=device) / 8
     hi, lo = ops.split_bf16(w)
     parts = ops.split_bf16_three(w)
+    w2, p2 = torch.randn(64, 48, device=device) / 8, torch.randn(64, device=device)
+    hi2, lo2 = ops.split_bf16(w2)
     cases = [
         (ops.epilogue.default, (y, b, [p], "swish_chain")),
         (ops.epilogue.default, (y, None, [], "mish_mish")),
@@ -83,6 +87,12 @@ def check_opcheck(device):
         (ops.linear_bf16x6.default, (x, *parts)),
         (ops.linear_bf16.default, (x, hi)),
         (ops.linear_tf32.default, (x, w)),
+        # The whole-model op: a gated pair, then a Linear with a chain parameter; in bf16x3 W's
+        # parts follow each W.
+        (ops.model.default, (x, [w, w, w2], [b, None, None], [p2], "x+(a:silu*g|o:mul(p))",
+                             "ieee")),
+        (ops.model.default, (x, [w, hi, lo, w, hi, lo, w2, hi2, lo2], [b, b, None], [p2],
+                             "x+(a:silu*g|o:mul(p))", "bf16x3")),
     ]
     # The Hopper GEMM's op: its CPU twin, and on CUDA where it runs (compute capability 9.0).
     if device == "cpu" or torch.cuda.get_device_capability() == (9, 0):
@@ -109,7 +119,8 @@ def check_compile_and_export(device):
     torch.manual_seed(1)
     models = [(SwishChain(64, 48, (48,)), SwishChainOps(64, 48)),
               (MishMish(64, 48), MishMishOps(64, 48)),
-              (None, SpecChainOps(64, 48))]
+              (None, SpecChainOps(64, 48)),
+              (SwiGlu(), SwiGluOps())]
     x = torch.rand(9, 64, device=device)
     for reference, fused in models:
         step("%s %s" % (device, type(fused).__name__),
@@ -155,6 +166,21 @@ def write_package(out, device):
     torch.save(x.cpu(), os.path.join(out, "swish_chain_input.pt"))
     torch.save(want.cpu(), os.path.join(out, "swish_chain_output.pt"))
     print("wrote %s (on %s) and the model's state dict, input and output" % (path, device))
+    # A layered model as one op: packaged, loaded back and run.
+    torch.manual_seed(3)
+    reference, fused = SwiGlu(), SwiGluOps()
+    fused.load_state_dict(reference.state_dict())
+    reference, fused = reference.to(device).eval(), fused.to(device).eval()
+    x = torch.rand(33, 64, device=device)
+    with torch.no_grad():
+        want = reference(x)
+        path = torch._inductor.aoti_compile_and_package(
+            torch.export.export(fused, (x,)), package_path=os.path.join(out, "swiglu.pt2"))
+    # Run from C++ (fusedlinear_pt2 with "-" for weights): torch 2.11's Python crashed loading a
+    # package back (examples/serving/build_repository.py).
+    torch.save(x.cpu(), os.path.join(out, "swiglu_input.pt"))
+    torch.save(want.cpu(), os.path.join(out, "swiglu_output.pt"))
+    print("wrote %s (on %s) and its input and output" % (path, device))
 
 
 def main():

@@ -1,6 +1,6 @@
 // plan_gemm (gemm_plan.h): what a fused forward's GEMM runs, from the mode, the kernel asked for,
 // the rows, the model's dtype and the device; the thresholds in one table per architecture.
-#include "modules/gemm_plan.h"
+#include "kernels/ops/gemm_plan.h"
 
 #include <algorithm>
 

@@ -1,0 +1,90 @@
+#include "kernels/ops/linear_forward.h"
+
+#include "kernels/ops/op_support.h"
+#include "kernels/ops/ops.h"
+
+#ifdef FUSEDLINEAR_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace fusedlinear {
+
+int split_weight_parts(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return 1;
+    case Precision::kBf16x3:
+      return 2;
+    case Precision::kBf16x6:
+      return 3;
+    case Precision::kIeee:
+    case Precision::kTf32:
+      return 0;
+  }
+  return 0;
+}
+
+GemmDevice gemm_device_of(const torch::Tensor& x) {
+  GemmDevice device;
+#ifdef FUSEDLINEAR_WITH_CUDA
+  if (x.is_cuda()) {
+    const cudaDeviceProp* props = at::cuda::getDeviceProperties(x.device().index());
+    device.gpu = true;
+    device.compute_major = props->major;
+    device.compute_minor = props->minor;
+  }
+#else
+  (void)x;
+#endif
+  return device;
+}
+
+int64_t rows_of(const torch::Tensor& x) {
+  return x.dim() > 0 && x.size(-1) > 0 ? x.numel() / x.size(-1) : 0;
+}
+
+torch::Tensor linear_products(const torch::Tensor& x, const LinearWeights& w, Precision products) {
+  switch (products) {
+    case Precision::kIeee:
+      break;
+    case Precision::kBf16x3:
+      return linear_bf16x3(x, w.hi, w.lo);
+    case Precision::kBf16x6:
+      return linear_bf16x6(x, w.hi, w.mid, w.lo);
+    case Precision::kTf32:
+      return linear_tf32(x, w.weight);
+    case Precision::kBf16:
+      return linear_bf16(x, w.hi);
+  }
+  return torch::matmul(x, w.weight.t());
+}
+
+torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
+                             const c10::optional<torch::Tensor>& bias,
+                             const std::vector<torch::Tensor>& params, const std::string& chain) {
+  if (!plan.skinny && !plan.hopper) {
+    torch::Tensor y = linear_products(x, w, plan.products);
+    // A Linear alone (a gate, a chunked Linear before its chain): no pass that would only copy.
+    if (chain.empty() && !(bias && bias->defined())) return y.contiguous();
+    return fused_epilogue(y, bias, params, chain);
+  }
+  // The whole forward in one op: the small-batch kernels' or the Hopper GEMM's, the same
+  // arguments (ops.h): W, or its parts, as w, w_lo and w_third.
+  const auto whole_forward = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
+  switch (plan.products) {
+    case Precision::kIeee:
+    case Precision::kTf32:
+      return whole_forward(x, w.weight, c10::nullopt, bias, params, chain, "ieee", c10::nullopt);
+    case Precision::kBf16x3:
+      return whole_forward(x, w.hi, w.lo, bias, params, chain, "bf16x3", c10::nullopt);
+    case Precision::kBf16:
+      return whole_forward(x, w.hi, c10::nullopt, bias, params, chain, "bf16", c10::nullopt);
+    case Precision::kBf16x6:  // the Hopper GEMM's (plan_gemm: no small-batch kernel)
+      return whole_forward(x, w.hi, w.mid, bias, params, chain, "bf16x6", w.lo);
+  }
+  TORCH_CHECK(false, detail::text("linear_forward: the plan gave ", plan.description,
+                                  ", which no whole-forward op runs"));
+  return torch::Tensor();
+}
+
+}  // namespace fusedlinear

@@ -1,0 +1,41 @@
+// One Linear's fused forward as its GEMM plan says (gemm_plan.h): the products cuBLAS or the CPU's
+// GEMM forms, then the fused epilogue; or the whole forward in one op (the small-batch kernels,
+// the Hopper GEMM). The modules (LinearChain) and the whole-model op both run a Linear here, so
+// a model runs the same from C++ and through the op.
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/ops/gemm_plan.h"
+
+namespace fusedlinear {
+
+// W [out, in] in the model's dtype and, for the modes that take them, its bfloat16 parts: bf16's
+// hi; bf16x3's hi and lo (split_bf16); bf16x6's hi, mid and lo (split_bf16_three). Undefined
+// where the mode takes none.
+struct LinearWeights {
+  torch::Tensor weight, hi, mid, lo;
+};
+
+// How many bfloat16 parts of W `precision` takes: bf16 1, bf16x3 2, bf16x6 3, ieee and tf32 none.
+int split_weight_parts(Precision precision);
+
+// x's device as the plan needs it, and x's rows (the product of its leading dimensions).
+GemmDevice gemm_device_of(const torch::Tensor& x);
+int64_t rows_of(const torch::Tensor& x);
+
+// x W^T without bias, in `products` (cuBLAS's or the CPU's GEMM; the split modes' ops).
+torch::Tensor linear_products(const torch::Tensor& x, const LinearWeights& w, Precision products);
+
+// chain(x W^T + bias, params) as `plan` says: the small-batch kernels' or the Hopper GEMM's whole
+// forward, or linear_products then the fused epilogue. `chain`: the ops' chain argument (a
+// compiled declaration's name or a chain spec; "" for the Linear alone); `params` in its slot
+// order.
+torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
+                             const c10::optional<torch::Tensor>& bias,
+                             const std::vector<torch::Tensor>& params, const std::string& chain);
+
+}  // namespace fusedlinear

@@ -1,0 +1,277 @@
+// fusedlinear::model: a layered model's whole forward in one op (ops.h), each Linear run as
+// linear_forward runs it under auto; its CPU and CUDA implementations (one function: the ops it
+// calls pick the device) and its Meta implementation. The schema is declared in ops.cpp.
+#include <torch/library.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/ops/chain_registry.h"
+#include "kernels/ops/linear_forward.h"
+#include "kernels/ops/model_spec.h"
+#include "kernels/ops/op_support.h"
+#include "kernels/ops/ops.h"
+
+namespace fusedlinear {
+namespace {
+
+constexpr const char* kModel = "fusedlinear::model";
+
+// The op's `biases` (Tensor?[]): one per Linear, None where it has none.
+using OptionalBiases = c10::List<c10::optional<torch::Tensor>>;
+
+// A spec as the op runs it: each layer's Linears by their index in `weights`, its chain as the
+// ops take it and where its parameters start in `params`.
+struct ModelLayout {
+  struct Layer {
+    size_t linear = 0, gate = 0;  // gate == linear: no gate, or the other half of linear's
+    bool gated = false;
+    int half = -1;
+    std::string chain;
+    size_t first_param = 0, params = 0;
+  };
+  std::vector<Layer> layers;
+  bool residual = false;
+  size_t linears = 0, params = 0;
+};
+
+ModelLayout layout_of(const std::string& spec) {
+  TORCH_CHECK(is_layered_spec(spec),
+              detail::text(kModel,
+                           ": expected a layered spec (e.g. 'fc1:gelu|fc2', docs/CHAINS.md), "
+                           "got '",
+                           spec,
+                           "'; a one-Linear model runs with epilogue, linear_epilogue or "
+                           "gemm_epilogue"));
+  ParsedModel parsed;
+  try {
+    parsed = parse_model_spec(spec);
+  } catch (const ChainSpecError& e) {
+    TORCH_CHECK(false, detail::text(kModel, ": ", e.what()));
+  }
+  ModelLayout layout;
+  layout.residual = parsed.residual;
+  for (const ParsedLayer& parsed_layer : parsed.layers) {
+    ModelLayout::Layer layer;
+    layer.linear = layer.gate = layout.linears++;
+    layer.gated = parsed_layer.gated;
+    layer.half = parsed_layer.linear.half;
+    if (layer.gated && layer.half < 0) layer.gate = layout.linears++;
+    layer.chain = parsed_layer.chain.to_string();
+    const ChainEntry& entry = detail::chain_for(kModel, layer.chain);  // refused here, once
+    layer.params = entry.chain.slot_params().size();
+    layer.first_param = layout.params;
+    layout.params += layer.params;
+    layout.layers.push_back(layer);
+  }
+  return layout;
+}
+
+// The layout of `spec`, parsed once per spec and kept: the op runs on every call.
+const ModelLayout& layout_for(c10::string_view spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<ModelLayout>> layouts;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = layouts.find(std::string(spec));
+  if (it != layouts.end()) return *it->second;
+  auto layout = std::make_unique<ModelLayout>(layout_of(std::string(spec)));
+  return *layouts.emplace(std::string(spec), std::move(layout)).first->second;
+}
+
+Precision precision_for(c10::string_view name) {
+  const auto precision = parse_precision(std::string(name));
+  TORCH_CHECK(precision.has_value(), detail::text(kModel,
+                                                  ": expected precision ieee, bf16x3, bf16x6, "
+                                                  "tf32 or bf16, got '",
+                                                  name, "'"));
+  return *precision;
+}
+
+// The checks of every implementation (the Meta one's included): the counts of the lists, each
+// Linear's shapes against the widths the layers pass on, dtypes and devices. Returns the model's
+// output width.
+c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::TensorList weights,
+                        const OptionalBiases& biases, at::TensorList params, Precision precision) {
+  using detail::text;
+  TORCH_CHECK(x.defined() && x.dim() >= 1,
+              text(kModel, ": expected x with shape [..., in_features], got ",
+                   x.defined() ? text(x.sym_sizes()) : std::string("an undefined tensor")));
+  const bool split = precision != Precision::kIeee;
+  TORCH_CHECK(!split || x.scalar_type() == torch::kFloat32,
+              text(kModel, ": precision ", precision_name(precision),
+                   " takes float32 x (it splits or rounds float32 operands), got ", x.scalar_type(),
+                   "; use ieee"));
+  const size_t parts = 1 + size_t(split_weight_parts(precision));
+  TORCH_CHECK(weights.size() == layout.linears * parts,
+              text(kModel, ": the spec names ", layout.linears, " Linear(s); precision ",
+                   precision_name(precision), " takes ", parts,
+                   parts == 1 ? " tensor (W)" : " tensors (W, then its bfloat16 parts)",
+                   " each, so ", layout.linears * parts, " weights, got ", weights.size()));
+  TORCH_CHECK(biases.size() == layout.linears,
+              text(kModel, ": expected ", layout.linears, " biases (one per Linear, None where ",
+                   "it has none), got ", biases.size()));
+  TORCH_CHECK(params.size() == layout.params,
+              text(kModel, ": the layers' chains take ", layout.params,
+                   " parameter tensor(s), got ", params.size()));
+  const auto check_tensor = [&](const torch::Tensor& t, const std::string& name,
+                                torch::ScalarType dtype, c10::SymIntArrayRef shape,
+                                bool one_value_allowed) {
+    TORCH_CHECK(t.defined(), text(kModel, ": expected ", name, ", got an undefined tensor"));
+    const bool fits =
+        t.sym_sizes() == shape || (one_value_allowed && t.dim() <= 1 && t.sym_numel() == 1);
+    TORCH_CHECK(fits, text(kModel, ": expected ", name, " of shape ", shape,
+                           one_value_allowed ? " or of one element" : "", ", got ", t.sym_sizes()));
+    TORCH_CHECK(t.scalar_type() == dtype,
+                text(kModel, ": expected ", name, " of dtype ", dtype, ", got ", t.scalar_type()));
+    TORCH_CHECK(t.device() == x.device(), text(kModel, ": expected ", name, " on ", x.device(),
+                                               " (the device of x), got ", t.device()));
+  };
+  // Linear i's W and parts, checked against the width it takes; returns its output width.
+  const auto check_linear = [&](size_t i, const c10::SymInt& width) {
+    const torch::Tensor& w = weights[i * parts];
+    const std::string name = "weights[" + std::to_string(i * parts) + "]";
+    TORCH_CHECK(w.defined() && w.dim() == 2,
+                text(kModel, ": expected ", name, " of shape [out_features, ", width, "], got ",
+                     w.defined() ? text(w.sym_sizes()) : std::string("an undefined tensor")));
+    const c10::SymInt out = w.sym_size(0);
+    const std::vector<c10::SymInt> shape = {out, width};
+    check_tensor(w, name, x.scalar_type(), shape, false);
+    for (size_t p = 1; p < parts; ++p) {
+      check_tensor(weights[i * parts + p], "weights[" + std::to_string(i * parts + p) + "]",
+                   torch::kBFloat16, shape, false);
+    }
+    const c10::optional<torch::Tensor> bias = biases.get(i);
+    if (bias && bias->defined()) {
+      check_tensor(*bias, "biases[" + std::to_string(i) + "]", x.scalar_type(), {out}, false);
+    }
+    return out;
+  };
+  c10::SymInt width = x.sym_size(-1);
+  for (size_t l = 0; l < layout.layers.size(); ++l) {
+    const ModelLayout::Layer& layer = layout.layers[l];
+    c10::SymInt out = check_linear(layer.linear, width);
+    if (layer.half >= 0) {
+      TORCH_CHECK(out % c10::SymInt(2) == 0,
+                  text(kModel, ": layer ", l + 1, " takes halves of ", "weights[",
+                       layer.linear * parts, "]'s ", out, " outputs, an odd count"));
+      out = out / c10::SymInt(2);
+    } else if (layer.gated) {
+      const c10::SymInt gate_out = check_linear(layer.gate, width);
+      TORCH_CHECK(gate_out == out, text(kModel, ": layer ", l + 1, "'s gate gives ", gate_out,
+                                        " outputs, its Linear ", out));
+    }
+    for (size_t p = layer.first_param; p < layer.first_param + layer.params; ++p) {
+      check_tensor(params[p], "params[" + std::to_string(p) + "]", x.scalar_type(), {out}, true);
+    }
+    width = out;
+  }
+  TORCH_CHECK(!layout.residual || width == x.sym_size(-1),
+              text(kModel, ": the residual adds x (", x.sym_size(-1), " wide) to an output ", width,
+                   " wide"));
+  return width;
+}
+
+torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
+                            const OptionalBiases& biases,
+                            const detail::OptionalTensors& params_or_none, c10::string_view spec,
+                            c10::string_view precision_name_given) {
+  const at::TensorList params = detail::listed(params_or_none);
+  const ModelLayout& layout = layout_for(spec);
+  const Precision precision = precision_for(precision_name_given);
+  check_model(layout, x, weights, biases, params, precision);
+  const size_t parts = 1 + size_t(split_weight_parts(precision));
+  const auto weights_of = [&](size_t i) {
+    // W, then its parts: bf16's hi; bf16x3's hi, lo; bf16x6's hi, mid, lo.
+    const torch::Tensor* first = &weights[i * parts];
+    LinearWeights w{first[0], {}, {}, {}};
+    if (parts >= 2) w.hi = first[1];
+    if (parts == 3) w.lo = first[2];
+    if (parts == 4) {
+      w.mid = first[2];
+      w.lo = first[3];
+    }
+    return w;
+  };
+  // Linear i on h, with `chain` and its parameters: as auto plans it for h.
+  const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain,
+                       const std::vector<torch::Tensor>& chain_params) {
+    const LinearWeights w = weights_of(i);
+    GemmQuery query;
+    query.precision = precision;
+    query.rows = rows_of(h);
+    query.in_features = w.weight.size(1);
+    query.float32_model = w.weight.scalar_type() == torch::kFloat32;
+    query.device = gemm_device_of(h);
+    query.weight_output_major = w.weight.is_contiguous();
+    query.compiled_chain = detail::chain_for(kModel, chain).compiled;
+    return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain);
+  };
+  torch::Tensor h = x;
+  for (const ModelLayout::Layer& layer : layout.layers) {
+    const std::vector<torch::Tensor> chain_params(
+        params.begin() + long(layer.first_param),
+        params.begin() + long(layer.first_param + layer.params));
+    if (layer.half >= 0) {
+      // One GEMM, then the chain on one half times the other (chunk(2, -1)).
+      const torch::Tensor y = run(layer.linear, h, "", {});
+      const int64_t width = y.size(-1) / 2;
+      const torch::Tensor main = y.narrow(-1, layer.half * width, width).contiguous();
+      const torch::Tensor other = y.narrow(-1, (1 - layer.half) * width, width);
+      h = fused_epilogue(main, c10::nullopt, chain_params, layer.chain) * other;
+    } else if (layer.gated) {
+      const torch::Tensor gate = run(layer.gate, h, "", {});
+      h = run(layer.linear, h, layer.chain, chain_params) * gate;
+    } else {
+      h = run(layer.linear, h, layer.chain, chain_params);
+    }
+  }
+  return layout.residual ? x + h : h;
+}
+
+torch::Tensor model_meta(const torch::Tensor& x, at::TensorList weights,
+                         const OptionalBiases& biases, const detail::OptionalTensors& params,
+                         c10::string_view spec, c10::string_view precision) {
+  const c10::SymInt out = check_model(layout_for(spec), x, weights, biases, detail::listed(params),
+                                      precision_for(precision));
+  return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), out), x.options());
+}
+
+// An undefined x, or x on a device with no implementation: one line saying so.
+torch::Tensor model_elsewhere(const torch::Tensor& x, at::TensorList /*weights*/,
+                              const OptionalBiases& /*biases*/,
+                              const detail::OptionalTensors& /*params*/, c10::string_view /*spec*/,
+                              c10::string_view /*precision*/) {
+  TORCH_CHECK(false, x.defined() ? detail::text(kModel, ": no implementation for x on ", x.device(),
+                                                " (CPU, CUDA and meta tensors)")
+                                 : detail::text(kModel,
+                                                ": expected a tensor x, got an "
+                                                "undefined tensor"));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) { m.impl("model", &model_forward); }
+#ifdef FUSEDLINEAR_WITH_CUDA
+TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) { m.impl("model", &model_forward); }
+#endif
+TORCH_LIBRARY_IMPL(fusedlinear, Meta, m) { m.impl("model", &model_meta); }
+TORCH_LIBRARY_IMPL(fusedlinear, CompositeExplicitAutograd, m) { m.impl("model", &model_elsewhere); }
+
+torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                          const std::vector<c10::optional<torch::Tensor>>& biases,
+                          const std::vector<torch::Tensor>& params, const std::string& spec,
+                          const std::string& precision) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow(kModel, "")
+                       .typed<torch::Tensor(const torch::Tensor&, at::TensorList,
+                                            const OptionalBiases&, const detail::OptionalTensors&,
+                                            c10::string_view, c10::string_view)>();
+  OptionalBiases listed_biases;
+  for (const auto& bias : biases) listed_biases.push_back(bias);
+  return op.call(x, weights, listed_biases, detail::OptionalTensors(params), spec, precision);
+}
+
+}  // namespace fusedlinear
