@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "modules/layered_model.h"
@@ -102,6 +103,9 @@ double default_tolerance(torch::ScalarType dtype);
 // build_input.
 std::shared_ptr<LayeredModelImpl> build_model(const ModelSpec& spec, const Settings& settings,
                                               at::Generator* rest_of_stream = nullptr);
+// The model's input and output widths: its Linears' in --weights (checked as build_model checks
+// them), else --in-features and --out-features.
+std::pair<int64_t, int64_t> model_in_out(const ModelSpec& spec, const Settings& settings);
 // build_model's one LinearChain, for the commands that time a model of one Linear (bench); a
 // UsageError for a layered model.
 std::shared_ptr<LinearChainImpl> build_linear_model(const ModelSpec& spec,
@@ -144,10 +148,13 @@ void run_in_context(const std::string& model, const Settings& settings,
 // a Linear's keys alone fits any chain: a UsageError says to give --model or --chain; one that
 // several models fit, to give --model; a LoadError lists the keys when none does.
 ModelSpec detect_model(const Settings& settings);
+// Throws a UsageError when settings.weights carries a chain other than `model`'s (canonically,
+// and after the same Linear): --model NAME contradicting the file.
+void check_carried_chain(const ModelSpec& model, const Settings& settings);
 // The model of --chain SPEC: its Linear the file's (the one the file's metadata names, else its
 // one 2-D "<path>.weight"), or "linear" for seeded-random parameters; each parameter the spec
-// names must be in the file (a UsageError lists the keys there). Throws ChainSpecError for a
-// malformed spec.
+// names must be in the file (a UsageError lists the keys there), and a chain the file carries
+// must be the same (a UsageError otherwise). Throws ChainSpecError for a malformed spec.
 ModelSpec chain_model(const std::string& spec, const Settings& settings);
 // Sets `precision` and the GEMM `kernel` on the model (and the batch below which bf16x3 with
 // cuBLAS runs ieee, from settings).

@@ -251,6 +251,7 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
     s.model_source = "--chain";
   } else if (given(parsed, "model")) {
     s.models = parse_models(parsed["model"].as<std::string>());
+    for (const ModelSpec& model : s.models) check_carried_chain(model, s);
     s.model_source = "given";
   } else if (!s.weights.empty()) {
     s.models = {detect_model(s)};

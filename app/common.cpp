@@ -63,6 +63,7 @@ const NamedTensors& weights_file(const Settings& settings) {
     try {
       NamedTensors file =
           read_state_dict(settings.weights, settings.weights_key, settings.strip_prefix);
+      check_metadata_version(file, settings.weights);
       if (settings.strip_prefix.empty()) strip_attribute_prefix(file, all_model_keys());
       it = cache.emplace(settings.weights, std::move(file)).first;
     } catch (const LoadError& e) {
@@ -248,28 +249,54 @@ std::string joined(const std::vector<std::string>& items) {
   return out;
 }
 
+// The attribute paths of the file's Linears, those of its 2-D "<path>.weight" tensors, in file
+// order.
+std::vector<std::string> linear_paths(const NamedTensors& file) {
+  std::vector<std::string> paths;
+  for (const auto& [key, tensor] : file.tensors) {
+    const std::string suffix = ".weight";
+    if (key.size() > suffix.size() &&
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0 && tensor.dim() == 2) {
+      paths.push_back(key.substr(0, key.size() - suffix.size()));
+    }
+  }
+  return paths;
+}
+
+// How to run a file of several Linears that carries no chain: a layered spec naming them.
+std::string several_linears_advice(const std::vector<std::string>& paths) {
+  std::string example;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    example += (i ? "|" : "") + paths[i] + (i + 1 < paths.size() ? ":gelu" : "");
+  }
+  return "holds several Linears (" + joined(paths) +
+         "), and a chain spec follows one: name each in a layered spec, e.g. --chain '" + example +
+         "' (docs/CHAINS.md, \"Layered models\"), or save the file with its model "
+         "(weights/fx_chain.py save_with_chain)";
+}
+
 // The Linear's attribute path in a file: the one its metadata names, else that of its one 2-D
 // "<path>.weight" tensor.
 std::string linear_path(const NamedTensors& file, const Settings& settings) {
   const auto named = file.metadata.find("linear");
   if (named != file.metadata.end()) return named->second;
-  std::vector<std::string> candidates;
-  for (const auto& [key, tensor] : file.tensors) {
-    const std::string suffix = ".weight";
-    if (key.size() > suffix.size() &&
-        key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0 && tensor.dim() == 2) {
-      candidates.push_back(key.substr(0, key.size() - suffix.size()));
-    }
-  }
+  const std::vector<std::string> candidates = linear_paths(file);
   if (candidates.size() == 1) return candidates.front();
   throw UsageError("--weights " + settings.weights + ": " +
                    (candidates.empty() ? std::string("holds no Linear weight (a 2-D <path>.weight)")
-                                       : "holds several Linear weights (" + joined(candidates) +
-                                             "): name its layers in --chain, e.g. '" +
-                                             candidates[0] + ":gelu|" + candidates[1] +
-                                             "' (docs/CHAINS.md), or save it with its model "
-                                             "(weights/fx_chain.py)") +
+                                       : several_linears_advice(candidates)) +
                    "; its keys: " + keys_of(file));
+}
+
+// A chain spec or a layered one in canonical form, or the text itself where it parses as
+// neither (it then equals no other spec).
+std::string canonical_model_spec(const std::string& spec) {
+  try {
+    return is_layered_spec(spec) ? parse_model_spec(spec).to_string()
+                                 : parse_chain_or_empty(spec).to_string();
+  } catch (const ChainSpecError&) {
+    return spec;
+  }
 }
 
 // Each chain parameter of `model`'s layers checked to be in the file, with its shape where it is
@@ -283,6 +310,10 @@ void check_chain_params(ModelSpec& model, const NamedTensors& file, const Settin
     layers.push_back(&model);
   }
   for (ModelSpec* layer : layers) {
+    // The layer's width, from its Linear's weight in the file (half of it for a chunked Linear).
+    const torch::Tensor* weight = find_tensor(file, layer->linear + ".weight");
+    const int64_t width =
+        weight && weight->dim() == 2 ? weight->size(0) / (layer->half >= 0 ? 2 : 1) : -1;
     for (const std::string& key : layer->parsed_chain().params()) {
       const torch::Tensor* tensor = find_tensor(file, key);
       if (!tensor) {
@@ -291,6 +322,14 @@ void check_chain_params(ModelSpec& model, const NamedTensors& file, const Settin
       }
       if (tensor->numel() == 1 && tensor->dim() <= 1) {
         layer->param_shapes[key] = tensor->sizes().vec();
+      } else if (width >= 0 && (tensor->dim() != 1 || tensor->size(0) != width)) {
+        // A chain parameter broadcasts along the features (a Linear's bias may be one, its
+        // weight never).
+        std::ostringstream s;
+        s << from << ": the chain's parameter '" << key << "' has shape " << tensor->sizes()
+          << " in --weights " << settings.weights << ", expected [" << width << "] (the width of "
+          << layer->linear << (layer->half >= 0 ? "'s half" : "") << "), [] or [1]";
+        throw UsageError(s.str());
       }
     }
   }
@@ -325,6 +364,17 @@ ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
 }  // namespace
 
 ModelSpec chain_model(const std::string& spec, const Settings& settings) {
+  if (!settings.weights.empty()) {
+    const NamedTensors& file = weights_file(settings);
+    const auto carried = file.metadata.find("chain");
+    // The file says what follows its Linears: another chain given contradicts it.
+    if (carried != file.metadata.end() &&
+        canonical_model_spec(carried->second) != canonical_model_spec(spec)) {
+      throw UsageError("--chain " + spec + ": --weights " + settings.weights +
+                       " carries the chain '" + carried->second +
+                       "'; leave out --chain to run it, or give a file without a chain");
+    }
+  }
   return chain_model_for(spec, settings, "--chain " + spec);
 }
 
@@ -363,9 +413,44 @@ ModelSpec detect_model(const Settings& settings) {
   for (const auto& [name, keys] : all_model_keys()) {
     models += (models.empty() ? "" : "; ") + name + ": " + joined(keys);
   }
+  const std::string hint = strip_prefix_hint(file, all_model_keys());
+  // Linears without a chain: their chain is what is missing, not a prefix to strip (unless a
+  // registered model's keys all lie under one, which the hint then names).
+  const std::vector<std::string> linears = linear_paths(file);
+  if (!linears.empty() && hint == strip_prefix_hint(file, {})) {
+    throw LoadError(
+        "--weights " + settings.weights + ": holds no registered model's keys (" + models +
+        ") and carries no chain; its keys: " + keys_of(file) + "; it " +
+        (linears.size() == 1
+             ? "holds one Linear (" + linears.front() +
+                   "), which any chain may follow: give it with --chain SPEC (docs/CHAINS.md), "
+                   "or save the file with its chain (weights/fx_chain.py save_with_chain)"
+             : several_linears_advice(linears)));
+  }
   throw LoadError("--weights " + settings.weights + ": holds no model's keys (" + models +
-                  "); its keys: " + keys_of(file) + strip_prefix_hint(file, all_model_keys()) +
+                  "); its keys: " + keys_of(file) + hint +
                   "; for a model of your own give --chain SPEC");
+}
+
+void check_carried_chain(const ModelSpec& model, const Settings& settings) {
+  if (settings.weights.empty()) return;
+  const NamedTensors& file = weights_file(settings);
+  const auto carried = file.metadata.find("chain");
+  if (carried == file.metadata.end()) return;
+  const auto linear = file.metadata.find("linear");
+  const bool same_chain = canonical_model_spec(carried->second) ==
+                          canonical_model_spec(model.layered() ? model.name : model.chain);
+  const bool same_linear =
+      model.layered() || linear == file.metadata.end() || linear->second == model.linear;
+  if (same_chain && same_linear) return;
+  throw UsageError("--model " + model.name + ": --weights " + settings.weights +
+                   " carries the chain '" + carried->second + "'" +
+                   (linear != file.metadata.end() && !linear->second.empty()
+                        ? " after Linear " + linear->second
+                        : std::string()) +
+                   ", not " + model.name + "'s '" + (model.layered() ? model.name : model.chain) +
+                   "'" + (model.layered() ? "" : " after Linear " + model.linear) +
+                   "; leave out --model to run the file's chain");
 }
 
 namespace {
@@ -455,6 +540,11 @@ std::vector<int64_t> model_widths(const ModelSpec& spec, const Settings& setting
 }
 
 }  // namespace
+
+std::pair<int64_t, int64_t> model_in_out(const ModelSpec& spec, const Settings& settings) {
+  const std::vector<int64_t> widths = model_widths(spec, settings);
+  return {widths.front(), widths.back()};
+}
 
 std::shared_ptr<LayeredModelImpl> build_model(const ModelSpec& spec, const Settings& settings,
                                               at::Generator* rest_of_stream) {
@@ -591,6 +681,18 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Gen
         << x.scalar_type() << ", expected a floating-point tensor [..., " << in_features
         << "] (in_features of the model)";
       throw UsageError(s.str());
+    }
+    // As weights are (apply_state_dict): values the run's dtype cannot hold are refused, not
+    // made infinite.
+    if (x.scalar_type() != settings.dtype) {
+      const std::string loss = conversion_loss(x, settings.dtype);
+      if (!loss.empty()) {
+        std::ostringstream s;
+        s << "--input " << settings.input << ": cannot convert the input's " << x.scalar_type()
+          << " to the run's " << settings.dtype << " (--dtype " << dtype_name(settings.dtype)
+          << "): " << loss;
+        throw UsageError(s.str());
+      }
     }
   } else {
     // torch.rand(batch, in_features): uniform in [0, 1), as the reference workload, continuing

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "app/cli.h"
 #include "app/report.h"
@@ -154,10 +155,13 @@ std::string verdict_cell(const PathResult& p) {
 }  // namespace
 
 int run_compare(const Settings& settings) {
-  const std::string shape = std::to_string(settings.batch) + "x" +
-                            (settings.in_features ? std::to_string(settings.in_features) : "?") +
-                            " -> " +
-                            (settings.out_features ? std::to_string(settings.out_features) : "?");
+  // The widths given, else those of the file's model (the first, where several are compared).
+  int64_t in_features = settings.in_features, out_features = settings.out_features;
+  if (settings.input.empty() && !settings.weights.empty() && !settings.models.empty()) {
+    std::tie(in_features, out_features) = model_in_out(settings.models.front(), settings);
+  }
+  const std::string shape = std::to_string(settings.batch) + "x" + std::to_string(in_features) +
+                            " -> " + std::to_string(out_features);
   const std::string platform = platform_description(settings.device);  // may warn: first
   std::cout << "fusedlinear compare: " << platform << "; " << dtype_name(settings.dtype) << "; "
             << (settings.input.empty() ? "input torch.rand " + shape : "input " + settings.input)

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "app/cli.h"
+#include "kernels/ops/chain_spec.h"
 #include "modules/loader/output_file.h"
 
 namespace fusedlinear {
@@ -83,9 +84,9 @@ uint64_t parse_unsigned(const std::string& option, const std::string& text) {
 }
 
 double parse_tolerance(const std::string& option, const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0) {
+  // The decimal numbers of a chain spec (docs/CHAINS.md): strtod alone would take 0x10 or INF.
+  const double value = is_spec_number(text) ? std::strtod(text.c_str(), nullptr) : -1;
+  if (!std::isfinite(value) || value < 0) {
     throw UsageError(option + ": expected a finite number >= 0, got '" + text + "'");
   }
   return value;

@@ -1,5 +1,6 @@
 #include "modules/layered_model.h"
 
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -41,6 +42,31 @@ LayeredModelImpl::LayeredModelImpl(ModelSpec spec, const std::vector<int64_t>& w
                                 " wide) to the output (" + std::to_string(widths.back()) +
                                 " wide): the widths must match");
   }
+  // Every Linear's tensors by state-dict key ("fc2.bias"): a chain parameter naming one is that
+  // tensor, as `self.fc2.bias` is in Python, bound once every Linear is made.
+  std::map<std::string, std::string> linear_of;  // key -> the Linear's path
+  for (const ModelSpec& one : layer_specs) {
+    for (const auto& [path, bias] : {std::pair{one.linear, one.linear_bias},
+                                     std::pair{one.half < 0 ? one.gate : "", one.gate_bias}}) {
+      if (path.empty()) continue;
+      linear_of[path + ".weight"] = path;
+      if (bias) linear_of[path + ".bias"] = path;
+    }
+  }
+  std::set<std::string> linear_tensors;
+  for (const auto& item : linear_of) linear_tensors.insert(item.first);
+  for (const ModelSpec& one : layer_specs) {
+    for (const std::string& key : one.parsed_chain().params()) {
+      if (linear_of.count(key) > 0) continue;
+      for (const auto& [tensor, path] : linear_of) {
+        if (key.compare(0, path.size() + 1, path + ".") == 0) {
+          throw std::invalid_argument("the chain's parameter '" + key +
+                                      "' names a tensor of Linear " + path +
+                                      ", which holds none of that name");
+        }
+      }
+    }
+  }
   std::set<std::string> param_keys;
   for (size_t i = 0; i < layer_specs.size(); ++i) {
     const ModelSpec& one = layer_specs[i];
@@ -56,8 +82,8 @@ LayeredModelImpl::LayeredModelImpl(ModelSpec spec, const std::vector<int64_t>& w
         main.param_shapes.emplace(key, std::vector<int64_t>{out});
       }
     }
-    layer.linear =
-        std::make_shared<LinearChainImpl>(main, in, one.half >= 0 ? 2 * out : out, generator);
+    layer.linear = std::make_shared<LinearChainImpl>(main, in, one.half >= 0 ? 2 * out : out,
+                                                     generator, linear_tensors);
     if (one.gated() && one.half < 0) {
       layer.gate = std::make_shared<LinearChainImpl>(runtime_model("", one.gate, one.gate_bias), in,
                                                      out, generator);
@@ -70,12 +96,26 @@ LayeredModelImpl::LayeredModelImpl(ModelSpec spec, const std::vector<int64_t>& w
           throw std::invalid_argument("the parameter '" + key +
                                       "' is used by two layers' chains; each layer takes its own");
         }
+        if (linear_tensors.count(key) > 0) continue;  // registered with its Linear
         module_at(*this, key).register_parameter(last_component(key), linear->param(key));
       }
       const std::string& path = linear->spec().linear;
       module_at(*this, path).register_module(last_component(path), linear->linear());
     }
     layers_.push_back(layer);
+  }
+  for (const Layer& layer : layers_) {
+    LinearChainImpl& chain = *layer.linear;
+    for (const std::string& key : chain.chain().params()) {
+      const auto owner = linear_of.find(key);
+      if (owner == linear_of.end() || owner->second == chain.spec().linear) continue;
+      for (LinearChainImpl* linear : linears()) {
+        if (linear->spec().linear != owner->second) continue;
+        const std::string name = last_component(key);
+        chain.bind_param(key, name == "bias" ? linear->linear()->bias : linear->linear()->weight,
+                         "Linear " + owner->second + "'s " + name);
+      }
+    }
   }
 }
 
@@ -155,6 +195,38 @@ torch::Tensor LayeredModelImpl::forward_eager_gemms(const torch::Tensor& x) {
       fused_chain);
 }
 
+ModelOpArguments LayeredModelImpl::op_arguments() {
+  if (!spec_.layered()) {
+    throw std::invalid_argument(
+        "op_arguments: a layered model's; a one-Linear model runs with "
+        "the ops epilogue, linear_epilogue or gemm_epilogue");
+  }
+  ModelOpArguments arguments;
+  arguments.spec = spec_.name;
+  const Precision precision = layers_.front().linear->precision();
+  arguments.precision = precision_name(precision);
+  const auto add_linear = [&](LinearChainImpl& l) {
+    const LinearWeights w = l.weights(precision);
+    arguments.weights.push_back(w.weight);
+    for (const torch::Tensor& part : {w.hi, w.mid, w.lo}) {
+      if (part.defined()) arguments.weights.push_back(part);
+    }
+    const torch::Tensor& bias = l.linear()->bias;
+    arguments.biases.push_back(bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+  };
+  for (const Layer& layer : layers_) {
+    add_linear(*layer.linear);
+    if (layer.gate) add_linear(*layer.gate);
+    for (const torch::Tensor& p : layer.linear->slot_params()) arguments.params.push_back(p);
+  }
+  return arguments;
+}
+
+torch::Tensor LayeredModelImpl::forward_op(const torch::Tensor& x) {
+  const ModelOpArguments a = op_arguments();
+  return fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision);
+}
+
 void LayeredModelImpl::run_gemms(const torch::Tensor& x) {
   torch::Tensor h = x;
   for (const Layer& layer : layers_) {
@@ -195,38 +267,6 @@ std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
     // Linears that run alike are said once.
     if (one != last) text += (text.empty() ? "" : "; ") + one;
     last = one;
-ModelOpArguments LayeredModelImpl::op_arguments() {
-  if (!spec_.layered()) {
-    throw std::invalid_argument(
-        "op_arguments: a layered model's; a one-Linear model runs with "
-        "the ops epilogue, linear_epilogue or gemm_epilogue");
-  }
-  ModelOpArguments arguments;
-  arguments.spec = spec_.name;
-  const Precision precision = layers_.front().linear->precision();
-  arguments.precision = precision_name(precision);
-  const auto add_linear = [&](LinearChainImpl& l) {
-    const LinearWeights w = l.weights(precision);
-    arguments.weights.push_back(w.weight);
-    for (const torch::Tensor& part : {w.hi, w.mid, w.lo}) {
-      if (part.defined()) arguments.weights.push_back(part);
-    }
-    const torch::Tensor& bias = l.linear()->bias;
-    arguments.biases.push_back(bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
-  };
-  for (const Layer& layer : layers_) {
-    add_linear(*layer.linear);
-    if (layer.gate) add_linear(*layer.gate);
-    for (const torch::Tensor& p : layer.linear->slot_params()) arguments.params.push_back(p);
-  }
-  return arguments;
-}
-
-torch::Tensor LayeredModelImpl::forward_op(const torch::Tensor& x) {
-  const ModelOpArguments a = op_arguments();
-  return fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision);
-}
-
   }
   return text;
 }

@@ -1,6 +1,7 @@
 #include "modules/linear_chain.h"
 
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
@@ -36,6 +37,23 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features, bool bi
   return linear;
 }
 
+// Throws std::invalid_argument unless `tensor` (`what`) may be chain parameter `key` of `spec`'s
+// model of `out_features` outputs: the shape the parameter is drawn in (its param_shapes entry,
+// else [out_features]), or one value ([] or [1]). A chain parameter broadcasts along the
+// features, so a Linear's bias may be one and its weight never.
+void check_param_shape(const ModelSpec& spec, int64_t out_features, const std::string& key,
+                       const torch::Tensor& tensor, const std::string& what) {
+  const auto shape = spec.param_shapes.find(key);
+  const std::vector<int64_t> expected =
+      shape != spec.param_shapes.end() ? shape->second : std::vector<int64_t>{out_features};
+  if (tensor.sizes() == expected || (tensor.numel() == 1 && tensor.dim() <= 1)) return;
+  std::ostringstream s;
+  s << "the chain's parameter '" << key << "' is " << what << ", of shape " << tensor.sizes()
+    << "; a chain parameter broadcasts along the features: expected " << c10::IntArrayRef(expected)
+    << ", [] or [1]";
+  throw std::invalid_argument(s.str());
+}
+
 }  // namespace
 
 // The module at `path` ("block.0") below `root`, made (empty) where missing: libtorch's names may
@@ -63,12 +81,34 @@ std::string last_component(const std::string& path) {
 }
 
 LinearChainImpl::LinearChainImpl(ModelSpec spec, int64_t in_features, int64_t out_features,
-                                 at::Generator generator)
+                                 at::Generator generator, const std::set<std::string>& bound)
     : spec_(std::move(spec)), chain_(spec_.parsed_chain()), chain_name_(spec_.op_chain()) {
   // As the Python constructors draw: the Linear first, then the chain's parameters.
   torch::nn::Linear linear = make_linear(in_features, out_features, spec_.linear_bias, generator);
   std::vector<std::pair<std::string, torch::Tensor>> drawn;
+  const std::string own = spec_.linear + ".";
   for (const std::string& key : chain_.params()) {
+    // `self.fc.bias` in Python: the Linear's own tensor, which a second parameter of the same
+    // name would clash with (a Linear has no submodules, so nothing else lies under its path).
+    if (key.compare(0, own.size(), own) == 0) {
+      const std::string name = key.substr(own.size());
+      const torch::Tensor tensor = name == "weight" ? linear->weight
+                                   : name == "bias" ? linear->bias
+                                                    : torch::Tensor();
+      if (!tensor.defined()) {
+        throw std::invalid_argument(
+            "the chain's parameter '" + key + "' names a tensor of Linear " + spec_.linear +
+            ", which holds " + (spec_.linear_bias ? "weight and bias" : "a weight and no bias"));
+      }
+      check_param_shape(spec_, out_features, key, tensor, "Linear " + spec_.linear + "'s " + name);
+      params_[key] = tensor;
+      bound_.insert(key);
+      continue;
+    }
+    if (bound.count(key) > 0) {
+      bound_.insert(key);
+      continue;
+    }
     const auto shape = spec_.param_shapes.find(key);
     const std::vector<int64_t> sizes =
         shape != spec_.param_shapes.end() ? shape->second : std::vector<int64_t>{out_features};
@@ -89,6 +129,16 @@ std::vector<torch::Tensor> LinearChainImpl::slot_params() const {
 }
 
 torch::Tensor& LinearChainImpl::param(const std::string& key) { return params_.at(key); }
+
+void LinearChainImpl::bind_param(const std::string& key, const torch::Tensor& tensor,
+                                 const std::string& what) {
+  if (bound_.count(key) == 0 || key.compare(0, spec_.linear.size() + 1, spec_.linear + ".") == 0) {
+    throw std::invalid_argument("bind_param: '" + key +
+                                "' is not a parameter this chain takes from another module");
+  }
+  check_param_shape(spec_, out_features(), key, tensor, what);
+  params_[key] = tensor;
+}
 
 torch::Tensor LinearChainImpl::chain_eager(const torch::Tensor& linear_out) {
   return eager_chain(chain_, linear_out, slot_params());

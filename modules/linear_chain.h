@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,14 @@ class LinearChainImpl : public torch::nn::Module {
   // each chain parameter from a standard normal, in order of first use): by default PyTorch's
   // global generator, as `Model(in, out)` in Python. Registered under the Python keys: the
   // chain's parameters first, then the Linear's (`spec.linear`.weight, .bias).
+  // A chain parameter that names the Linear's own tensor (`mul(fc.bias)`) is that tensor, as in
+  // Python: neither drawn nor registered again. `bound`: chain parameters that are another
+  // module's tensors (another Linear's bias in a layered model), likewise left to bind_param.
+  // Throws std::invalid_argument for a parameter naming the Linear's weight, or a tensor of it
+  // that it lacks: a chain parameter broadcasts along the features ([out_features], [] or [1]).
   LinearChainImpl(ModelSpec spec, int64_t in_features, int64_t out_features,
-                  at::Generator generator = at::detail::getDefaultCPUGenerator());
+                  at::Generator generator = at::detail::getDefaultCPUGenerator(),
+                  const std::set<std::string>& bound = {});
 
   const ModelSpec& spec() const { return spec_; }
   const ParsedChain& chain() const { return chain_; }
@@ -57,6 +64,11 @@ class LinearChainImpl : public torch::nn::Module {
   torch::Tensor chain_fused(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias);
   // x @ W^T, the GEMM of `forward` when it runs cuBLAS (no bias), in the plan's products.
   torch::Tensor matmul_without_bias(const torch::Tensor& x);
+  // The Linear alone (x W^T + bias) as its plan says, no chain: a gate's output, or a chunked
+  // Linear's before its chain takes half.
+  torch::Tensor forward_without_chain(const torch::Tensor& x);
+  // W, and its bfloat16 parts where `products` takes them (split once, kept while W is unchanged).
+  LinearWeights weights(Precision products);
   // chain_fused(matmul_out, the Linear's bias): what `forward` applies after its GEMM.
   torch::Tensor epilogue_fused(const torch::Tensor& matmul_out);
 
@@ -64,12 +76,14 @@ class LinearChainImpl : public torch::nn::Module {
   // The chain's parameter tensors in its slots (ParsedChain::slot_params), as the ops take them.
   std::vector<torch::Tensor> slot_params() const;
   // A chain parameter by its state-dict key (throws std::out_of_range for another key).
-  // The Linear alone (x W^T + bias) as its plan says, no chain: a gate's output, or a chunked
-  // Linear's before its chain takes half.
-  torch::Tensor forward_without_chain(const torch::Tensor& x);
-  // W, and its bfloat16 parts where `products` takes them (split once, kept while W is unchanged).
-  LinearWeights weights(Precision products);
   torch::Tensor& param(const std::string& key);
+  // Whether the chain parameter `key` is a tensor this chain does not own (the Linear's, or one
+  // of `bound`): not drawn nor registered here.
+  bool param_is_bound(const std::string& key) const { return bound_.count(key) > 0; }
+  // Gives `bound` parameter `key` its tensor (shared, not copied), `what` naming it in messages.
+  // Throws std::invalid_argument for a shape a chain parameter cannot take.
+  void bind_param(const std::string& key, const torch::Tensor& tensor,
+                  const std::string& what = "another module's tensor");
 
   // The GEMM's precision (modules/gemm_plan.h; default kIeee, PyTorch's float32 semantics).
   // bf16x3, bf16x6 and bf16 split W into bfloat16 parts once, here, and keep them beside the
@@ -128,6 +142,7 @@ class LinearChainImpl : public torch::nn::Module {
       chain_name_;  // the ops' chain argument: the model's name where compiled, else the spec
   torch::nn::Linear linear_{nullptr};
   std::map<std::string, torch::Tensor> params_;
+  std::set<std::string> bound_;  // keys of params_ whose tensors are the Linear's or bind_param's
   std::vector<std::string> slot_keys_;
 
   Precision precision_ = Precision::kIeee;

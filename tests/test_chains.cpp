@@ -1,15 +1,18 @@
-// Chain specs (kernels/ops/chain_spec.h, docs/CHAINS.md): the grammar, the canonical form, the
-// messages of refused specs, the interpreter's op lists; and 200 seeded random specs run by the
-// fused op against the eager chain of the same spec and against float64, on the CPU (each loop)
-// and on CUDA.
+// Chain specs (kernels/ops/chain_spec.h, docs/CHAINS.md): the grammar (tests/spec_grammar.tsv's
+// cases, which weights/fx_chain.py's tests read too), the canonical form, the messages of refused
+// specs, the interpreter's op lists; and 200 seeded random specs run by the fused op against the
+// eager chain of the same spec and against float64, on the CPU (each loop) and on CUDA.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/epilogue.h"
 #include "kernels/ops/chain_registry.h"
+#include "kernels/ops/model_spec.h"
 #include "kernels/ops/ops.h"
 #include "modules/linear_chain.h"
 #include "tests/test_support.h"
@@ -57,41 +60,116 @@ TEST(ChainSpecs, CanonicalForm) {
             "swish,swish(1.702),square");
 }
 
-// One line naming the token and what was expected: the vocabulary for an unknown name, the
-// arguments an op takes for a wrong count or name.
-TEST(ChainSpecs, RefusedWithOneLineNamingTheToken) {
-  const std::pair<const char*, const char*> cases[] = {
-      {"",
-       "expected an op (the vocabulary: relu, relu6, leaky_relu, elu, selu, celu, gelu, "
-       "gelu(tanh), silu, swish, mish, sigmoid, tanh, hardtanh, clamp, hardsigmoid, "
-       "hardswish, softplus, softsign, tanhshrink, logsigmoid, square, add, sub, mul, div), got "
-       "the end"},
-      {"gelu,mesh", "unknown op 'mesh' (the vocabulary: relu"},
-      {"relu(1)", "relu takes no arguments, got 1 argument"},
-      {"square(2)", "square takes no arguments, got 1 argument"},
-      {"swish(1,2)", "swish takes 1 argument (beta), got 2 arguments"},
-      {"swish(alpha=2)", "swish takes 1 argument (beta), not 'alpha'"},
-      {"swish(b)", "expected a number for swish's beta, got 'b'"},
-      {"leaky_relu(0.1,0.2)", "leaky_relu takes 1 argument (negative_slope), got 2 arguments"},
-      {"softplus(gamma=2)", "softplus takes 2 arguments (beta, threshold), not 'gamma'"},
-      {"softplus(beta=2,1)", "a positional argument after a keyword one"},
-      {"hardtanh(min_val=1,min_val=2)", "hardtanh's min_val given twice"},
-      {"clamp(1)", "clamp needs max"},
-      {"leaky_relu(x)", "expected a number for leaky_relu's negative_slope, got 'x'"},
-      {"add", "add takes one argument: a number, or a parameter's state-dict key"},
-      {"gelu(exact)", "gelu's approximate is none or tanh, got 'exact'"},
-      {"relu,,tanh", "expected an op"},
-      {"relu tanh", "expected ',' between ops or the end of the spec, got 'tanh'"},
-      {"relu(", "expected an argument, got the end"},
-      {"elu(1 2)", "expected ',' or ')' after an argument, got '2'"},
-  };
-  for (const auto& [spec, expected] : cases) {
-    const std::string message = message_of<ChainSpecError>([&] { parse_chain(spec); }, "(none)");
-    EXPECT_NE(message.find(expected), std::string::npos) << spec << ": " << message;
-    EXPECT_NE(message.find(std::string("chain '") + spec + "'"), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+// tests/spec_grammar.tsv's spec column: \t \n \v \f \r \\ and \xNN stand for the byte.
+std::string unescaped(const std::string& field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] != '\\' || i + 1 == field.size()) {
+      out += field[i];
+      continue;
+    }
+    const char c = field[++i];
+    if (c == 'x') {
+      out += char(std::stoi(field.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      const std::string from = "tnvfr\\", to = "\t\n\v\f\r\\";
+      out += to.at(from.find(c));
+    }
   }
-  // What the interpreter cannot take.
+  return out;
+}
+
+struct GrammarCase {
+  int line = 0;
+  std::vector<std::string> columns;  // the spec (unescaped), then its canonical form or "refused"
+};
+
+// The cases of tests/spec_grammar.tsv, the grammar's test shared with weights/fx_chain.py's.
+std::vector<GrammarCase> grammar_cases() {
+  const std::string path = std::string(FUSEDLINEAR_SOURCE_DIR) + "/tests/spec_grammar.tsv";
+  std::istringstream in(testing_support::read_file(path));
+  std::vector<GrammarCase> cases;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty() || line[0] == '#') continue;
+    GrammarCase c;
+    c.line = number;
+    std::istringstream columns(line);
+    for (std::string column; std::getline(columns, column, '\t');) c.columns.push_back(column);
+    c.columns.at(0) = unescaped(c.columns.at(0));
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// A chain or layered spec's canonical form, as the program reads a --chain, or "refused: " and
+// the message.
+std::string canonical_or_message(const std::string& spec) {
+  try {
+    return is_layered_spec(spec) ? parse_model_spec(spec).to_string()
+                                 : parse_chain(spec).to_string();
+  } catch (const ChainSpecError& e) {
+    return std::string("refused: ") + e.what();
+  }
+}
+
+bool printable_ascii(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+// Each case of the table: the canonical form, which reads back as itself, or the refusal, one line
+// of printable ASCII naming the character and holding the phrase.
+TEST(ChainSpecs, GrammarTable) {
+  const std::vector<GrammarCase> cases = grammar_cases();
+  ASSERT_GT(cases.size(), 150u);
+  for (const GrammarCase& c : cases) {
+    SCOPED_TRACE("tests/spec_grammar.tsv:" + std::to_string(c.line));
+    ASSERT_GE(c.columns.size(), 2u);
+    const std::string& spec = c.columns[0];
+    const std::string got = canonical_or_message(spec);
+    if (c.columns[1] != "refused") {
+      EXPECT_EQ(got, c.columns[1]);
+      EXPECT_EQ(canonical_or_message(c.columns[1]), c.columns[1]);
+      continue;
+    }
+    ASSERT_EQ(c.columns.size(), 4u);
+    EXPECT_EQ(got.rfind("refused: ", 0), 0u) << got;
+    EXPECT_NE(got.find("(at character " + c.columns[2] + ")"), std::string::npos) << got;
+    EXPECT_NE(got.find(c.columns[3]), std::string::npos) << got;
+    EXPECT_TRUE(printable_ascii(got)) << got;
+  }
+}
+
+// A long spec shows in a message only around the error, with the error's place counted in the
+// whole spec.
+TEST(ChainSpecs, MessagesShowALongSpecAroundTheError) {
+  std::string spec;
+  for (int i = 0; i < 10000; ++i) spec += "relu,";
+  const std::string chain = canonical_or_message(spec + "mesh,relu");
+  EXPECT_LT(chain.size(), 400u) << chain;
+  EXPECT_NE(chain.find("chain '...relu,relu,relu,relu,relu,relu,relu,relu,mesh,relu'"),
+            std::string::npos)
+      << chain;
+  EXPECT_NE(chain.find("unknown op 'mesh'"), std::string::npos) << chain;
+  EXPECT_NE(chain.find("(at character 50001)"), std::string::npos) << chain;
+  const std::string key(50000, 'k');
+  const std::string middle = canonical_or_message(spec + "clamp(" + key + ")," + spec);
+  EXPECT_LT(middle.size(), 400u) << middle;
+  EXPECT_NE(middle.find("relu,clamp(" + key.substr(0, 40) + "...'"), std::string::npos) << middle;
+  EXPECT_NE(middle.find("clamp's min is a number, not '" + key.substr(0, 40) + "...'"),
+            std::string::npos)
+      << middle;
+  const std::string layered = canonical_or_message("fc1:" + spec + "relu|fc1");
+  EXPECT_LT(layered.size(), 400u) << layered;
+  EXPECT_NE(layered.find("relu,relu|fc1': expected a Linear used once; 'fc1' comes twice (at "
+                         "character 50010)"),
+            std::string::npos)
+      << layered;
+}
+
+// What the interpreter cannot take.
+TEST(ChainSpecs, RefusedByTheInterpreter) {
   std::string many = "relu";
   for (int i = 0; i < act::kMaxProgramOps; ++i) many += ",relu";
   EXPECT_NE(message_of<ChainSpecError>([&] { program_of(parse_chain(many)); }).find("at most 16"),
@@ -100,6 +178,18 @@ TEST(ChainSpecs, RefusedWithOneLineNamingTheToken) {
               program_of(parse_chain("add(a),add(b),add(c),add(d),add(e)"));
             }).find("more than 4 parameter terms"),
             std::string::npos);
+}
+
+// The command line's tolerances and the specs read numbers by one rule.
+TEST(ChainSpecs, NumbersAreDecimal) {
+  for (const char* good :
+       {"1", "-2", "+0.5", ".5", "5.", "1e-3", "2.5E+7", "inf", "-inf", "+inf"}) {
+    EXPECT_TRUE(is_spec_number(good)) << good;
+  }
+  for (const char* bad : {"", "0x10", "0x1p3", "-Infinity", "+INF", "INF", "nan", "1_000", "1e",
+                          ".", "-", " 1", "1 ", "1e5x", "1.2.3", "--1"}) {
+    EXPECT_FALSE(is_spec_number(bad)) << bad;
+  }
 }
 
 TEST(ChainSpecs, ProgramsNumberTheSlots) {

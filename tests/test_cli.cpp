@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -500,10 +501,13 @@ std::string python_with_torch() {
   return "";
 }
 
-// A .safetensors file of float32 tensors (little-endian, as x86 holds them).
+// A .safetensors file of float32 tensors (little-endian, as x86 holds them), with `metadata` as
+// its __metadata__ where given.
 void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {}) {
   std::string header = "{", data;
+  if (!metadata.empty()) header += "\"__metadata__\":" + nlohmann::json(metadata).dump();
   for (const auto& [name, tensor] : tensors) {
     const torch::Tensor t = tensor.to(torch::kFloat32).contiguous();
     std::string shape;
@@ -551,6 +555,160 @@ TEST_F(Cli, ModelIsInferredOnlyWhenOneFits) {
           "mish_mish.pt");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("model: mish,mish (--chain)"), std::string::npos) << r.out;
+}
+
+// The metadata weights/fx_chain.py writes for a model of one Linear at `linear`.
+std::map<std::string, std::string> chain_metadata(const std::string& chain,
+                                                  const std::string& linear = "fc",
+                                                  const std::string& version = "1") {
+  return {{"fusedlinear.version", version},
+          {"fusedlinear.chain", chain},
+          {"fusedlinear.linear", linear}};
+}
+
+// A chain parameter naming a Linear's own bias (`tanh(self.fc(x)) * self.fc.bias`, as the
+// exporter writes it), or another Linear's in a layered spec, is that tensor; a weight is refused
+// with both shapes.
+TEST_F(Cli, ChainParametersMayNameALinearsBias) {
+  torch::manual_seed(3);
+  const torch::Tensor w = torch::randn({6, 8}), b = torch::randn({6});
+  const torch::Tensor w2 = torch::randn({6, 6}), b2 = torch::randn({6});
+  const torch::Tensor x = torch::randn({5, 8});
+  write_tensor(x, path("x.pt"));
+  const torch::Tensor y = torch::addmm(b, x, w.t());
+  const auto run_on = [&](const std::string& weights, const std::string& more = "") {
+    ::unlink(path("o.pt").c_str());
+    const Result r = run("run --device cpu --weights " + weights + " --input " + path("x.pt") +
+                         " --output " + path("o.pt") + more);
+    EXPECT_EQ(r.exit_code, 0) << weights << more << ": " << r.err;
+    return r.exit_code == 0 ? read_tensor(path("o.pt")) : torch::Tensor();
+  };
+  write_safetensors(path("own.safetensors"), {{"fc.weight", w}, {"fc.bias", b}},
+                    chain_metadata("tanh,mul(fc.bias)"));
+  torch::Tensor got = run_on(path("own.safetensors"));
+  ASSERT_TRUE(got.defined());
+  EXPECT_TRUE(torch::allclose(got, torch::tanh(y) * b, 1e-5, 1e-5));
+  write_safetensors(path("plain.safetensors"), {{"fc.weight", w}, {"fc.bias", b}});
+  got = run_on(path("plain.safetensors"), " --chain 'add(fc.bias)'");
+  ASSERT_TRUE(got.defined());
+  EXPECT_TRUE(torch::allclose(got, y + b, 1e-5, 1e-5));
+  write_safetensors(path("mlp.safetensors"),
+                    {{"fc1.weight", w}, {"fc1.bias", b}, {"fc2.weight", w2}, {"fc2.bias", b2}});
+  got = run_on(path("mlp.safetensors"), " --chain 'fc1:add(fc2.bias)|fc2'");
+  ASSERT_TRUE(got.defined());
+  EXPECT_TRUE(torch::allclose(got, torch::addmm(b2, y + b2, w2.t()), 1e-5, 1e-5));
+
+  write_safetensors(path("weight.safetensors"), {{"fc.weight", w}, {"fc.bias", b}},
+                    chain_metadata("mul(fc.weight)"));
+  expect_usage_error("run --device cpu --weights " + path("weight.safetensors") + " --input " +
+                         path("x.pt") + " --output " + path("refused.pt"),
+                     "the chain's parameter 'fc.weight' has shape [6, 8] in --weights " +
+                         path("weight.safetensors") +
+                         ", expected [6] (the width of fc), [] or [1]");
+}
+
+// The metadata's version is the one weights/fx_chain.py writes, exactly.
+TEST_F(Cli, MetadataOfAnotherVersionIsRefused) {
+  const torch::Tensor w = torch::rand({6, 8}), b = torch::rand({6});
+  write_tensor(torch::rand({2, 8}), path("x.pt"));
+  const std::string io = " --input " + path("x.pt") + " --output " + path("o.pt");
+  for (const std::string version : {"2", "0", "-1", "01", " 1"}) {
+    write_safetensors(path("v.safetensors"), {{"fc.weight", w}, {"fc.bias", b}},
+                      chain_metadata("tanh", "fc", version));
+    expect_usage_error("run --device cpu --weights " + path("v.safetensors") + io,
+                       "--weights " + path("v.safetensors") +
+                           ": its fusedlinear metadata (chain, linear, version) says version '" +
+                           version + "'; this reads version 1 only");
+  }
+  write_safetensors(path("v.safetensors"), {{"fc.weight", w}, {"fc.bias", b}},
+                    chain_metadata("tanh"));
+  const Result r = run("run --device cpu --weights " + path("v.safetensors") + io);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Input values beyond the run's dtype are refused, as weights' are, not made infinite.
+TEST_F(Cli, InputBeyondTheRunsDtypeIsRefused) {
+  torch::Tensor x = read_tensor(kFixtures + "mish_mish_input.pt").to(torch::kFloat64);
+  const std::string args = "run --device cpu --model mish_mish --weights " + kFixtures +
+                           "mish_mish.pt --output " + path("o.pt") + " --input " + path("x.pt");
+  write_tensor(x, path("x.pt"));
+  const Result r = run(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  x[1][2] = 1e39;
+  x[3][0] = -1e300;
+  write_tensor(x, path("x.pt"), /*overwrite=*/true);
+  expect_usage_error(args + " --overwrite",
+                     "--input " + path("x.pt") +
+                         ": cannot convert the input's Double to the run's Float (--dtype "
+                         "float32): 2 finite values beyond its range would become infinite");
+}
+
+// Messages point to what resolves the case: the chain a file of Linears lacks (a layered spec
+// for several), a contradiction between the command line and the file's chain, the widths of
+// the file's model, and the small-batch kernels only where they were asked for.
+TEST_F(Cli, MessagesPointToWhatResolvesTheCase) {
+  const torch::Tensor w = torch::rand({6, 8}), b = torch::rand({6});
+  write_tensor(torch::rand({2, 8}), path("x.pt"));
+  const std::string io = " --input " + path("x.pt") + " --output " + path("o.pt") + " --overwrite";
+  write_safetensors(path("lin.safetensors"), {{"fc.weight", w}, {"fc.bias", b}});
+  Result r = run("run --device cpu --weights " + path("lin.safetensors") + io);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("carries no chain; its keys: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; it holds one Linear (fc), which any chain may follow: give it with "
+                       "--chain SPEC"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("weights/fx_chain.py save_with_chain"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--strip-prefix"), std::string::npos) << r.err;
+
+  write_safetensors(path("mlp.safetensors"), {{"fc1.weight", w},
+                                              {"fc1.bias", b},
+                                              {"fc2.weight", torch::rand({3, 6})},
+                                              {"fc2.bias", torch::rand({3})}});
+  const std::string layered =
+      "holds several Linears (fc1, fc2), and a chain spec follows one: "
+      "name each in a layered spec, e.g. --chain 'fc1:gelu|fc2' "
+      "(docs/CHAINS.md, \"Layered models\")";
+  for (const std::string more : {"", " --chain gelu"}) {
+    r = run("run --device cpu --weights " + path("mlp.safetensors") + io + more);
+    EXPECT_EQ(r.exit_code, 2) << more;
+    EXPECT_NE(r.err.find(layered), std::string::npos) << more << ": " << r.err;
+    EXPECT_EQ(r.err.find("--strip-prefix"), std::string::npos) << r.err;
+  }
+
+  // --chain or --model against the chain the file carries: refused unless the same.
+  write_safetensors(path("tanh.safetensors"), {{"fc.weight", w}, {"fc.bias", b}},
+                    chain_metadata("tanh,hardtanh(-1,1)"));
+  expect_usage_error(
+      "run --device cpu --weights " + path("tanh.safetensors") + io + " --chain relu",
+      "--chain relu: --weights " + path("tanh.safetensors") +
+          " carries the chain 'tanh,hardtanh(-1,1)'; leave out --chain to run it");
+  r = run("run --device cpu --weights " + path("tanh.safetensors") + io +
+          " --chain 'tanh, hardtanh(min_val=-1, max_val=1)'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  write_safetensors(path("gelu.safetensors"), {{"linear.weight", w}, {"linear.bias", b}},
+                    chain_metadata("gelu", "linear"));
+  expect_usage_error(
+      "run --device cpu --weights " + path("gelu.safetensors") + io + " --model mish_mish",
+      "--model mish_mish: --weights " + path("gelu.safetensors") +
+          " carries the chain 'gelu' after Linear linear, not mish_mish's "
+          "'mish,mish' after Linear linear; leave out --model");
+  write_safetensors(path("mish.safetensors"), {{"linear.weight", w}, {"linear.bias", b}},
+                    chain_metadata("mish,mish", "linear"));
+  r = run("run --device cpu --weights " + path("mish.safetensors") + io + " --model mish_mish");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+
+  // compare's header: the file's widths; the small-batch kernels named only when asked for.
+  r = run("compare --device cpu --iters 1 --warmup 0 --batch 4 --weights " +
+          path("tanh.safetensors"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("; input torch.rand 4x8 -> 6; "), std::string::npos) << r.out;
+  r = run("run --device cpu --weights " + path("tanh.safetensors") + io);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("small-batch"), std::string::npos) << r.out;
+  r = run("run --device cpu --weights " + path("tanh.safetensors") + io + " --gemm skinny");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("the small-batch kernels run on a GPU only"), std::string::npos) << r.out;
 }
 
 // weights/export.py defines the same models as the registry, with the same state-dict keys.

@@ -93,7 +93,9 @@ TEST(CommandLine, NumbersHaveTheirRealRange) {
   }
   EXPECT_EQ(parse_tolerance("--atol", "1e-3"), 1e-3);
   EXPECT_EQ(parse_tolerance("--atol", "0"), 0.0);
-  for (const char* bad : {"inf", "nan", "-1e-3", "", "1e-3x", "1e999"}) {
+  EXPECT_EQ(parse_tolerance("--atol", ".5e-2"), 0.005);
+  for (const char* bad : {"inf", "nan", "-1e-3", "", "1e-3x", "1e999", "0x10", "0x1p-3", "+INF",
+                          "-Infinity", " 1e-3", "1_0"}) {
     EXPECT_NE(usage_error_of([&] {
                 parse_tolerance("--rtol", bad);
               }).find("--rtol: expected a finite number >= 0"),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "modules/layered_model.h"
 #include "modules/linear_chain.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
@@ -142,6 +143,54 @@ TEST(Models, RuntimeChainsHaveThePythonKeys) {
   ModelSpec nobias = runtime_model("relu", "fc", /*linear_bias=*/false);
   EXPECT_EQ(keys(*make_model(nobias, 3, 2, 0)), (std::vector<std::string>{"fc.weight"}));
   EXPECT_THROW(runtime_model("relu,bogus"), ChainSpecError);
+}
+
+// A chain parameter naming a Linear's own tensor is that tensor, as `self.fc.bias` is in Python:
+// no second parameter (or submodule) of that name; a layered model's chain may name another
+// Linear's bias. A weight is refused with both shapes: a chain parameter broadcasts along the
+// features.
+TEST(Models, ChainParametersMayBeALinearsBias) {
+  torch::NoGradGuard no_grad;
+  auto model = make_model(runtime_model("tanh,mul(fc.bias)", "fc"), 8, 6, 1);
+  EXPECT_EQ(keys(*model), (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_TRUE(model->param("fc.bias").is_same(model->linear()->bias));
+  const torch::Tensor x = torch::rand({5, 8});
+  const torch::Tensor& b = model->linear()->bias;
+  const torch::Tensor want = torch::tanh(torch::addmm(b, x, model->linear()->weight.t())) * b;
+  EXPECT_TRUE(torch::allclose(model->forward_eager(x), want, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(model->forward(x), want, 1e-5, 1e-5));
+  // Loading a state dict and converting the model keep the term the bias.
+  model->linear()->bias.fill_(2);
+  model->to(torch::kFloat64);
+  EXPECT_TRUE(model->slot_params().front().is_same(model->linear()->bias));
+  EXPECT_EQ(model->slot_params().front().scalar_type(), torch::kFloat64);
+
+  const std::string refused = testing_support::message_of<std::invalid_argument>(
+      [] { make_model(runtime_model("mul(fc.weight)", "fc"), 8, 6, 1); });
+  EXPECT_NE(refused.find("'fc.weight' is Linear fc's weight, of shape [6, 8]"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("expected [6], [] or [1]"), std::string::npos) << refused;
+  EXPECT_NE(testing_support::message_of<std::invalid_argument>([] {
+              make_model(runtime_model("add(fc.bias)", "fc", /*linear_bias=*/false), 8, 6, 1);
+            }).find("names a tensor of Linear fc, which holds a weight and no bias"),
+            std::string::npos);
+
+  LayeredModel layered(layered_model("fc1:add(fc2.bias),relu|fc2:add(fc1.bias)"),
+                       std::vector<int64_t>{4, 6, 6}, at::detail::createCPUGenerator(2));
+  EXPECT_EQ(keys(*layered),
+            (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  const auto& fc1 = layered->layers()[0].linear->linear();
+  const auto& fc2 = layered->layers()[1].linear->linear();
+  const torch::Tensor x4 = torch::rand({3, 4});
+  const torch::Tensor h = torch::relu(torch::addmm(fc1->bias, x4, fc1->weight.t()) + fc2->bias);
+  const torch::Tensor y = torch::addmm(fc2->bias, h, fc2->weight.t()) + fc1->bias;
+  EXPECT_TRUE(torch::allclose(layered->forward_eager(x4), y, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(layered->forward(x4), y, 1e-5, 1e-5));
+  const std::string wide = testing_support::message_of<std::invalid_argument>([] {
+    LayeredModel(layered_model("fc1:add(fc2.bias)|fc2"), std::vector<int64_t>{4, 6, 3});
+  });
+  EXPECT_NE(wide.find("'fc2.bias' is Linear fc2's bias, of shape [3]"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("expected [6], [] or [1]"), std::string::npos) << wide;
 }
 
 TEST(Models, FusedForwardMatchesEagerForward) {

@@ -740,6 +740,28 @@ TEST_F(TorchFileSafety, StateDictMetadataForFusedlinear) {
   EXPECT_EQ(load(archive(closed)).metadata, (std::map<std::string, std::string>{{"linear", "fc"}}));
 }
 
+// The reader keeps what the metadata says; the version check refuses any but the exact one.
+TEST(TorchFile, MetadataOfAnotherVersionIsRefused) {
+  NamedTensors file;
+  check_metadata_version(file, "plain.pt");  // no metadata: a plain state dict
+  file.metadata = {{"version", "1"}, {"chain", "relu"}, {"linear", "fc"}};
+  check_metadata_version(file, "w.pt");
+  for (const std::string version : {"2", "0", "-1", "01", " 1", "1.0", ""}) {
+    file.metadata["version"] = version;
+    const std::string message =
+        testing_support::message_of<LoadError>([&] { check_metadata_version(file, "w.pt"); });
+    EXPECT_EQ(message, "w.pt: its fusedlinear metadata (chain, linear, version) says version '" +
+                           version +
+                           "'; this reads version 1 only (as weights/fx_chain.py save_with_chain "
+                           "writes it, docs/CHAINS.md)");
+  }
+  file.metadata.erase("version");
+  EXPECT_NE(testing_support::message_of<LoadError>([&] {
+              check_metadata_version(file, "w.pt");
+            }).find("w.pt: its fusedlinear metadata (chain, linear) carries no version"),
+            std::string::npos);
+}
+
 TEST_F(TorchFileSafety, MalformedStateDictMetadataIsRefused) {
   const std::string w = tensor_pickle("0", 6, 0, {6}, {1});
   const auto error = [&](const std::string& entries) {

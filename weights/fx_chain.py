@@ -31,7 +31,9 @@ order), both Linears taking the same value; the product of a Linear's two halves
 ends at its product. `x + f(x)` of the model's input as its last op (the widths equal); and
 the patterns `y * torch.sigmoid(beta * y)` (swish(beta); QuickGELU is swish(1.702)) and
 `y * y`, `y ** 2`, `torch.square(y)` (square). A parameter of a chain (add, sub, mul, div) has
-the shape [its layer's width], [] or [1], and belongs to one layer.
+the shape [its layer's width], [] or [1], and belongs to one layer; it may be a Linear's bias
+(`torch.tanh(self.fc(x)) * self.fc.bias`). A layer's chain holds at most 16 ops, at most 4 of
+them by a parameter: fusedlinear's interpreter takes no more.
 
 Anything the spec cannot express is refused with a ChainError, one line naming the node.
 
@@ -65,6 +67,11 @@ import torch.nn.functional as F
 
 METADATA_KEY = "fusedlinear"
 FORMAT_VERSION = 1
+# What fusedlinear's interpreter takes in one chain: ops (kMaxProgramOps, kernels/math/program.h)
+# and per-feature parameter terms, one per add/sub/mul/div by a parameter (kMaxColumnTerms,
+# kernels/math/chain.h). A file beyond either would be written but refused by `run`.
+MAX_CHAIN_OPS = 16
+MAX_PARAMETER_TERMS = 4
 WHY = "fusedlinear runs Linear followed by pointwise ops of its vocabulary (docs/CHAINS.md)"
 
 
@@ -150,7 +157,7 @@ VOCABULARY = {
 BINARY = ("add", "sub", "mul", "div")
 GELU_APPROXIMATIONS = ("none", "tanh")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
-NUMBER = re.compile(r"[+-]?(inf|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)\Z")
+NUMBER = re.compile(r"[+-]?(inf|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)\Z")
 
 
 class Op:
@@ -177,113 +184,212 @@ class Op:
         return isinstance(other, Op) and str(self) == str(other)
 
 
+# ASCII whitespace, C's isspace: the only whitespace a spec takes (between tokens, around it).
+WHITESPACE = " \t\n\v\f\r"
+# The vocabulary as fusedlinear's messages list it.
+VOCABULARY_NAMES = ", ".join(name for token in VOCABULARY
+                             for name in ((token, "gelu(tanh)") if token == "gelu" else (token,)))
+
+
+def _utf8(text):
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _escaped(data):
+    """bytes for a message: printable ASCII as is, backslash, control bytes and bytes outside
+    ASCII escaped (fusedlinear's rule, so that both write the same line)."""
+    named = {0x5c: "\\\\", 0x09: "\\t", 0x0a: "\\n", 0x0d: "\\r"}
+    return "".join(named[b] if b in named else chr(b) if 0x20 <= b < 0x7f else "\\x%02x" % b
+                   for b in data)
+
+
+def _quoted(text):
+    """A token or a path quoted in a message: its first 40 bytes, '...' when there are more."""
+    data = _utf8(text)
+    return "'%s%s'" % (_escaped(data[:40]), "..." if len(data) > 40 else "")
+
+
+def excerpt(text, position):
+    """(text quoted for a one-line message, the byte offset of character `position`): the UTF-8
+    bytes within 40 of it, '...' where cut, escaped; fusedlinear's spec_excerpt
+    (kernels/ops/chain_spec.h), so that a message names the same place in both."""
+    data = _utf8(text)
+    at = len(_utf8(text[:position]))
+    begin, end = max(at - 40, 0), min(len(data), at + 40)
+    if begin >= end:
+        return "''", at
+    return "'%s%s%s'" % ("..." if begin else "", _escaped(data[begin:end]),
+                         "..." if end < len(data) else ""), at
+
+
+def read_number(word):
+    """A number of the grammar (NUMBER) as the float32 value nearest to it, rounded once, as
+    C's strtof reads it (1e40 is inf)."""
+    if not NUMBER.match(word):
+        raise ChainError("fx_chain: %s is not a number" % _quoted(word))
+    value = float(word)
+    single = float32(value)
+    if math.isinf(value) or single == value:
+        return single
+    # Rounding to float64 first differs from one rounding only where the float64 value is the
+    # midpoint of two float32 values; the decimal itself says on which side it lies.
+    bits = struct.unpack("<I", struct.pack("<f", abs(single)))[0]
+    lower, upper = (bits, bits + 1) if abs(single) < abs(value) else (bits - 1, bits)
+
+    def exact(b):
+        if b == 0x7f800000:
+            return decimal.Decimal(2 ** 128)  # where float32's rounding reaches inf
+        return decimal.Decimal(struct.unpack("<f", struct.pack("<I", b))[0])
+
+    context = decimal.Context(prec=400)
+    middle = context.divide(context.add(exact(lower), exact(upper)), 2)
+    written = decimal.Decimal(word).copy_abs()
+    if decimal.Decimal(abs(value)) != middle or written == middle:
+        return single
+    nearest = upper if written > middle else lower
+    result = INF if nearest == 0x7f800000 else struct.unpack("<f", struct.pack("<I", nearest))[0]
+    return math.copysign(result, value)
+
+
 def _spec_error(text, position, what):
-    return ChainError("fx_chain: chain spec %r, at character %d: %s" % (text, position + 1, what))
+    shown, at = excerpt(text, position)
+    return ChainError("fx_chain: chain spec %s, at character %d: %s" % (shown, at + 1, what))
+
+
+def _is_letter(c):
+    return "A" <= c <= "Z" or "a" <= c <= "z" or c == "_"
+
+
+def _is_word_char(c):
+    return _is_letter(c) or "0" <= c <= "9" or c == "."
 
 
 def _tokens(text):
-    """The spec's tokens (value, position): names/numbers, '(', ')', ',', '='."""
-    tokens, i = [], 0
-    pattern = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*|[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-                         r"|[+-]inf|[(),=])")
+    """The spec's tokens (kind, text, position), kind 'word', 'number', 'punct' or 'end' (last).
+    The whole spec is read first, so that a character no token takes, or a run that starts a
+    number and is not one (0x10, 1e5x), is the error wherever it is, as fusedlinear reads it."""
+    tokens, i, n = [], 0, len(text)
     while True:
-        while i < len(text) and text[i].isspace():
+        while i < n and text[i] in WHITESPACE:
             i += 1
-        if i == len(text):
+        if i == n:
+            tokens.append(("end", "", n))
             return tokens
-        match = pattern.match(text, i)
-        if not match:
-            raise _spec_error(text, i, "unexpected %r" % text[i])
-        tokens.append((match.group(1), match.start(1)))
-        i = match.end()
+        c, end = text[i], i + 1
+        if _is_letter(c):
+            while end < n and _is_word_char(text[end]):
+                end += 1
+            tokens.append(("number" if text[i:end] == "inf" else "word", text[i:end], i))
+        elif c in "0123456789.+-":
+            while end < n and (_is_word_char(text[end])
+                               or (text[end] in "+-" and text[end - 1] in "eE")):
+                end += 1
+            if not NUMBER.match(text[i:end]):
+                raise _spec_error(text, i, "%s is not a number (decimal: 2, -0.5, 1e-3, inf)"
+                                  % _quoted(text[i:end]))
+            tokens.append(("number", text[i:end], i))
+        elif c in "(),=":
+            tokens.append(("punct", c, i))
+        else:
+            raise _spec_error(text, i, "unexpected character '%s'" % _escaped(_utf8(c)[:1]))
+        i = end
 
 
-def _value(text, word, position):
-    if NUMBER.match(word):
-        return float(word)
-    if IDENTIFIER.match(word):
-        return word
-    raise _spec_error(text, position, "%r is neither a number nor an identifier" % word)
+def _describe(token):
+    return "the end" if token[0] == "end" else _quoted(token[1])
 
 
 def _bind_spec_args(text, token, given, position):
-    """given: [(name or None, value, position)] -> the op's arguments in canonical order."""
+    """given: [(name or None, value token, where the argument starts)] -> the op's arguments in
+    canonical order; the checks in fusedlinear's order, so that both name the same error."""
     params = VOCABULARY[token]
-    if not params and given:
-        raise _spec_error(text, position, "%s takes no arguments" % token)
-    if len(given) > len(params):
-        raise _spec_error(text, position, "%s takes at most %d arguments (%s)" % (
-            token, len(params), ", ".join(name for name, _ in params)))
-    values, places, named = {}, {}, False
-    for index, (name, value, where) in enumerate(given):
+    names = [name for name, _ in params]
+    takes = "%s takes no arguments" % token if not names else "%s takes %d argument%s (%s)" % (
+        token, len(names), "" if len(names) == 1 else "s", ", ".join(names))
+    if len(given) > len(names):
+        raise _spec_error(text, position, "%s, got %d argument%s"
+                          % (takes, len(given), "" if len(given) == 1 else "s"))
+    slots, named = {}, False
+    for index, (name, value, start) in enumerate(given):
         if name is None:
             if named:
-                raise _spec_error(text, where, "a positional argument after a named one")
-            name = params[index][0]
+                raise _spec_error(text, start, "a positional argument after a keyword one")
+            name = names[index]
         else:
             named = True
-            if name not in dict(params):
-                raise _spec_error(text, where, "%s has no argument %r" % (token, name))
-        if name in values:
-            raise _spec_error(text, where, "%s's argument %r given twice" % (token, name))
-        values[name], places[name] = value, where
-    if token == "clamp" and not values:
+            if name not in names:
+                raise _spec_error(text, start, "%s, not %s" % (takes, _quoted(name)))
+        if name in slots:
+            raise _spec_error(text, start, "%s's %s given twice" % (token, name))
+        slots[name] = value
+    if token in BINARY and "other" not in slots:
+        raise _spec_error(text, position, "%s needs other (a number or a parameter's state-dict "
+                          "key)" % token)
+    if token == "clamp" and not slots:
         raise _spec_error(text, position, "clamp needs min or max")
     args = []
     for name, default in params:
-        value = values.get(name, default)
-        if value is REQUIRED:
-            raise _spec_error(text, position, "%s needs its argument %r" % (token, name))
-        args.append(_check_spec_arg(text, token, name, value, places.get(name, position)))
+        if name not in slots:
+            args.append(default if isinstance(default, str) else float32(default))
+            continue
+        kind, word, where = slots[name]
+        if token == "gelu":
+            if kind != "word" or word not in GELU_APPROXIMATIONS:
+                raise _spec_error(text, where, "gelu's approximate is none or tanh, not %s"
+                                  % _quoted(word))
+            args.append(word)
+        elif kind == "word" and token in BINARY:
+            args.append(word)
+        elif kind == "word":
+            raise _spec_error(text, where, "%s's %s is a number, not %s"
+                              % (token, name, _quoted(word)))
+        else:
+            args.append(read_number(word))
     return args
-
-
-def _check_spec_arg(text, token, name, value, position):
-    if token == "gelu":
-        if value not in GELU_APPROXIMATIONS:
-            raise _spec_error(text, position, "gelu's approximate is none or tanh, not %r" % value)
-        return value
-    if isinstance(value, str) and token not in BINARY:
-        raise _spec_error(text, position, "%s's %s is a number, not %r" % (token, name, value))
-    if isinstance(value, float) and math.isnan(value):
-        raise _spec_error(text, position, "NaN is not a value")
-    return value if isinstance(value, str) else float32(value)
 
 
 def parse_spec(text):
     """The ops of a chain spec (docs/CHAINS.md's grammar) as a list of Op; ChainError if it is
-    not one."""
-    tokens = _tokens(text) + [("", len(text))]
+    not one. tests/spec_grammar.tsv is the grammar's test, shared with fusedlinear's parser."""
+    tokens = _tokens(text)
     ops, i = [], 0
     while True:
-        word, position = tokens[i]
+        kind, word, position = tokens[i]
+        if kind != "word":
+            raise _spec_error(text, position, "expected an op (the vocabulary: %s), got %s"
+                              % (VOCABULARY_NAMES, _describe(tokens[i])))
         if word not in VOCABULARY:
-            what = "expected an op" if word in ("", ",", "(", ")", "=") else "unknown op %r" % word
-            raise _spec_error(text, position, what)
+            raise _spec_error(text, position, "unknown op %s (the vocabulary: %s)"
+                              % (_quoted(word), VOCABULARY_NAMES))
         i += 1
         given = []
-        if tokens[i][0] == "(":
+        if tokens[i][:2] == ("punct", "("):
             i += 1
             while True:
-                name, (word_v, where) = None, tokens[i]
-                if tokens[i + 1][0] == "=" and IDENTIFIER.match(word_v):
-                    name, i = word_v, i + 2
-                    word_v, where = tokens[i]
-                if word_v in ("", ",", "(", ")", "="):
-                    raise _spec_error(text, where, "expected a value")
-                given.append((name, _value(text, word_v, where), where))
+                name, start = None, tokens[i][2]
+                if tokens[i][0] == "word" and tokens[i + 1][:2] == ("punct", "="):
+                    name, i = tokens[i][1], i + 2
+                    if tokens[i][0] not in ("word", "number"):
+                        raise _spec_error(text, tokens[i][2], "expected a value after %s, got %s"
+                                          % (_quoted(name + "="), _describe(tokens[i])))
+                elif tokens[i][0] not in ("word", "number"):
+                    raise _spec_error(text, tokens[i][2], "expected an argument, got %s"
+                                      % _describe(tokens[i]))
+                given.append((name, tokens[i], start))
                 i += 1
-                if tokens[i][0] == ")":
+                if tokens[i][:2] == ("punct", ")"):
                     i += 1
                     break
-                if tokens[i][0] != ",":
-                    raise _spec_error(text, tokens[i][1], "expected ',' or ')'")
+                if tokens[i][:2] != ("punct", ","):
+                    raise _spec_error(text, tokens[i][2], "expected ',' or ')' after an argument, "
+                                      "got %s" % _describe(tokens[i]))
                 i += 1
         ops.append(Op(word, _bind_spec_args(text, word, given, position)))
-        if tokens[i][0] == "":
+        if tokens[i][0] == "end":
             return ops
-        if tokens[i][0] != ",":
-            raise _spec_error(text, tokens[i][1], "expected ',' between ops")
+        if tokens[i][:2] != ("punct", ","):
+            raise _spec_error(text, tokens[i][2], "expected ',' between ops or the end of the "
+                              "spec, got %s" % _describe(tokens[i]))
         i += 1
 
 
@@ -377,13 +483,14 @@ def is_layered_spec(text):
     rather than a chain spec: the same test as fusedlinear's."""
     if ":" in text or "|" in text:
         return True
-    stripped = text.strip()
-    return stripped.startswith("x") and stripped[1:].lstrip().startswith("+")
+    stripped = text.strip(WHITESPACE)
+    return stripped.startswith("x") and stripped[1:].lstrip(WHITESPACE).startswith("+")
 
 
 def _model_error(text, position, what):
-    return ChainError("fx_chain: model spec %r, at character %d: expected %s"
-                      % (text, position + 1, what))
+    shown, at = excerpt(text, position)
+    return ChainError("fx_chain: model spec %s, at character %d: expected %s"
+                      % (shown, at + 1, what))
 
 
 def _split(piece, at, separator):
@@ -392,8 +499,8 @@ def _split(piece, at, separator):
     while True:
         end = piece.find(separator, start)
         raw = piece[start:] if end < 0 else piece[start:end]
-        lead = len(raw) - len(raw.lstrip())
-        parts.append((raw.strip(), at + start + lead))
+        lead = len(raw) - len(raw.lstrip(WHITESPACE))
+        parts.append((raw.strip(WHITESPACE), at + start + lead))
         if end < 0:
             return parts
         start = end + 1
@@ -409,7 +516,7 @@ def _parse_ref(text, piece, at, role):
         path, ref.half = piece[:open_], int(piece[open_ + 1])
     if not LINEAR_PATH.match(path):
         raise _model_error(text, at, "the %s's attribute path ([A-Za-z0-9_.], e.g. fc1 or "
-                           "block.0), got '%s'" % (role, piece))
+                           "block.0), got %s" % (role, excerpt(piece, 0)[0]))
     ref.path = path
     return ref
 
@@ -418,7 +525,8 @@ def _parse_layer(text, piece, at, index):
     if not piece:
         raise _model_error(text, at, "a layer (a Linear's path)")
     colon = piece.find(":")
-    linear = _parse_ref(text, (piece if colon < 0 else piece[:colon]).strip(), at, "Linear")
+    linear = _parse_ref(text, (piece if colon < 0 else piece[:colon]).strip(WHITESPACE), at,
+                        "Linear")
     if colon < 0:
         if linear.half >= 0:
             raise _model_error(text, at, "':' and a gate after a Linear's half")
@@ -431,8 +539,9 @@ def _parse_layer(text, piece, at, index):
         try:
             ops = parse_spec(parts[0][0])
         except ChainError as error:
-            raise ChainError("fx_chain: model spec %r, layer %d (%s): %s" % (
-                text, index, linear, str(error)[len("fx_chain: "):])) from None
+            raise ChainError("fx_chain: model spec %s, layer %d (%s): %s" % (
+                excerpt(text, parts[0][1])[0], index, linear,
+                str(error)[len("fx_chain: "):])) from None
     gate = None
     if len(parts) == 2:
         gate = _parse_ref(text, parts[1][0], parts[1][1], "gate")
@@ -452,18 +561,18 @@ def parse_model_spec(text):
     """The ModelSpec of a layered spec; ChainError (one line, naming the character) if it is
     not one. The grammar is fusedlinear's (kernels/ops/model_spec.h)."""
     body, offset, residual = text, 0, False
-    if text.strip().startswith("x"):
+    if text.strip(WHITESPACE).startswith("x"):
         i = text.index("x") + 1
-        while i < len(text) and text[i].isspace():
+        while i < len(text) and text[i] in WHITESPACE:
             i += 1
         if i < len(text) and text[i] == "+":
             i += 1
-            while i < len(text) and text[i].isspace():
+            while i < len(text) and text[i] in WHITESPACE:
                 i += 1
             if i >= len(text) or text[i] != "(":
                 raise _model_error(text, i, "'(' after 'x +'")
             close = text.rfind(")")
-            if close < i or text[close + 1:].strip():
+            if close < i or text[close + 1:].strip(WHITESPACE):
                 raise _model_error(text, len(text), "the residual's closing ')' at the end")
             body, offset, residual = text[i + 1:close], i + 1, True
     layers, used = [], set()
@@ -473,7 +582,8 @@ def parse_model_spec(text):
             if ref is None or (ref is layer.gate and ref.path == layer.linear.path):
                 continue
             if ref.path in used:
-                raise _model_error(text, at, "a Linear used once; '%s' comes twice" % ref.path)
+                raise _model_error(text, at, "a Linear used once; %s comes twice"
+                                   % excerpt(ref.path, 0)[0])
             used.add(ref.path)
         layers.append(layer)
     return ModelSpec(layers, residual)
@@ -1048,6 +1158,24 @@ class _Trace:
                               "uses too: each layer's chain takes its own parameters"
                               % (key, index + 1, layer.ref))
 
+    def check_limits(self, layer):
+        """ChainError where a layer's chain holds more ops or parameter terms than fusedlinear's
+        interpreter takes (the reasons `run` would give)."""
+        spec = ",".join(str(op) for op, _ in layer.ops)
+        if len(layer.ops) > MAX_CHAIN_OPS:
+            raise ChainError("fx_chain: cannot express the chain of %s (node '%s' is op %d): "
+                             "chain '%s': %d ops; a run-time chain takes at most %d: %s"
+                             % (layer.ref, layer.ops[MAX_CHAIN_OPS][1].name, MAX_CHAIN_OPS + 1,
+                                spec, len(layer.ops), MAX_CHAIN_OPS, WHY))
+        terms = [node for op, node in layer.ops
+                 if op.token in BINARY and isinstance(op.args[0], str)]
+        if len(terms) > MAX_PARAMETER_TERMS:
+            raise ChainError("fx_chain: cannot express the chain of %s (node '%s' is parameter "
+                             "term %d): chain '%s': more than %d parameter terms (add, sub, mul "
+                             "or div by a parameter): %s"
+                             % (layer.ref, terms[MAX_PARAMETER_TERMS].name,
+                                MAX_PARAMETER_TERMS + 1, spec, MAX_PARAMETER_TERMS, WHY))
+
     # -- the kinds of node --
 
     def unknown(self, node):
@@ -1267,6 +1395,8 @@ class _Trace:
         for source, first, second in self.forks.values():
             raise self.branch(second, source, first)
         layers = value.all_layers()
+        for layer in layers:
+            self.check_limits(layer)
         model = ModelSpec([layer.spec() for layer in layers], value.kind == "residual")
         if model.single and not model.layers[0].ops:
             raise ChainError("fx_chain: the model is its Linear alone; a chain names at least "
@@ -1485,11 +1615,15 @@ def read_chain(path):
         found["linear"] = ""
     if "chain" not in found or "linear" not in found:
         raise ChainError("fx_chain: %s carries no chain (save it with save_with_chain)" % path)
-    version = int(found.get("version", 0))
-    if version != FORMAT_VERSION:
+    # Exactly the version written (an int in .pt files, its decimal text in .safetensors), as
+    # fusedlinear reads it: "01" or " 1" is no version it knows.
+    version = found.get("version")
+    if isinstance(version, bool) or str(version) != str(FORMAT_VERSION):
         raise ChainError("fx_chain: %s carries a chain of version %s; this reads version %d"
-                         % (path, found.get("version"), FORMAT_VERSION))
-    return {"version": version, "chain": str(found["chain"]), "linear": str(found["linear"])}
+                         % (path, repr(version) if isinstance(version, str) else version,
+                            FORMAT_VERSION))
+    return {"version": FORMAT_VERSION, "chain": str(found["chain"]),
+            "linear": str(found["linear"])}
 
 
 # ---------------------------------------------------------------------------------------------

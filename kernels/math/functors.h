@@ -101,11 +101,11 @@ struct Hardtanh {
   }
 };
 
-// torch.clamp(x, min, max); NaN stays NaN. Both bounds are written (-inf or inf for a side that
-// is not bounded).
+// torch.clamp(x, min, max); NaN stays NaN. A spec gives at least one bound (the parser checks);
+// the canonical spec writes both (-inf or inf for a side that is not bounded).
 struct Clamp {
   static constexpr const char* kName = "clamp";
-  static constexpr Arg kArgs[] = {{"min", 0.0f, true}, {"max", 0.0f, true}};
+  static constexpr Arg kArgs[] = {{"min", -INFINITY}, {"max", INFINITY}};
   float min = -INFINITY, max = INFINITY;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {

@@ -66,7 +66,7 @@ const ChainEntry& find_chain(const std::string& name_or_spec) {
   entry->program = program_of(entry->chain);
   const std::lock_guard<std::mutex> lock(r.mutex);
   if (!r.has_runtime) {
-    throw ChainSpecError("chain '" + name_or_spec + "': this build has no run-time chain kernels");
+    throw ChainSpecError("chain '" + entry->name + "': this build has no run-time chain kernels");
   }
   entry->kernels = r.runtime;
   const auto canonical = r.by_name.emplace(entry->name, entry).first;

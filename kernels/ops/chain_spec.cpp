@@ -4,276 +4,346 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 
 namespace fusedlinear {
 namespace {
 
+// ASCII space, \t, \n, \v, \f and \r whatever the locale, as weights/fx_chain.py reads them.
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
 // The canonical number (docs/CHAINS.md): the fewest digits that read back to the same float, in
 // fixed notation for 1e-4 <= |x| < 1e16, else scientific with no '+' and no leading zeros in the
-// exponent ("0.2", "-2", "100000", "1e-5", "3.4028235e38", "inf", "-0").
+// exponent ("0.2", "-2", "100000", "1e-5", "3.4028235e38", "inf", "-0"). The digits are laid out
+// here: to_chars' fixed notation writes every digit of a large float (1e15 as 999999986991104).
 std::string format_number(float value) {
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (value == 0) return std::signbit(value) ? "-0" : "0";
   char buffer[64];
-  const float magnitude = std::fabs(value);
-  const bool fixed = magnitude == 0 || (magnitude >= 1e-4f && magnitude < 1e16f);
   const auto result =
-      std::to_chars(buffer, buffer + sizeof buffer, value,
-                    fixed ? std::chars_format::fixed : std::chars_format::scientific);
-  std::string text(buffer, result.ptr);
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific);
+  const std::string text(buffer, result.ptr);  // "-1.25e+07"
   const size_t e = text.find('e');
-  if (e != std::string::npos) {
-    std::string exponent = text.substr(e + 1);
-    const bool negative = !exponent.empty() && exponent[0] == '-';
-    if (!exponent.empty() && (exponent[0] == '-' || exponent[0] == '+')) exponent.erase(0, 1);
-    exponent.erase(0, std::min(exponent.find_first_not_of('0'), exponent.size() - 1));
-    text = text.substr(0, e) + "e" + (negative ? "-" : "") + exponent;
+  const int exponent = std::atoi(text.c_str() + e + 1);
+  std::string digits;
+  for (size_t i = 0; i < e; ++i) {
+    if (is_digit(text[i])) digits += text[i];
   }
-  return text;
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const std::string sign = value < 0 ? "-" : "";
+  if (exponent < -4 || exponent >= 16) {
+    return sign + digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "") + "e" +
+           std::to_string(exponent);
+  }
+  if (exponent < 0) return sign + "0." + std::string(size_t(-exponent - 1), '0') + digits;
+  const size_t whole = size_t(exponent) + 1;
+  if (digits.size() <= whole) return sign + digits + std::string(whole - digits.size(), '0');
+  return sign + digits.substr(0, whole) + "." + digits.substr(whole);
 }
 
-// The spec's tokens: names and numbers, and the punctuation ( ) , =.
+bool is_letter(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+bool is_word_char(char c) { return is_letter(c) || is_digit(c) || c == '.'; }
+
+// The bytes of `text` for a message: printable ASCII as is, the rest escaped.
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", unsigned(byte));
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// A token or a path quoted in a message: its first 40 bytes, "..." when there are more.
+std::string shown_token(const std::string& text) {
+  constexpr size_t kShown = 40;
+  return "'" + escaped(text.substr(0, kShown)) + (text.size() > kShown ? "..." : "") + "'";
+}
+
+// The spec's tokens: identifiers, numbers, and the punctuation ( ) , =.
 struct Token {
   enum Kind { kWord, kNumber, kPunct, kEnd } kind = kEnd;
   std::string text;
   size_t at = 0;  // where it starts in the spec, for messages
 };
 
-class Lexer {
- public:
-  explicit Lexer(const std::string& spec) : spec_(spec) { advance(); }
-  const Token& peek() const { return token_; }
-  Token take() {
-    Token t = token_;
-    advance();
-    return t;
-  }
-
- private:
-  void advance() {
-    while (at_ < spec_.size() && std::isspace(static_cast<unsigned char>(spec_[at_]))) ++at_;
-    token_ = Token{};
-    token_.at = at_;
-    if (at_ == spec_.size()) return;
-    const char c = spec_[at_];
-    const auto is_word_char = [](char ch) {
-      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.';
-    };
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      size_t end = at_;
-      while (end < spec_.size() && is_word_char(spec_[end])) ++end;
-      token_.kind = Token::kWord;
-      token_.text = spec_.substr(at_, end - at_);
-      at_ = end;
-      // inf is a number, not a name.
-      if (token_.text == "inf") token_.kind = Token::kNumber;
-      return;
-    }
-    if (std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '+' || c == '.') {
-      size_t end = at_ + 1;
-      while (end < spec_.size() &&
-             (std::isalnum(static_cast<unsigned char>(spec_[end])) || spec_[end] == '.' ||
-              ((spec_[end] == '-' || spec_[end] == '+') &&
-               (spec_[end - 1] == 'e' || spec_[end - 1] == 'E')))) {
-        ++end;
-      }
-      token_.kind = Token::kNumber;
-      token_.text = spec_.substr(at_, end - at_);
-      at_ = end;
-      return;
-    }
-    token_.kind = Token::kPunct;
-    token_.text = std::string(1, c);
-    ++at_;
-  }
-
-  const std::string& spec_;
-  size_t at_ = 0;
-  Token token_;
-};
+std::string describe(const Token& t) {
+  return t.kind == Token::kEnd ? "the end" : shown_token(t.text);
+}
 
 struct RawArg {
   std::string key;  // empty when positional
+  size_t at = 0;    // where the argument starts: its key, or its value
   Token value;
 };
 
 class Parser {
  public:
-  explicit Parser(const std::string& spec) : spec_(spec), lexer_(spec) {}
+  explicit Parser(const std::string& spec) : spec_(spec) {}
 
   ParsedChain parse() {
+    // The whole spec is read as tokens first, so that a character no token takes is the error
+    // wherever it is, as weights/fx_chain.py reads it.
+    tokenize();
     ParsedChain chain;
-    if (lexer_.peek().kind == Token::kEnd)
-      fail(lexer_.peek(), "an op (the vocabulary: " + vocabulary_names() + ")");
     while (true) {
       chain.ops.push_back(parse_op());
-      const Token next = lexer_.take();
+      const Token& next = take();
       if (next.kind == Token::kEnd) break;
-      if (next.text != ",") fail(next, "',' between ops or the end of the spec");
+      if (next.text != ",") {
+        fail(next.at, "expected ',' between ops or the end of the spec, got " + describe(next));
+      }
     }
     return chain;
   }
 
  private:
-  [[noreturn]] void fail(const Token& at, const std::string& expected) const {
-    const std::string got = at.kind == Token::kEnd ? "the end" : "'" + at.text + "'";
-    throw ChainSpecError("chain '" + spec_ + "': expected " + expected + ", got " + got +
-                         " at character " + std::to_string(at.at + 1));
-  }
-  [[noreturn]] void fail_op(const Token& at, const std::string& what) const {
-    throw ChainSpecError("chain '" + spec_ + "': " + what + " (at character " +
-                         std::to_string(at.at + 1) + ")");
+  [[noreturn]] void fail(size_t at, const std::string& what) const {
+    throw ChainSpecError("chain " + spec_excerpt(spec_, at) + ": " + what + " (at character " +
+                         std::to_string(at + 1) + ")");
   }
 
-  float number(const Token& t, const std::string& op, const std::string& arg) const {
-    if (t.kind != Token::kNumber) fail(t, "a number for " + op + "'s " + arg);
-    char* end = nullptr;
-    const float value = std::strtof(t.text.c_str(), &end);
-    if (t.text.empty() || *end != '\0' || std::isnan(value)) {
-      fail(t, "a number for " + op + "'s " + arg);
+  void tokenize() {
+    size_t at = 0;
+    while (true) {
+      while (at < spec_.size() && is_space(spec_[at])) ++at;
+      Token token;
+      token.at = at;
+      if (at == spec_.size()) break;
+      const char c = spec_[at];
+      size_t end = at + 1;
+      if (is_letter(c)) {
+        while (end < spec_.size() && is_word_char(spec_[end])) ++end;
+        token.text = spec_.substr(at, end - at);
+        // inf is a number, never a key.
+        token.kind = token.text == "inf" ? Token::kNumber : Token::kWord;
+      } else if (is_digit(c) || c == '.' || c == '+' || c == '-') {
+        // The run a number could span, so that "0x10" or "1e5x" is refused whole.
+        while (end < spec_.size() &&
+               (is_word_char(spec_[end]) || ((spec_[end] == '+' || spec_[end] == '-') &&
+                                             (spec_[end - 1] == 'e' || spec_[end - 1] == 'E')))) {
+          ++end;
+        }
+        token.text = spec_.substr(at, end - at);
+        token.kind = Token::kNumber;
+        if (!is_spec_number(token.text)) {
+          fail(at, shown_token(token.text) + " is not a number (decimal: 2, -0.5, 1e-3, inf)");
+        }
+      } else if (c == '(' || c == ')' || c == ',' || c == '=') {
+        token.text = std::string(1, c);
+        token.kind = Token::kPunct;
+      } else {
+        fail(at, "unexpected character " + shown_token(std::string(1, c)));
+      }
+      tokens_.push_back(token);
+      at = end;
     }
-    return value;
+    Token end;
+    end.at = spec_.size();
+    tokens_.push_back(end);
   }
+
+  const Token& peek(size_t ahead = 0) const {
+    return tokens_[std::min(next_ + ahead, tokens_.size() - 1)];
+  }
+  const Token& take() {
+    const Token& t = peek();
+    if (next_ + 1 < tokens_.size()) ++next_;
+    return t;
+  }
+  bool punct(const Token& t, char c) const { return t.kind == Token::kPunct && t.text[0] == c; }
 
   std::vector<RawArg> parse_args() {
     std::vector<RawArg> args;
-    if (lexer_.peek().text != "(" || lexer_.peek().kind != Token::kPunct) return args;
-    lexer_.take();
+    if (!punct(peek(), '(')) return args;
+    take();
     while (true) {
       RawArg arg;
-      Token t = lexer_.take();
-      if (t.kind == Token::kWord && lexer_.peek().text == "=") {
-        lexer_.take();
-        arg.key = t.text;
-        t = lexer_.take();
+      arg.at = peek().at;
+      if (peek().kind == Token::kWord && punct(peek(1), '=')) {
+        arg.key = take().text;
+        take();
+        if (peek().kind != Token::kWord && peek().kind != Token::kNumber) {
+          fail(peek().at, "expected a value after '" + arg.key + "=', got " + describe(peek()));
+        }
+      } else if (peek().kind != Token::kWord && peek().kind != Token::kNumber) {
+        fail(peek().at, "expected an argument, got " + describe(peek()));
       }
-      if (t.kind != Token::kWord && t.kind != Token::kNumber) fail(t, "an argument");
-      arg.value = t;
+      arg.value = take();
       args.push_back(arg);
-      const Token next = lexer_.take();
-      if (next.text == ")") break;
-      if (next.text != ",") fail(next, "',' or ')' after an argument");
+      const Token& next = take();
+      if (punct(next, ')')) break;
+      if (!punct(next, ','))
+        fail(next.at, "expected ',' or ')' after an argument, got " + describe(next));
     }
     return args;
   }
 
+  float number(const Token& t, const std::string& op, const std::string& arg) const {
+    if (t.kind != Token::kNumber)
+      fail(t.at, op + "'s " + arg + " is a number, not " + shown_token(t.text));
+    // The lexer took only the grammar's numbers; strtof rounds to nearest (1e40 is inf).
+    return std::strtof(t.text.c_str(), nullptr);
+  }
+
   ChainOp parse_op() {
-    const Token name = lexer_.take();
-    if (name.kind != Token::kWord) fail(name, "an op (the vocabulary: " + vocabulary_names() + ")");
+    const Token name = take();
+    if (name.kind != Token::kWord) {
+      fail(name.at,
+           "expected an op (the vocabulary: " + vocabulary_names() + "), got " + describe(name));
+    }
     std::vector<const OpInfo*> candidates;
     for (const OpInfo& info : vocabulary()) {
       if (info.name == name.text) candidates.push_back(&info);
     }
     if (candidates.empty()) {
-      fail_op(name, "unknown op '" + name.text + "' (the vocabulary: " + vocabulary_names() + ")");
+      fail(name.at, "unknown op " + shown_token(name.text) +
+                        " (the vocabulary: " + vocabulary_names() + ")");
     }
     const std::vector<RawArg> args = parse_args();
-    const OpInfo& first = *candidates.front();
+    // gelu's entries differ by their approximation, add's (sub's, ...) by a number or a key: the
+    // argument picks the entry, under the name PyTorch gives it.
+    const bool gelu = name.text == "gelu";
+    const bool arithmetic = !gelu && candidates.size() > 1;
+    std::vector<std::string> names;
+    if (gelu) {
+      names = {"approximate"};
+    } else if (arithmetic) {
+      names = {"other"};
+    } else {
+      for (const act::Arg& a : candidates.front()->args) names.push_back(a.name);
+    }
+    const std::vector<const RawArg*> given = bind(name, names, args);
+    if (gelu) return gelu_op(given[0], candidates);
+    if (arithmetic) return arithmetic_op(name, given[0], candidates);
     ChainOp op;
-    if (!first.choice.empty() || candidates.size() > 1) {
-      // gelu, or an arithmetic op: the argument picks the entry.
-      if (first.name == "gelu") return parse_gelu(name, args, candidates);
-      return parse_arithmetic(name, args, candidates);
+    op.op = candidates.front();
+    if (name.text == "clamp" && !given[0] && !given[1]) fail(name.at, "clamp needs min or max");
+    for (size_t j = 0; j < names.size(); ++j) {
+      op.args[j] =
+          given[j] ? number(given[j]->value, name.text, names[j]) : op.op->args[j].default_value;
     }
-    op.op = &first;
-    return with_args(op, name, args);
+    return op;
   }
 
-  ChainOp parse_gelu(const Token& name, const std::vector<RawArg>& args,
-                     const std::vector<const OpInfo*>& candidates) {
-    std::string choice = "none";
-    if (args.size() > 1) fail_op(name, "gelu takes one argument, approximate = none or tanh");
-    if (args.size() == 1) {
-      const RawArg& arg = args.front();
-      if (!arg.key.empty() && arg.key != "approximate") {
-        fail_op(arg.value, "gelu has no argument '" + arg.key + "' (approximate = none or tanh)");
-      }
-      choice = arg.value.text;
-      if (choice.size() > 2 && (choice.front() == '\'' || choice.front() == '"')) {
-        choice = choice.substr(1, choice.size() - 2);
-      }
-    }
-    for (const OpInfo* info : candidates) {
-      if (info->choice == (choice == "none" ? "" : choice)) {
-        ChainOp op;
-        op.op = info;
-        return op;
-      }
-    }
-    fail_op(args.front().value, "gelu's approximate is none or tanh, got '" + choice + "'");
-  }
-
-  ChainOp parse_arithmetic(const Token& name, const std::vector<RawArg>& args,
-                           const std::vector<const OpInfo*>& candidates) {
-    if (args.size() != 1 || !args.front().key.empty()) {
-      fail_op(name, name.text + " takes one argument: a number, or a parameter's state-dict key");
-    }
-    const Token& value = args.front().value;
-    const bool is_param = value.kind == Token::kWord;
-    for (const OpInfo* info : candidates) {
-      if (info->takes_param == is_param) {
-        ChainOp op;
-        op.op = info;
-        if (is_param) {
-          op.param = value.text;
-        } else {
-          op.args[0] = number(value, name.text, "value");
-        }
-        return op;
-      }
-    }
-    fail_op(name, "no form of " + name.text + " takes '" + value.text + "'");
-  }
-
-  ChainOp with_args(ChainOp op, const Token& name, const std::vector<RawArg>& args) {
-    const std::vector<act::Arg>& expected = op.op->args;
-    std::string names;
-    for (const act::Arg& a : expected) names += (names.empty() ? "" : ", ") + std::string(a.name);
-    const std::string takes =
-        expected.empty() ? name.text + " takes no arguments"
-                         : name.text + " takes " + std::to_string(expected.size()) + " argument" +
-                               (expected.size() == 1 ? "" : "s") + " (" + names + ")";
-    if (args.size() > expected.size()) {
-      fail_op(name, takes + ", got " + std::to_string(args.size()) + " argument" +
+  // Each argument in its slot (by position, or by PyTorch's name), or a message naming what the
+  // op takes.
+  std::vector<const RawArg*> bind(const Token& name, const std::vector<std::string>& names,
+                                  const std::vector<RawArg>& args) const {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    const std::string takes = names.empty() ? name.text + " takes no arguments"
+                                            : name.text + " takes " + std::to_string(names.size()) +
+                                                  " argument" + (names.size() == 1 ? "" : "s") +
+                                                  " (" + list + ")";
+    if (args.size() > names.size()) {
+      fail(name.at, takes + ", got " + std::to_string(args.size()) + " argument" +
                         (args.size() == 1 ? "" : "s"));
     }
-    std::vector<std::optional<float>> values(expected.size());
+    std::vector<const RawArg*> given(std::max<size_t>(names.size(), 1), nullptr);
     bool keywords = false;
     for (size_t i = 0; i < args.size(); ++i) {
       size_t slot = i;
       if (!args[i].key.empty()) {
         keywords = true;
-        slot = expected.size();
-        for (size_t j = 0; j < expected.size(); ++j) {
-          if (args[i].key == expected[j].name) slot = j;
-        }
-        if (slot == expected.size()) fail_op(args[i].value, takes + ", not '" + args[i].key + "'");
+        slot = std::find(names.begin(), names.end(), args[i].key) - names.begin();
+        if (slot == names.size()) fail(args[i].at, takes + ", not " + shown_token(args[i].key));
       } else if (keywords) {
-        fail_op(args[i].value, "a positional argument after a keyword one");
+        fail(args[i].at, "a positional argument after a keyword one");
       }
-      if (values[slot])
-        fail_op(args[i].value, name.text + "'s " + expected[slot].name + " given twice");
-      values[slot] = number(args[i].value, name.text, expected[slot].name);
+      if (given[slot]) fail(args[i].at, name.text + "'s " + names[slot] + " given twice");
+      given[slot] = &args[i];
     }
-    for (size_t j = 0; j < expected.size(); ++j) {
-      if (!values[j] && expected[j].required) {
-        fail_op(name, name.text + " needs " + expected[j].name + " (" + takes + ")");
+    return given;
+  }
+
+  ChainOp gelu_op(const RawArg* arg, const std::vector<const OpInfo*>& candidates) const {
+    // none and tanh are identifiers: a number is neither.
+    const std::string choice = !arg ? "" : arg->value.text == "none" ? "" : arg->value.text;
+    for (const OpInfo* info : candidates) {
+      if (info->choice == choice && (!arg || arg->value.kind == Token::kWord)) {
+        ChainOp op;
+        op.op = info;
+        return op;
       }
-      op.args[j] = values[j] ? *values[j] : expected[j].default_value;
     }
-    return op;
+    fail(arg->value.at, "gelu's approximate is none or tanh, not " + shown_token(arg->value.text));
+  }
+
+  ChainOp arithmetic_op(const Token& name, const RawArg* arg,
+                        const std::vector<const OpInfo*>& candidates) const {
+    if (!arg) fail(name.at, name.text + " needs other (a number or a parameter's state-dict key)");
+    const bool is_param = arg->value.kind == Token::kWord;
+    for (const OpInfo* info : candidates) {
+      if (info->takes_param != is_param) continue;
+      ChainOp op;
+      op.op = info;
+      if (is_param) {
+        op.param = arg->value.text;
+      } else {
+        op.args[0] = number(arg->value, name.text, "other");
+      }
+      return op;
+    }
+    fail(name.at, "no form of " + name.text + " takes " + shown_token(arg->value.text));
   }
 
   const std::string& spec_;
-  Lexer lexer_;
+  std::vector<Token> tokens_;
+  size_t next_ = 0;
 };
 
 }  // namespace
+
+bool is_spec_number(const std::string& text) {
+  size_t i = 0;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  if (text.compare(i, std::string::npos, "inf") == 0) return true;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < text.size() && is_digit(text[i])) ++i;
+    return i - start;
+  };
+  size_t mantissa = digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
+}
+
+std::string spec_excerpt(const std::string& text, size_t at) {
+  constexpr size_t kContext = 40;
+  const size_t begin = at > kContext ? at - kContext : 0;
+  const size_t end = std::min(text.size(), at + kContext);
+  if (begin >= end) return "''";
+  return "'" + std::string(begin > 0 ? "..." : "") + escaped(text.substr(begin, end - begin)) +
+         (end < text.size() ? "..." : "") + "'";
+}
 
 const std::vector<OpInfo>& vocabulary() {
   static const std::vector<OpInfo> ops = {

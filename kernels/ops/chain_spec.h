@@ -68,12 +68,22 @@ const std::vector<OpInfo>& vocabulary();
 // The names of the vocabulary, comma-separated, for messages.
 std::string vocabulary_names();
 
-// Parses a spec. Throws ChainSpecError naming the faulty token and what was expected (the
-// vocabulary for an unknown name, the arguments an op takes for a wrong count or name).
+// Parses a spec (docs/CHAINS.md's grammar; tests/spec_grammar.tsv is its test, shared with
+// weights/fx_chain.py). Throws ChainSpecError naming the faulty token, what was expected and where
+// (the vocabulary for an unknown name, the arguments an op takes for a wrong count or name).
 ParsedChain parse_chain(const std::string& spec);
 // parse_chain, with the empty spec as the chain of no ops: a Linear alone, as a layer of a layered
 // model may be (the ops take "" so).
 ParsedChain parse_chain_or_empty(const std::string& spec);
+
+// Whether `text` is a number of the spec grammar: decimal digits with an optional sign, point,
+// fraction and exponent ("1", "-2.5", ".5", "1e-3"), or inf with an optional sign; not
+// hexadecimal, not nan, no spaces. The command line's tolerances are read by the same rule.
+bool is_spec_number(const std::string& text);
+
+// `text` for a one-line message: its bytes within 40 of byte `at`, "..." where it is cut, in single
+// quotes, with backslash, control bytes and bytes outside ASCII escaped ("\\", "\n", "\x00").
+std::string spec_excerpt(const std::string& text, size_t at);
 
 // The op list the interpreter runs for `chain`, with chain.h's rewrites (GELU after an op whose
 // results lie in [-1, 1] as GeluOnUnitInterval) and without the clamps that cannot change a value

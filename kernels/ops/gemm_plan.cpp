@@ -124,14 +124,19 @@ GemmPlan plan_gemm(const GemmQuery& query) {
       return library("the small-batch kernels were asked for, but they have no " + mode +
                      " products");
     }
-    return finish(skinny_products(query.precision), true, "asked for", 0);
+    // On a CPU the op runs its CPU twin: said only here, where the kernels were asked for.
+    return finish(skinny_products(query.precision), true,
+                  query.device.gpu ? "asked for"
+                                   : "asked for; the small-batch kernels run on a GPU only, their "
+                                     "CPU twin here (the CPU's GEMM, then the chain)",
+                  0);
   }
   if (query.kernel == GemmKernel::kHopper) {
     const std::string refused = hopper_refusal(query);
     if (!refused.empty()) return library("the Hopper GEMM was asked for, but " + refused);
     return finish_on(GemmKernel::kHopper, query.precision, "asked for", 0);
   }
-  if (!query.device.gpu) return library("the small-batch kernels run on a GPU only under auto");
+  if (!query.device.gpu) return library("auto: the CPU's GEMM, then the chain in one fused op");
   const SkinnyThresholds* table = skinny_thresholds(query.device);
   if (!table && query.skinny_max_rows < 0) {
     return library("no small-batch thresholds measured for sm_" +

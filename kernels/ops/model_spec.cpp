@@ -1,13 +1,13 @@
 // Model specs parsed and printed (model_spec.h).
 #include "kernels/ops/model_spec.h"
 
-#include <cctype>
 #include <set>
 
 namespace fusedlinear {
 namespace {
 
-bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+// The chain's whitespace: ASCII space, \t, \n, \v, \f and \r, whatever the locale.
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 std::string trimmed(const std::string& text) {
   size_t begin = 0, end = text.size();
@@ -71,7 +71,7 @@ class ModelParser {
         if (!ref) continue;
         const bool same_linear_halves = ref == &layer.gate && layer.gate.path == layer.linear.path;
         if (!same_linear_halves && !used.insert(ref->path).second) {
-          fail(layer_text.at, "a Linear used once; '" + ref->path + "' comes twice");
+          fail(layer_text.at, "a Linear used once; " + spec_excerpt(ref->path, 0) + " comes twice");
         }
       }
       model.layers.push_back(std::move(layer));
@@ -81,8 +81,8 @@ class ModelParser {
 
  private:
   [[noreturn]] void fail(size_t at, const std::string& expected) const {
-    throw ChainSpecError("model '" + spec_ + "': expected " + expected + " (at character " +
-                         std::to_string(at + 1) + ")");
+    throw ChainSpecError("model " + spec_excerpt(spec_, at) + ": expected " + expected +
+                         " (at character " + std::to_string(at + 1) + ")");
   }
 
   LinearRef parse_linear(const Piece& piece, const char* role) const {
@@ -103,12 +103,12 @@ class ModelParser {
     bool valid = !ref.path.empty() && ref.path.front() != '.' && ref.path.back() != '.';
     for (size_t i = 0; i < ref.path.size(); ++i) {
       const char c = ref.path[i];
-      valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-                        (c == '.' && ref.path[i + 1] != '.'));
+      const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+      valid = valid && (alnum || c == '_' || (c == '.' && ref.path[i + 1] != '.'));
     }
     if (!valid) {
       fail(piece.at, std::string("the ") + role + "'s attribute path ([A-Za-z0-9_.], e.g. fc1 or " +
-                         "block.0), got '" + t + "'");
+                         "block.0), got " + spec_excerpt(t, 0));
     }
     return ref;
   }
@@ -130,8 +130,9 @@ class ModelParser {
       try {
         layer.chain = parse_chain(parts[0].text);
       } catch (const ChainSpecError& e) {
-        throw ChainSpecError("model '" + spec_ + "', layer " + std::to_string(index) + " (" +
-                             layer.linear.to_string() + "): " + e.what());
+        throw ChainSpecError("model " + spec_excerpt(spec_, parts[0].at) + ", layer " +
+                             std::to_string(index) + " (" + layer.linear.to_string() +
+                             "): " + e.what());
       }
     }
     if (parts.size() == 2) {

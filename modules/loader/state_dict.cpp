@@ -64,11 +64,8 @@ std::vector<std::pair<std::string, torch::Tensor>> named_state(torch::nn::Module
   return state;
 }
 
-// Why converting `tensor` to `to` would lose more than rounding ("" when it would not): the
-// imaginary part of complex values, the fractions of floats made integers, integers the target
-// does not hold (out of its range, or beyond where a float holds integers exactly), finite
-// floats that would become infinite. Rounding to a narrower float (float64 -> float32) is the
-// usual conversion and only noted.
+}  // namespace
+
 std::string conversion_loss(const torch::Tensor& tensor, c10::ScalarType to) {
   const c10::ScalarType from = tensor.scalar_type();
   if (tensor.numel() == 0) return "";
@@ -120,8 +117,6 @@ std::string conversion_loss(const torch::Tensor& tensor, c10::ScalarType to) {
   return "values from " + std::to_string(low) + " to " + std::to_string(high) +
          " do not fit its range " + std::to_string(min_to) + " to " + std::to_string(max_to);
 }
-
-}  // namespace
 
 std::vector<std::string> state_dict_keys(torch::nn::Module& model) {
   std::vector<std::string> keys;

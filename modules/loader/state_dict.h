@@ -39,6 +39,13 @@ std::string strip_attribute_prefix(NamedTensors& file, const std::vector<ModelKe
 // every key shares; "" when there is neither.
 std::string strip_prefix_hint(const NamedTensors& file, const std::vector<ModelKeys>& models);
 
+// Why converting `tensor` to `to` would lose more than rounding ("" when it would not): the
+// imaginary part of complex values, the fractions of floats made integers, integers the target
+// does not hold (out of its range, or beyond where a float holds integers exactly), finite
+// floats that would become infinite. Rounding to a narrower float (float64 -> float32) is the
+// usual conversion and only noted. The check of weights (apply_state_dict) and of inputs.
+std::string conversion_loss(const torch::Tensor& tensor, c10::ScalarType to);
+
 // Loads `path` into `model`'s parameters and buffers (converted to their dtype and device).
 // Returns the notices to show the user once (conversions, keys ignored, prefixes stripped).
 // Throws LoadError naming the file and the problem (missing keys with strip_prefix_hint, or a

@@ -686,6 +686,22 @@ NamedTensors read_state_dict(const std::string& path, const std::string& weights
   });
 }
 
+void check_metadata_version(const NamedTensors& file, const std::string& source) {
+  if (file.metadata.empty()) return;
+  const auto version = file.metadata.find("version");
+  if (version != file.metadata.end() && version->second == kMetadataVersion) return;
+  std::string fields;
+  for (const auto& item : file.metadata) {
+    fields += (fields.empty() ? "" : ", ") + printable(item.first, 40);
+  }
+  throw LoadError(source + ": its fusedlinear metadata (" + fields + ") " +
+                  (version == file.metadata.end()
+                       ? std::string("carries no version")
+                       : "says version '" + printable(version->second, 40) + "'") +
+                  "; this reads version " + kMetadataVersion +
+                  " only (as weights/fx_chain.py save_with_chain writes it, docs/CHAINS.md)");
+}
+
 torch::Tensor read_tensor(const std::string& path) {
   const FileBytes file(path);
   return reading(path, file, [&]() -> torch::Tensor {

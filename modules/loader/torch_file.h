@@ -44,6 +44,16 @@ struct NamedTensors {
 NamedTensors read_state_dict(const std::string& path, const std::string& weights_key = "",
                              const std::string& strip_prefix = "");
 
+// The version of the metadata's fields (docs/CHAINS.md) this program reads: the one
+// weights/fx_chain.py writes (an int in a .pt file, which reads as this text; this text in a
+// .safetensors file).
+inline constexpr const char* kMetadataVersion = "1";
+
+// Throws LoadError, one line starting with `source`, when `file` carries metadata (any entry)
+// whose "version" is missing or other than kMetadataVersion exactly ("01", " 1" and "2" too):
+// fields of another version may mean something else.
+void check_metadata_version(const NamedTensors& file, const std::string& source);
+
 // The prefixes training wrappers put before every key, removed from `keys` while every key
 // starts with one, nested in any order: "module." (DataParallel, DistributedDataParallel) and
 // "_orig_mod." (torch.compile). Returns a notice for each removal.

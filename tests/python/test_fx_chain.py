@@ -928,6 +928,67 @@ class Refusals(unittest.TestCase):
             self.assertEqual(os.listdir(folder), [])
 
 
+class Limits(unittest.TestCase):
+    """What fusedlinear's interpreter takes in one chain, refused here with its reason."""
+
+    def test_the_limits_are_the_interpreters(self):
+        with open(os.path.join(REPO, "kernels", "math", "program.h")) as file:
+            ops = re.search(r"constexpr int kMaxProgramOps = (\d+);", file.read())
+        with open(os.path.join(REPO, "kernels", "math", "chain.h")) as file:
+            terms = re.search(r"constexpr int kMaxColumnTerms = (\d+);", file.read())
+        self.assertEqual(fx.MAX_CHAIN_OPS, int(ops.group(1)))
+        self.assertEqual(fx.MAX_PARAMETER_TERMS, int(terms.group(1)))
+
+    def test_sixteen_ops_and_four_terms_pass(self):
+        def forward(s, x):
+            x = s.fc(x)
+            for i in range(4):
+                x = x + getattr(s, "p%d" % i)
+            for _ in range(12):
+                x = torch.tanh(x)
+            return x
+        params = {"p%d" % i: nn.Parameter(torch.randn(3)) for i in range(4)}
+        spec = spec_of(forward, **params)
+        self.assertEqual(len(fx.parse_spec(spec)), 16)
+
+    def test_a_seventeenth_op_is_refused(self):
+        def forward(s, x):
+            x = s.fc(x)
+            for _ in range(17):
+                x = torch.tanh(x)
+            return x
+        Refusals.check_refused(self, "17 ops", Probe(forward),
+                               ["the chain of fc (node 'tanh_16' is op 17)",
+                                ": 17 ops; a run-time chain takes at most 16"])
+
+    def test_a_fifth_parameter_term_is_refused(self):
+        def forward(s, x):
+            x = s.fc(x)
+            for i in range(5):
+                x = x * getattr(s, "p%d" % i)
+            return x
+        params = {"p%d" % i: nn.Parameter(torch.randn(3)) for i in range(5)}
+        Refusals.check_refused(self, "5 terms", Probe(forward, **params),
+                               ["(node 'mul_4' is parameter term 5)",
+                                "more than 4 parameter terms"])
+
+    def test_a_layers_chain_past_the_limit_is_refused(self):
+        def forward(s, x):
+            x = s.fc1(x)
+            for _ in range(17):
+                x = F.relu(x)
+            return s.fc2(x)
+        torch.manual_seed(0)
+        Refusals.check_refused(self, "17 ops in a layer", Net(forward, **mlp()),
+                               ["the chain of fc1", "17 ops"])
+
+    def test_a_linears_own_bias_is_a_parameter(self):
+        model = Probe(lambda s, x: torch.tanh(s.fc(x)) * s.fc.bias)
+        self.assertEqual(fx.chain_spec(model)[1], "tanh,mul(fc.bias)")
+        Refusals.check_refused(self, "the weight", Probe(lambda s, x: s.fc(x) * s.fc.weight),
+                               ["parameter 'fc.weight' of shape [3, 4]", "[3], [] or [1]"])
+
+
 class Layered(unittest.TestCase):
     def build(self, forward, members):
         torch.manual_seed(0)
@@ -1120,24 +1181,88 @@ class Grammar(unittest.TestCase):
         for _, spec in EXPECTED.values():
             self.assertEqual(fx.canonical_spec(spec), spec)
 
-    def test_malformed_specs(self):
-        cases = [("", "expected an op"), ("relu,", "expected an op"),
-                 ("relu(1)", "relu takes no arguments"), ("foo", "unknown op 'foo'"),
-                 ("clamp", "clamp needs min or max"), ("add", "needs its argument 'other'"),
-                 ("gelu(fast)", "none or tanh"), ("leaky_relu(x)", "is a number, not 'x'"),
-                 ("hardtanh(1,2,3)", "at most 2 arguments"),
-                 ("clamp(min=1,min=2)", "given twice"),
-                 ("clamp(max=1,2)", "positional argument after a named one"),
-                 ("relu relu", "expected ',' between ops"), ("add(1", "expected ',' or ')'"),
-                 ("relu;", "unexpected ';'"), ("elu(beta=1)", "elu has no argument 'beta'"),
-                 ("swish(fast)", "swish's beta is a number"), ("square(2)", "square takes no "
-                                                                           "arguments")]
-        for text, want in cases:
-            with self.subTest(spec=text):
-                with self.assertRaises(fx.ChainError) as caught:
-                    fx.parse_spec(text)
-                self.assertIn(want, str(caught.exception))
-                self.assertIn("at character", str(caught.exception))
+    def test_the_grammar_table(self):
+        """Each case of tests/spec_grammar.tsv (fusedlinear's tests read the same): the canonical
+        form, which reads back as itself, or the refusal, one line of printable ASCII naming the
+        character and holding the phrase."""
+        cases = grammar_cases()
+        self.assertGreater(len(cases), 150)
+        for line, columns in cases:
+            spec = columns[0]
+            with self.subTest(line="tests/spec_grammar.tsv:%d" % line, spec=spec):
+                try:
+                    got = fx.canonical_spec(spec)
+                except fx.ChainError as error:
+                    got = "refused: " + str(error)
+                if columns[1] != "refused":
+                    self.assertEqual(got, columns[1])
+                    self.assertEqual(fx.canonical_spec(columns[1]), columns[1])
+                    continue
+                self.assertEqual(len(columns), 4)
+                self.assertTrue(got.startswith("refused: fx_chain: "), got)
+                self.assertIn("at character %s" % columns[2], got)
+                self.assertIn(columns[3], got)
+                self.assertTrue(all(" " <= c <= "~" for c in got), got)
+
+    def test_messages_show_a_long_spec_around_the_error(self):
+        spec = "relu," * 10000
+        for text, want in [
+                (spec + "mesh,relu", ["chain spec '...relu,relu,relu,relu,relu,relu,relu,relu,"
+                                      "mesh,relu', at character 50001: unknown op 'mesh'"]),
+                (spec + "clamp(" + "k" * 50000 + ")," + spec,
+                 ["relu,clamp(" + "k" * 40 + "...'",
+                  "clamp's min is a number, not '" + "k" * 40 + "...'"]),
+                ("fc1:" + spec + "relu|fc1", ["relu,relu|fc1', at character 50010: expected a "
+                                              "Linear used once; 'fc1' comes twice"])]:
+            with self.assertRaises(fx.ChainError) as caught:
+                fx.canonical_spec(text)
+            message = str(caught.exception)
+            self.assertLess(len(message), 400, message)
+            for part in want:
+                self.assertIn(part, message)
+
+    def test_numbers_round_once_to_float32(self):
+        # Just past the midpoint of 1 and the next float32: float64 would round to the midpoint,
+        # and float32 then to even (1).
+        self.assertEqual(fx.read_number("1.000000059604644775390625000000000001"),
+                         1 + 2.0 ** -23)
+        self.assertEqual(fx.read_number("1.000000059604644775390625"), 1.0)
+        # Around the midpoint of float32's largest value and 2^128, where it rounds to inf.
+        largest = 3.4028234663852886e38
+        self.assertEqual(fx.read_number("-3.4028235677973366e38"), -largest)
+        self.assertEqual(fx.read_number("340282356779733661637539395458142568447"), largest)
+        self.assertEqual(fx.read_number("340282356779733661637539395458142568448"), fx.INF)
+        for bad in ("0x10", "1_000", "INF", "nan", " 1", "\u0663"):
+            with self.assertRaises(fx.ChainError):
+                fx.read_number(bad)
+
+
+def grammar_cases():
+    r"""[(line number, columns)] of tests/spec_grammar.tsv, the spec column unescaped (\t \n \v \f
+    \r \\ and \xNN, a byte of the UTF-8 spec)."""
+    cases = []
+    with open(os.path.join(os.path.dirname(HERE), "spec_grammar.tsv"), encoding="utf-8") as table:
+        for number, line in enumerate(table.read().split("\n"), 1):
+            if not line or line.startswith("#"):
+                continue
+            columns = line.split("\t")
+            spec, i = bytearray(), 0
+            while i < len(columns[0]):
+                c = columns[0][i]
+                if c == "\\" and i + 1 < len(columns[0]):
+                    if columns[0][i + 1] == "x":
+                        spec.append(int(columns[0][i + 2:i + 4], 16))
+                        i += 4
+                        continue
+                    spec += {"t": b"\t", "n": b"\n", "v": b"\v", "f": b"\f", "r": b"\r",
+                             "\\": b"\\"}[columns[0][i + 1]]
+                    i += 2
+                    continue
+                spec += c.encode("utf-8")
+                i += 1
+            columns[0] = spec.decode("utf-8")
+            cases.append((number, columns))
+    return cases
 
 
 class Files(unittest.TestCase):
@@ -1297,6 +1422,33 @@ class Files(unittest.TestCase):
         with self.assertRaises(fx.ChainError) as caught:
             fx.read_chain(self.path("v2.pt"))
         self.assertIn("version 2", str(caught.exception))
+
+    def test_only_the_exact_version_reads(self):
+        """The version as written, 1 (an int; "1" in a safetensors header), and nothing near
+        it: fusedlinear refuses the same."""
+        for version in (0, -1, 2, "01", " 1", "2", True, None):
+            with self.subTest(version=version):
+                state = nn.Linear(2, 2).state_dict()
+                entry = {"chain": "relu", "linear": "fc"}
+                if version is not None:
+                    entry["version"] = version
+                state._metadata["fusedlinear"] = entry
+                torch.save(state, self.path("v.pt"))
+                with self.assertRaises(fx.ChainError) as caught:
+                    fx.read_chain(self.path("v.pt"))
+                self.assertIn("this reads version 1", str(caught.exception))
+        for version in ("01", " 1", "2", "1.0"):
+            with self.subTest(safetensors_version=version):
+                header = {"__metadata__": {"fusedlinear.version": version,
+                                           "fusedlinear.chain": "tanh",
+                                           "fusedlinear.linear": "fc"},
+                          "fc.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+                text = json.dumps(header).encode()
+                with open(self.path("v.safetensors"), "wb") as file:
+                    file.write(struct.pack("<Q", len(text)) + text + struct.pack("<f", 1.0))
+                with self.assertRaises(fx.ChainError) as caught:
+                    fx.read_chain(self.path("v.safetensors"))
+                self.assertIn("version %r" % version, str(caught.exception))
 
     def test_a_safetensors_header_reads_back_without_the_package(self):
         header = {"__metadata__": {"fusedlinear.version": "1", "fusedlinear.chain": "tanh",
