@@ -9,7 +9,8 @@
 // call allocates a fresh output and reads the next of several rotating input buffers, which
 // together span ~4x the last-level cache, so no version is timed out of a warm cache. Both chains
 // read the same buffers (x @ W^T of the rotating inputs, bias not added): the chains' cost does
-// not depend on the values.
+// not depend on the values. With --ops, instead of the models: each op of the vocabulary alone,
+// fused (as a chain spec) against its eager op.
 #include "app/bench.h"
 
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -28,6 +30,7 @@
 #include "app/report.h"
 #include "app/svg_plot.h"
 #include "app/timing.h"
+#include "kernels/ops/chain_spec.h"
 #include "kernels/ops/ops.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -313,9 +316,12 @@ Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Set
     // declaration's in turns.
     const std::vector<torch::Tensor> params = chain_model.slot_params();
     const c10::optional<torch::Tensor> bias = chain_model.linear()->bias;
+    // Each reads a buffer the other did not just read: the second of a turn would otherwise find
+    // its input in the cache.
+    const int apart = int(ys.size() / 2);
     measure(r.timings, {"chain_compiled", "chain_runtime"},
             {[&](int i) { chain_model.epilogue_fused(y(i)); },
-             [&](int i) { fused_epilogue(y(i), bias, params, spec.chain); }});
+             [&](int i) { fused_epilogue(y(i + apart), bias, params, spec.chain); }});
   }
   // The memory system's pace on W's bytes, the floor of a forward that must read W.
   measure(r.timings, {"weight_copy"}, {[&](int) { model.linear()->weight.clone(); }});
@@ -779,6 +785,102 @@ void check_sweep_memory(const Plan& plan, const Settings& settings, const std::s
   }
 }
 
+// --- bench --ops: each op of the vocabulary alone, fused against eager --------------------------
+
+// An op of the vocabulary each, with arguments where it needs them; add(p) is the one column
+// op (a parameter of [out_features]), the others' column forms run the same loop.
+const char* const kOpSpecs[] = {"relu",         "relu6",      "leaky_relu(0.1)",
+                                "elu",          "selu",       "celu",
+                                "gelu",         "gelu(tanh)", "silu",
+                                "swish(1.702)", "mish",       "sigmoid",
+                                "tanh",         "hardtanh",   "clamp(-2,2)",
+                                "hardsigmoid",  "hardswish",  "softplus(2)",
+                                "softsign",     "tanhshrink", "logsigmoid",
+                                "square",       "add(0.5)",   "sub(0.5)",
+                                "mul(2)",       "div(3)",     "add(p)"};
+
+struct OpResult {
+  std::string op;
+  torch::ScalarType dtype = torch::kFloat32;
+  int64_t batch = 0, cols = 0;
+  TimingStats copy, eager, fused;
+  OutputDifference vs_eager;
+};
+
+// Each op as a chain spec (the interpreter's loop; compiled chains run the same loop) on rotating
+// [batch, out_features] inputs, no bias, timed in turns with its eager op and a copy.
+std::vector<OpResult> run_ops(const Plan& plan, const Settings& settings) {
+  torch::NoGradGuard no_grad;
+  const int64_t cols = settings.out_features > 0 ? settings.out_features : 1024;
+  std::vector<OpResult> results;
+  Progress progress(int(std::size(kOpSpecs) * plan.dtypes.size() * plan.batches.size()));
+  for (const auto dtype : plan.dtypes) {
+    for (const int64_t batch : plan.batches) {
+      const auto options = torch::TensorOptions().device(settings.device);
+      const int64_t element = int64_t(c10::elementSize(dtype));
+      const int buffers =
+          bench::rotation_count(batch * cols * element, cache_bytes(settings.device));
+      torch::manual_seed(settings.seed + uint64_t(batch));
+      const std::vector<torch::Tensor> ys =
+          (torch::randn({buffers, batch, cols}, options) * 4).to(dtype).unbind(0);
+      const auto y = [&](int i) -> const torch::Tensor& { return ys[size_t(i) % ys.size()]; };
+      const torch::Tensor p = (torch::rand({cols}, options) + 0.5).to(dtype);
+      for (const char* spec : kOpSpecs) {
+        progress.show(int(results.size()), std::string(spec) + " " + dtype_name(dtype) + " batch " +
+                                               std::to_string(batch));
+        const ParsedChain chain = parse_chain(spec);
+        const std::vector<torch::Tensor> params(chain.slot_params().size(), p);
+        OpResult r;
+        r.op = spec;
+        r.dtype = dtype;
+        r.batch = batch;
+        r.cols = cols;
+        const double tolerance =
+            settings.tolerance_given ? settings.atol : default_tolerance(dtype);
+        r.vs_eager = compare_outputs(fused_epilogue(y(0), c10::nullopt, params, spec),
+                                     eager_chain(chain, y(0), params), tolerance, tolerance);
+        // Each of a turn reads a buffer the others did not just read, so none finds its input in
+        // the cache.
+        const int apart = buffers / 3;
+        const auto stats = time_interleaved(
+            settings.device, settings.warmup, settings.iters,
+            {[&](int i) { y(i).clone(); }, [&](int i) { eager_chain(chain, y(i + apart), params); },
+             [&](int i) { fused_epilogue(y(i + 2 * apart), c10::nullopt, params, spec); }});
+        r.copy = stats[0];
+        r.eager = stats[1];
+        r.fused = stats[2];
+        results.push_back(r);
+      }
+    }
+  }
+  progress.clear();
+  return results;
+}
+
+int print_ops(const std::vector<OpResult>& results, const std::string& platform,
+              const Settings& settings) {
+  std::cout << "fusedlinear bench --ops: " << platform << "; " << settings.iters
+            << " timed runs after " << settings.warmup
+            << " warm-up, medians in microseconds; rotating inputs, fresh outputs; each op alone "
+               "on [batch, out_features], no bias\n\n";
+  Table table({"op", "dtype", "batch", "cols", "copy us", "eager us", "fused us", "fused x copy",
+               "speedup", "allclose"});
+  int failures = 0;
+  for (const auto& r : results) {
+    failures += r.vs_eager.allclose ? 0 : 1;
+    table.add_row({r.op, dtype_name(r.dtype), std::to_string(r.batch), std::to_string(r.cols),
+                   fixed(r.copy.median_us, 1), fixed(r.eager.median_us, 1),
+                   fixed(r.fused.median_us, 1), fixed(r.fused.median_us / r.copy.median_us, 2),
+                   fixed(r.eager.median_us / r.fused.median_us, 2),
+                   r.vs_eager.allclose ? "yes" : "NO"});
+  }
+  table.print(std::cout);
+  std::cout << "\nfused: the op as a chain spec (fused_epilogue, the run-time interpreter's loop); "
+               "eager: its libtorch op; speedup: eager time / fused time; allclose: the fused "
+               "output against eager's within the dtype's tolerance\n";
+  return failures;
+}
+
 }  // namespace
 
 void add_bench_options(cxxopts::Options& options) {
@@ -791,12 +893,18 @@ void add_bench_options(cxxopts::Options& options) {
       ("csv", "bench: also write the results as CSV to this file", cxxopts::value<std::string>())
       ("plot", "bench: also draw the speedups as an SVG bar chart to this file",
        cxxopts::value<std::string>())
-      ("cuda-graph", "bench: also time the fused forward replayed from a CUDA Graph");
+      ("cuda-graph", "bench: also time the fused forward replayed from a CUDA Graph")
+      ("ops", "bench: instead of the models, each op of the vocabulary alone, fused against its "
+       "eager op, at each batch and --out-features columns");
   // clang-format on
 }
 
 int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   const Plan plan = plan_from_options(settings, parsed);
+  if (parsed.count("ops")) {
+    const std::string platform = platform_description(settings.device);
+    return print_ops(run_ops(plan, settings), platform, settings) > 0 ? 1 : 0;
+  }
   for (const auto dtype : plan.dtypes) {
     Settings s = settings;
     s.dtype = dtype;

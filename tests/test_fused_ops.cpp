@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <iostream>
 #include <limits>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cpu/epilogue.h"
+#include "kernels/ops/chain_registry.h"
 #include "kernels/ops/ops.h"
 #include "modules/linear_chain.h"
 
@@ -402,6 +405,31 @@ TEST(FusedOpsCpuLoops, ScalarAlwaysSupportedAndUnsupportedRefused) {
       EXPECT_THROW(cpu::set_capability(capability), std::invalid_argument);
     }
   }
+}
+
+// Every chain, compiled or run by the interpreter, runs the loop of the capability asked for:
+// each registration built its SIMD loops and the ops dispatch to them (a chain left on the scalar
+// loop still gives the right values, only many times slower).
+TEST(FusedOpsCpuLoops, EveryChainRunsTheLoopAskedFor) {
+  const auto supported = cpu::supported_capabilities();
+#if FUSEDLINEAR_CPU_SIMD && (defined(__x86_64__) || defined(__i386__))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_NE(std::find(supported.begin(), supported.end(), cpu::Capability::kAvx2),
+              supported.end());
+  }
+#endif
+  std::vector<std::string> chains = compiled_chain_names();
+  chains.push_back("hardswish,leaky_relu(0.1),softplus(2)");
+  const cpu::Capability previous = cpu::capability();
+  for (const std::string& name : chains) {
+    const ChainEntry& entry = find_chain(name);
+    for (const auto capability : supported) {
+      cpu::set_capability(capability);
+      EXPECT_EQ(cpu::loop_of(entry.kernels.cpu), capability)
+          << name << " " << cpu::capability_name(capability);
+    }
+  }
+  cpu::set_capability(previous);
 }
 
 TEST(FusedOpsCpuInputs, RejectsBadInputsWithClearMessages) {

@@ -40,9 +40,22 @@ bool cpu_runs(Capability capability) {
 #endif
 }
 
+// The loops this build has and this CPU runs, best first, found once: CPUID, which
+// __get_cpuid runs, traps to the hypervisor in a virtual machine, microseconds each time.
+const std::vector<Capability>& supported() {
+  static const std::vector<Capability> loops = [] {
+    std::vector<Capability> found;
+    for (Capability c : {Capability::kAvx512, Capability::kAvx2, Capability::kScalar}) {
+      if (cpu_runs(c)) found.push_back(c);
+    }
+    return found;
+  }();
+  return loops;
+}
+
 Capability initial_capability() {
-  const std::vector<Capability> supported = supported_capabilities();
-  Capability wanted = supported.front();
+  const std::vector<Capability>& supported_here = supported();
+  Capability wanted = supported_here.front();
   const char* name = std::getenv("FUSEDLINEAR_CPU_CAPABILITY");
   if (!name) name = std::getenv("ATEN_CPU_CAPABILITY");
   if (name) {
@@ -52,10 +65,17 @@ Capability initial_capability() {
       }
     }
   }
-  for (Capability c : supported) {
+  for (Capability c : supported_here) {
     if (c <= wanted) return c;
   }
   return Capability::kScalar;
+}
+
+bool is_supported(Capability capability) {
+  for (Capability c : supported()) {
+    if (c == capability) return true;
+  }
+  return false;
 }
 
 std::atomic<Capability>& current() {
@@ -84,35 +104,31 @@ const char* capability_name(Capability capability) {
   return "?";
 }
 
-std::vector<Capability> supported_capabilities() {
-  std::vector<Capability> supported;
-  for (Capability c : {Capability::kAvx512, Capability::kAvx2, Capability::kScalar}) {
-    if (cpu_runs(c)) supported.push_back(c);
-  }
-  return supported;
-}
+std::vector<Capability> supported_capabilities() { return supported(); }
 
 Capability capability() { return current().load(std::memory_order_relaxed); }
 
 void set_capability(Capability capability) {
-  if (!cpu_runs(capability)) {
+  if (!is_supported(capability)) {
     throw std::invalid_argument(std::string("fusedlinear: the CPU epilogue has no ") +
                                 capability_name(capability) + " loop that runs here");
   }
   current().store(capability, std::memory_order_relaxed);
 }
 
+Capability loop_of(const CpuChainKernels& kernels) {
+  const Capability wanted = capability();
+  for (Capability c : supported()) {
+    if (c <= wanted && kernels.span[int(c)]) return c;
+  }
+  return Capability::kScalar;
+}
+
 void run_epilogue(const CpuChainKernels& kernels, const act::Program& program,
                   const EpilogueCall& call) {
   const int64_t numel = call.rows * call.cols;
   if (numel == 0) return;
-  ChainSpan span = kernels.span[int(Capability::kScalar)];
-  for (Capability c : supported_capabilities()) {
-    if (c <= capability() && kernels.span[int(c)]) {
-      span = kernels.span[int(c)];
-      break;
-    }
-  }
+  const ChainSpan span = kernels.span[int(loop_of(kernels))];
   TORCH_CHECK(span, "fusedlinear: a chain without a CPU loop");
   const int64_t blocks = (numel + kBlock - 1) / kBlock;
   at::parallel_for(0, blocks, kGrainElements / kBlock, [&](int64_t first, int64_t last) {

@@ -62,8 +62,11 @@ template <class List>
 ChainSpan chain_span_at(int index);
 }
 
+// The loop run_epilogue runs for `kernels`: the best one they have at or below capability().
+Capability loop_of(const CpuChainKernels& kernels);
+
 // The chain over every element of `call`, split across libtorch's threads (at::parallel_for), on
-// the loop of capability() (the best one `kernels` has at or below it).
+// the loop of loop_of(kernels).
 void run_epilogue(const CpuChainKernels& kernels, const act::Program& program,
                   const EpilogueCall& call);
 

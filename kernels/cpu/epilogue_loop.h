@@ -1,10 +1,10 @@
 // The CPU epilogue's loop, once for every width: `Lanes` says how values are loaded, held and
 // stored (one float at a time in the scalar loop, epilogue.cpp; a SIMD vector in the AVX2 and
-// AVX-512 loops, epilogue_isa.h). Each run of a row goes a value (vector) at a time: the elements
-// load as floats, get the bias added, go through the chain's functors, and are rounded once on
-// the way back; the last partial vector of a run goes through a small buffer (Lanes::load and
-// store with a count). Every lane is computed alone, so an element's result does not depend on
-// where it falls in a vector.
+// AVX-512 loops, epilogue_isa.h). Each run of a row goes a block of values (vectors) at a time:
+// the elements load as floats, get the bias added, go through the chain's functors, and are
+// rounded once on the way back; the last partial vector of a run goes through a small buffer
+// (Lanes::load and store with a count). Every lane is computed alone, so an element's result does
+// not depend on where it falls in a vector.
 #pragma once
 
 #include <algorithm>
@@ -25,60 +25,254 @@ using Stored = std::conditional_t<E == ElementType::kFloat32, float, uint16_t>;
 // in one row, starting at column `col`: the per-column inputs of a run are contiguous.
 template <class Fn>
 inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) {
-  for (int64_t first = begin; first < end;) {
-    const int64_t col = first % cols;
+  int64_t col = begin % cols;  // every later run starts a row
+  for (int64_t first = begin; first < end; col = 0) {
     const int64_t n = std::min(cols - col, end - first);
     fn(first, col, n);
     first += n;
   }
 }
 
-// The chain over the elements [begin, end) of the call's row-major [rows, cols] tensor, kGroup
-// values (vectors) at a time where a run of a row holds them: a run-time chain's ops are then
-// dispatched once for kGroup values, and a compiled chain's independent values interleave.
-template <class Lanes, ElementType E, class ChainT>
-inline void run_chain(const ChainT& chain, const EpilogueCall& call, int64_t begin, int64_t end) {
+// Values (vectors) a block: the loop goes over a row's run a block at a time, in passes over all
+// of a block's values, the first pass as they load (bias added), the last as they store. A
+// run-time chain makes a pass an op, so it dispatches each op once a block, not once a value; a
+// compiled chain makes a pass of each costly functor with the trivial ones around it. Each pass's
+// loop has independent iterations, which the core overlaps, where a whole chain applied a value at
+// a time is one long dependency through its calls, and every call spills the vector registers.
+// Small enough for the values to stay in L1 between passes.
+constexpr int kBlockValues = 32;
+
+// A block of a row's run: `full` whole values from element `at` (column `col`), then the `rest`
+// elements (0 to kLanes - 1) of a partial one; `v` holds its values between the passes.
+template <class Lanes, ElementType E>
+struct Block {
+  const EpilogueCall& call;
+  int64_t at, col;
+  int full;
+  int64_t rest;
+  typename Lanes::Value* v;
+};
+
+// Term `slot` of a block's values: a column's values, one value for all (a one-element
+// parameter), or zeros where the call passes fewer terms than the chain reads.
+template <class Lanes, ElementType E>
+struct TermSource {
+  using V = typename Lanes::Value;
+  const Stored<E>* column = nullptr;
+  V all = V(0.0f);
+  void set(const Block<Lanes, E>& block, int slot) {
+    const ColumnTerms& terms = block.call.terms;
+    if (slot >= terms.count) return;
+    const auto* data = static_cast<const Stored<E>*>(terms.data[slot]);
+    if ((terms.broadcast >> slot) & 1) {
+      all = Lanes::template broadcast<E>(data);
+    } else {
+      column = data + block.col;
+    }
+  }
+  // Value i's term, `count` elements.
+  V at(int i, int64_t count) const {
+    return column ? Lanes::template load<E>(column + i * Lanes::kLanes, count) : all;
+  }
+};
+
+// One pass over the block: apply(x, i, count) on each value, from y + bias for the chain's first
+// pass (kFirst), else from the block's values; to out for its last (kLast), else back. The call's
+// pointers are read into locals first: the vector stores may alias anything, so fields read
+// through a reference would be read again after every store.
+template <bool kFirst, bool kLast, class Lanes, ElementType E, class Apply>
+inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   using V = typename Lanes::Value;
   using S = Stored<E>;
   constexpr int64_t kLanes = Lanes::kLanes;
-  constexpr int kGroup = 4;
-  constexpr int kTerms = ChainT::kTerms;
-  const S* y = static_cast<const S*>(call.y);
-  const S* bias = static_cast<const S*>(call.bias);
-  S* out = static_cast<S*>(call.out);
-  const S* terms[act::kMaxColumnTerms];
-  for (int j = 0; j < act::kMaxColumnTerms; ++j)
-    terms[j] = static_cast<const S*>(call.terms.data[j]);
-  const int term_count = std::min(call.terms.count, kTerms);
-  // kN values from element k of the run at `first` (column `col`), each of `count` lanes.
-  const auto values_at = [&](auto group, int64_t first, int64_t col, int64_t k, int64_t count) {
-    constexpr int kN = decltype(group)::value;
-    V v[kN];
-    V t[act::kMaxColumnTerms][kN];
-    for (int g = 0; g < kN; ++g) {
-      const int64_t at = k + g * kLanes;
-      v[g] = Lanes::template load<E>(y + first + at, count);
-      if (bias) v[g] = v[g] + Lanes::template load<E>(bias + col + at, count);
-      for (int j = 0; j < act::kMaxColumnTerms; ++j) {
-        t[j][g] = j >= term_count ? V(0.0f)
-                  : (call.terms.broadcast >> j) & 1
-                      ? Lanes::template broadcast<E>(terms[j])
-                      : Lanes::template load<E>(terms[j] + col + at, count);
-      }
+  const EpilogueCall& call = block.call;
+  const S* const y = static_cast<const S*>(call.y) + block.at;
+  const S* const bias = call.bias ? static_cast<const S*>(call.bias) + block.col : nullptr;
+  S* const out = static_cast<S*>(call.out) + block.at;
+  V* const v = block.v;
+  const int full = block.full;
+  const int64_t rest = block.rest;
+  const auto one = [&](int i, int64_t count) {
+    V x;
+    if constexpr (kFirst) {
+      x = Lanes::template load<E>(y + i * kLanes, count);
+      if (bias) x = x + Lanes::template load<E>(bias + i * kLanes, count);
+    } else {
+      x = v[i];
     }
-    act::apply_chain(chain, v, t);
-    for (int g = 0; g < kN; ++g)
-      Lanes::template store<E>(out + first + k + g * kLanes, v[g], count);
+    x = apply(x, i, count);
+    if constexpr (kLast) {
+      Lanes::template store<E>(out + i * kLanes, x, count);
+    } else {
+      v[i] = x;
+    }
   };
-  for_each_row_run(call.cols, begin, end, [&](int64_t first, int64_t col, int64_t n) {
-    int64_t k = 0;
-    for (; k + kGroup * kLanes <= n; k += kGroup * kLanes) {
-      values_at(std::integral_constant<int, kGroup>{}, first, col, k, kLanes);
+  for (int i = 0; i < full; ++i) one(i, kLanes);
+  if (rest > 0) one(full, rest);
+}
+
+template <bool kFirst, class Lanes, ElementType E, class Apply>
+inline void block_pass(const Block<Lanes, E>& block, bool last, const Apply& apply) {
+  if (last) {
+    block_pass<kFirst, true>(block, apply);
+  } else {
+    block_pass<kFirst, false>(block, apply);
+  }
+}
+
+// --- compiled chains: the functors grouped into passes ------------------------------------------
+
+// Whether F costs a value an instruction or two (a comparison and blend, an add or multiply):
+// too little for a pass of its own, which costs a load and a store a value. Functors a
+// declaration brings count as costly.
+template <class F>
+inline constexpr bool kTrivialOnCpu =
+    std::is_same_v<F, act::Relu> || std::is_same_v<F, act::Relu6> ||
+    std::is_same_v<F, act::LeakyRelu> || std::is_same_v<F, act::Hardtanh> ||
+    std::is_same_v<F, act::Clamp> || std::is_same_v<F, act::Square> ||
+    std::is_same_v<F, act::AddScalar> || std::is_same_v<F, act::SubScalar> ||
+    std::is_same_v<F, act::MulScalar> || std::is_same_v<F, act::AddParam> ||
+    std::is_same_v<F, act::SubParam> || std::is_same_v<F, act::MulParam>;
+
+// How many of the functors Fs make the chain's first pass: the first costly one with the trivial
+// ones before and after it. Costlier passes measured slower: a longer loop body keeps more
+// constants live across its calls, and the core overlaps fewer values.
+template <class... Fs>
+constexpr int first_pass_length() {
+  constexpr bool kTrivial[] = {kTrivialOnCpu<Fs>...};
+  int n = 0;
+  bool costly = false;
+  for (; n < int(sizeof...(Fs)); ++n) {
+    if (!kTrivial[n] && costly) break;
+    costly = costly || !kTrivial[n];
+  }
+  return n;
+}
+
+// How many of the first n functors of Fs take a column term.
+template <class... Fs>
+constexpr int column_terms_in(int n) {
+  constexpr bool kColumn[] = {act::kTakesColumnTerm<Fs>...};
+  int count = 0;
+  for (int i = 0; i < n; ++i) count += kColumn[i] ? 1 : 0;
+  return count;
+}
+
+// The first kCount functors of the chain on x; the k-th column functor among them reads
+// terms[kTerm + k].
+template <int kCount, int kTerm, class V, class T, class F, class... Rest>
+inline V apply_first(const act::Chain<F, Rest...>& chain, V x, const T* terms, int i,
+                     int64_t count) {
+  if constexpr (act::kTakesColumnTerm<F>) {
+    x = chain.first(x, terms[kTerm].at(i, count));
+  } else {
+    x = chain.first(x);
+  }
+  if constexpr (kCount > 1) {
+    return apply_first<kCount - 1, kTerm + (act::kTakesColumnTerm<F> ? 1 : 0)>(chain.rest, x, terms,
+                                                                               i, count);
+  } else {
+    return x;
+  }
+}
+
+// The chain without its first n functors.
+template <int kN, class C>
+inline const auto& without_first(const C& chain) {
+  if constexpr (kN == 0) {
+    return chain;
+  } else {
+    return without_first<kN - 1>(chain.rest);
+  }
+}
+
+// A compiled chain on a block, a pass at a time (first_pass_length); its first column functor
+// takes term kSlot.
+template <int kSlot, bool kFirst, class Lanes, ElementType E, class... Fs>
+inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& block) {
+  using V = typename Lanes::Value;
+  if constexpr (sizeof...(Fs) == 0) {
+    block_pass<true, true>(block, [](V x, int, int64_t) { return x; });
+  } else {
+    constexpr int kCount = first_pass_length<Fs...>();
+    constexpr int kTerms = column_terms_in<Fs...>(kCount);
+    constexpr bool kLast = kCount == int(sizeof...(Fs));
+    TermSource<Lanes, E> terms[kTerms > 0 ? kTerms : 1];
+    for (int k = 0; k < kTerms; ++k) terms[k].set(block, kSlot + k);
+    block_pass<kFirst, kLast>(block, [&](V x, int i, int64_t count) {
+      return apply_first<kCount, 0>(chain, x, terms, i, count);
+    });
+    if constexpr (!kLast) block_ops<kSlot + kTerms, false>(without_first<kCount>(chain), block);
+  }
+}
+
+// --- run-time chains: a pass an op ---------------------------------------------------------------
+
+// Op f, column ops with term `slot`, as the pass of a run-time chain.
+template <bool kFirst, class Lanes, ElementType E, class F>
+inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool last) {
+  using V = typename Lanes::Value;
+  if constexpr (act::kTakesColumnTerm<F>) {
+    TermSource<Lanes, E> term;
+    term.set(block, slot);
+    block_pass<kFirst>(block, last,
+                       [&](V x, int i, int64_t count) { return f(x, term.at(i, count)); });
+  } else {
+    block_pass<kFirst>(block, last, [&](V x, int, int64_t) { return f(x); });
+  }
+}
+
+// A run-time chain on a block: one dispatch an op. Column ops take their own slot.
+template <int kSlot, bool kFirst, class Lanes, ElementType E, act::ResultPrecision P, int kTerms>
+inline void block_ops(const act::ProgramChain<P, kTerms>& chain, const Block<Lanes, E>& block) {
+  using V = typename Lanes::Value;
+  const act::Program& program = chain.program;
+  if (program.count == 0) {
+    return block_pass<true, true>(block, [](V x, int, int64_t) { return x; });
+  }
+  for (int i = 0; i < program.count; ++i) {
+    const act::ProgramOp& op = program.ops[i];
+    const bool last = i + 1 == program.count;
+    const auto run = [&](const auto& f) {
+      if (i == 0) {
+        op_pass<true>(f, block, op.slot, last);
+      } else {
+        op_pass<false>(f, block, op.slot, last);
+      }
+    };
+    // clang-format off
+    switch (op.code) {
+#define FUSEDLINEAR_OP_CASE(F)                    \
+  case act::OpCode::k##F:                         \
+    run(act::functor_of<P, act::F>(op));          \
+    break;
+      FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_CASE)
+      FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_CASE)
+#undef FUSEDLINEAR_OP_CASE
+      case act::OpCode::kCount:
+        break;
     }
-    for (; k + kLanes <= n; k += kLanes)
-      values_at(std::integral_constant<int, 1>{}, first, col, k, kLanes);
-    if (k < n) values_at(std::integral_constant<int, 1>{}, first, col, k, n - k);
-  });
+    // clang-format on
+  }
+}
+
+// The chain over the elements [begin, end) of the call's row-major [rows, cols] tensor, a block
+// of a row's run at a time.
+template <class Lanes, ElementType E, class ChainT>
+inline void run_chain(const ChainT& chain, const EpilogueCall& call, int64_t begin, int64_t end) {
+  constexpr int64_t kLanes = Lanes::kLanes;
+  typename Lanes::Value values[kBlockValues];
+  // Without per-column inputs the rows need not be told apart: one run, blocks across rows.
+  const bool by_row = call.bias || call.terms.count > 0;
+  for_each_row_run(by_row ? call.cols : end, begin, end,
+                   [&](int64_t first, int64_t col, int64_t n) {
+                     for (int64_t k = 0; k < n; k += kBlockValues * kLanes) {
+                       const int64_t count = std::min(n - k, kBlockValues * kLanes);
+                       const Block<Lanes, E> block{
+                           call, first + k, col + k, int(count / kLanes), count % kLanes, values};
+                       block_ops<0, true>(chain, block);
+                     }
+                   });
 }
 
 // The loop of declaration Model (or, for RuntimeChain, of `program`) on [begin, end) of a call.

@@ -338,8 +338,9 @@ struct Softplus {
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
     const V scaled = x * V(beta);
-    return where_above(scaled, threshold, x,
-                       [&] { return fast_div(accurate_log1p(accurate_exp(scaled)), V(beta)); });
+    return where_above(scaled, threshold, x, [&]() FL_INLINE_LAMBDA {
+      return fast_div(accurate_log1p(accurate_exp(scaled)), V(beta));
+    });
   }
   double reference(double x) const {
     const double scaled = x * double(beta);
@@ -369,7 +370,8 @@ struct Mish {
   using Half = MishHalfPrecision;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
-    return x_where_at_least(20.0f, x, [&] { return x * tanh_softplus_from_exp(fast_exp(x)); });
+    return x_where_at_least(
+        20.0f, x, [&]() FL_INLINE_LAMBDA { return x * tanh_softplus_from_exp(fast_exp(x)); });
   }
   static double reference(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
   template <class T>

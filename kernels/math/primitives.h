@@ -20,6 +20,15 @@
 #define FL_HOST_DEVICE inline
 #endif
 
+// The same for the lambdas the functors hand to x_where_at_least and where_above: a lambda's
+// operator() is only implicitly inline, and the CPU's large interpreter loop had one left out of
+// line. (`[&]() FL_INLINE_LAMBDA { ... }`; nvcc inlines them itself.)
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define FL_INLINE_LAMBDA __attribute__((always_inline))
+#else
+#define FL_INLINE_LAMBDA
+#endif
+
 #include <math.h>
 
 // `#pragma unroll` for the GPU's code; host compilers unroll such small loops on their own.

@@ -7,6 +7,10 @@
 // and erf are Sleef's (1.0 ulp); tanh is computed from exp (tanh_from_exp, 1.7 ulp), where the
 // float forms use libm (host) or the GPU's instructions. Division is exact, as on the host;
 // comparisons and blends keep NaN where the float forms do.
+//
+// Always inlined (FL_HOST_DEVICE), as primitives.h's: a copy left out of line, which a large
+// caller such as the interpreter's loop gets from the compiler's own choice, would be a weak symbol
+// of an object built with AVX2 or AVX-512 flags (tests/check_isa_objects.cmake).
 #pragma once
 
 #include <ATen/cpu/vec/vec.h>
@@ -19,65 +23,65 @@ namespace act {
 using FloatVec = at::vec::Vectorized<float>;
 
 template <>
-inline FloatVec fast_exp(FloatVec x) {
+FL_HOST_DEVICE FloatVec fast_exp(FloatVec x) {
   return x.exp();
 }
 
 template <>
-inline FloatVec fast_div(FloatVec a, FloatVec b) {
+FL_HOST_DEVICE FloatVec fast_div(FloatVec a, FloatVec b) {
   return a / b;
 }
 
 template <>
-inline FloatVec negate(FloatVec x) {
+FL_HOST_DEVICE FloatVec negate(FloatVec x) {
   return x.neg();
 }
 
 template <>
-inline FloatVec absolute(FloatVec x) {
+FL_HOST_DEVICE FloatVec absolute(FloatVec x) {
   return x.abs();
 }
 
 // Lanes where x < bound keep x; the others, NaN among them, take the bound (as fminf does).
 template <>
-inline FloatVec min_or_bound(FloatVec x, float bound) {
+FL_HOST_DEVICE FloatVec min_or_bound(FloatVec x, float bound) {
   return FloatVec::blendv(FloatVec(bound), x, x < FloatVec(bound));
 }
 
 // x < lo ? lo : (x > hi ? hi : x), lane by lane: NaN fails both comparisons and stays.
 template <>
-inline FloatVec clamp_keep_nan(FloatVec x, float lo, float hi) {
+FL_HOST_DEVICE FloatVec clamp_keep_nan(FloatVec x, float lo, float hi) {
   const FloatVec at_least_lo = FloatVec::blendv(x, FloatVec(lo), x < FloatVec(lo));
   return FloatVec::blendv(at_least_lo, FloatVec(hi), at_least_lo > FloatVec(hi));
 }
 
 template <>
-inline FloatVec if_positive(FloatVec x, FloatVec then, FloatVec otherwise) {
+FL_HOST_DEVICE FloatVec if_positive(FloatVec x, FloatVec then, FloatVec otherwise) {
   return FloatVec::blendv(otherwise, then, x > FloatVec(0.0f));
 }
 
 template <>
-inline FloatVec if_negative(FloatVec x, FloatVec then, FloatVec otherwise) {
+FL_HOST_DEVICE FloatVec if_negative(FloatVec x, FloatVec then, FloatVec otherwise) {
   return FloatVec::blendv(otherwise, then, x < FloatVec(0.0f));
 }
 
 template <>
-inline FloatVec accurate_exp(FloatVec x) {
+FL_HOST_DEVICE FloatVec accurate_exp(FloatVec x) {
   return x.exp();
 }
 
 template <>
-inline FloatVec accurate_expm1(FloatVec x) {
+FL_HOST_DEVICE FloatVec accurate_expm1(FloatVec x) {
   return x.expm1();
 }
 
 template <>
-inline FloatVec accurate_log1p(FloatVec x) {
+FL_HOST_DEVICE FloatVec accurate_log1p(FloatVec x) {
   return x.log1p();
 }
 
 template <>
-inline FloatVec accurate_erf(FloatVec x) {
+FL_HOST_DEVICE FloatVec accurate_erf(FloatVec x) {
   return x.erf();
 }
 
@@ -86,7 +90,7 @@ inline FloatVec accurate_erf(FloatVec x) {
 // below |x| = 0.625 the odd polynomial |x| + |x|^3 P(x^2) (P fitted to tanh, 0.8 ulp in float);
 // from there 1 - 2 / (exp(2|x|) + 1) (no cancellation: the result is above 0.55); then the sign
 // of x, so -0 stays -0 and NaN stays NaN (exp(NaN) is NaN); exp(2|x|) = inf gives 1.
-inline FloatVec tanh_from_exp(FloatVec x) {
+FL_HOST_DEVICE FloatVec tanh_from_exp(FloatVec x) {
   const FloatVec sign = x & FloatVec(-0.0f);
   const FloatVec a = x.abs();
   const FloatVec w = a * a;
@@ -98,13 +102,13 @@ inline FloatVec tanh_from_exp(FloatVec x) {
 }
 
 template <>
-inline FloatVec accurate_tanh(FloatVec x) {
+FL_HOST_DEVICE FloatVec accurate_tanh(FloatVec x) {
   return tanh_from_exp(x);
 }
 
 // The same tanh as for float32 results: the GPU's cheaper instruction has no CPU twin.
 template <>
-inline FloatVec half_precision_tanh(FloatVec x) {
+FL_HOST_DEVICE FloatVec half_precision_tanh(FloatVec x) {
   return tanh_from_exp(x);
 }
 
@@ -112,12 +116,12 @@ inline FloatVec half_precision_tanh(FloatVec x) {
 // computed for all lanes. Found from the functors through the lambda they pass (its type
 // belongs to fusedlinear::act).
 template <class F>
-inline FloatVec x_where_at_least(float bound, FloatVec x, F otherwise) {
+FL_HOST_DEVICE FloatVec x_where_at_least(float bound, FloatVec x, F otherwise) {
   return FloatVec::blendv(otherwise(), x, x >= FloatVec(bound));
 }
 
 template <class F>
-inline FloatVec where_above(FloatVec test, float bound, FloatVec then, F otherwise) {
+FL_HOST_DEVICE FloatVec where_above(FloatVec test, float bound, FloatVec then, F otherwise) {
   return FloatVec::blendv(otherwise(), then, test > FloatVec(bound));
 }
 
