@@ -115,7 +115,7 @@ void save_state_dict(const std::vector<std::pair<std::string, torch::Tensor>>& t
   std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-// mish_mish of 4096 -> 4096: a 64 MiB weights file (the big_w.pt) and a 64-row input,
+// mish_mish of 4096 -> 4096: a 64 MiB weights file (a big weights file) and a 64-row input,
 // with the output of an undisturbed run.
 class BigFiles : public ::testing::Test {
  protected:
@@ -158,7 +158,7 @@ class BigFiles : public ::testing::Test {
 TempDir* BigFiles::files_ = nullptr;
 
 // torch.save rewriting a file in place while the program reads it: the file shrinks under the
-// reader at varying moments of the read (the SIGBUS).
+// reader at varying moments of the read (a SIGBUS where the file is mapped).
 TEST_F(BigFiles, FilesShrinkingWhileReadEndInOneLineOrAResult) {
   const auto start = std::chrono::steady_clock::now();
   int shrank = 0;
@@ -205,7 +205,7 @@ TEST_F(BigFiles, FilesShrinkingWhileReadEndInOneLineOrAResult) {
 }
 
 // Under an address-space limit, at every level from ample to where the libraries themselves no
-// longer load: a result or the out-of-memory line, promptly (the hangs in OpenBLAS).
+// longer load: a result or the out-of-memory line, promptly (no hang in OpenBLAS).
 TEST_F(BigFiles, OutOfMemoryUnderUlimitEndsPromptlyInOneLine) {
   if (testing_support::kAddressSanitizer)
     GTEST_SKIP() << "AddressSanitizer does not start under ulimit -v";

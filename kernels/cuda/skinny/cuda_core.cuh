@@ -22,8 +22,7 @@ constexpr int kLargestTile = 16;  // rows of x per block; more rows take more bl
 // Rows of W per warp: each x value a lane reads (from L1) serves that many rows. The widest tile
 // takes 8 (242 registers: its 256 blocks fill one wave at two an SM; with 4, 512 blocks ran in two
 // waves); the 8-row tile 4, capped at 128 registers so that its 512 blocks fill one wave at four
-// an SM (with 8 rows a warp at 168 registers, three an SM, it ran 1.1-1.5x slower: PERFORMANCE.md,
-// row 50).
+// an SM (with 8 rows a warp at 168 registers, three an SM, it ran slower).
 template <int kRows>
 inline constexpr int kWarpRowsFor = kRows == 1              ? 2
                                     : kRows == kLargestTile ? 8
@@ -34,7 +33,7 @@ inline constexpr int kWarpRowsFor = kRows == 1              ? 2
 // per lane per chunk, kChunk values of k per chunk; kMinBlocks blocks an SM for the launch bounds.
 // kStageX: x copied into shared memory (cp.async), kXStages chunks a block, each chunk's copy
 // issued kXStages - 1 chunks ahead, instead of read from L1 by every warp: float32 W at the 4- and
-// 8-row tiles, where it measured 0.5-3.4 us faster (at the 16-row tile 4-9 us slower; row 51).
+// 8-row tiles, where it measured faster (at the 16-row tile slower).
 template <typename WT, bool kHasLo, int kVecOf, int kRowsOf>
 struct SkinnyShape {
   static constexpr int kVec = kVecOf;

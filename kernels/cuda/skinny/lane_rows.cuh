@@ -23,8 +23,8 @@ namespace skinny {
 // products. W's tile and x's are staged a stage of k at a time, in one of two layouts that keep a
 // load's 8 rows in different banks:
 //   - from sm_90, by the TMA (tma.cuh): one thread copies a stage as 128-byte-swizzled tiles of
-//     32 k, counted in on an mbarrier; measured 1.1x faster than the copies below (PERFORMANCE.md,
-//     row 61), which took every thread's issue slots and address work;
+//     32 k, counted in on an mbarrier; measured faster than the copies below, which took every
+//     thread's issue slots and address work;
 //   - otherwise with cp.async, 16 bytes a thread at a time, each row padded by 16 bytes.
 // Two blocks an SM, each waiting only at its own barriers, k split in two: one block of 16 warps
 // was slower, its loads and products barely overlapping. The warps' sums are

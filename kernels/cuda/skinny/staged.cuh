@@ -28,9 +28,9 @@ namespace skinny {
 // PERFORMANCE.md has the figures); from 33 rows 128 rows of W a block halve x's reads, faster
 // than two tiles of 32 rows. At that shape (64 k a stage: 128-byte rows,
 // wgmma's swizzle), built for sm_90a, each half of the block (a warpgroup) instead forms its 64
-// rows' products for the whole stage with wgmma: 1.2x faster (row 57). Its stages are then the
-// TMA's tiles, and from sm_90 one thread copies them (1.01-1.04x faster, row 61); one block an SM
-// with four stages keeps more of them in flight than two blocks of two (1.05x faster, row 62).
+// rows' products for the whole stage with wgmma, which measured faster. Its stages are then the
+// TMA's tiles, and from sm_90 one thread copies them (faster than every thread's copies); one
+// block an SM with four stages keeps more of them in flight than two blocks of two.
 // Every stage's products are summed apart and added to float32 totals, so that a longer split of
 // k costs no accuracy.
 
@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   const int b_row = (matrix / 2) * 8 + matrix_row, b_piece = matrix % 2;
 
   // Each stage's products are summed by the tensor cores, then added to these float32 totals:
-  // the tensor cores' sums lose bits as they grow, and sums over a whole split of k (2048-4096
-  // k) had 3-5x the error against float64 (PERFORMANCE.md, row 62).
+  // the tensor cores' sums lose bits as they grow, and sums over a whole split of k (thousands
+  // of terms) had several times the error against float64 (figures in PERFORMANCE.md).
   float acc[2][kTilesX][4] = {};
   [[maybe_unused]] float warpgroup_acc[kWarpgroupMma ? 32 : 1] = {};
   const int warpgroup = warp / 4;

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       }
     };
     // Each row's steps back to back for hi + lo; every row's first step, then their second, for
-    // one part: each order measured 2-4% faster where it is used (PERFORMANCE.md, row 40).
+    // one part: each order measured faster where it is used (figures in PERFORMANCE.md).
     if constexpr (kHasLo) {
 #pragma unroll
       for (int i = 0; i < kMmaTilesW; ++i)
