@@ -31,6 +31,7 @@ struct ModelLayout {
     bool gated = false;
     int half = -1;
     std::string chain;
+    bool compiled = false;  // a declaration's compiled kernels run the chain (else the interpreter)
     size_t first_param = 0, params = 0;
   };
   std::vector<Layer> layers;
@@ -62,6 +63,7 @@ ModelLayout layout_of(const std::string& spec) {
     if (layer.gated && layer.half < 0) layer.gate = layout.linears++;
     layer.chain = parsed_layer.chain.to_string();
     const ChainEntry& entry = detail::chain_for(kModel, layer.chain);  // refused here, once
+    layer.compiled = entry.compiled;
     layer.params = entry.chain.slot_params().size();
     layer.first_param = layout.params;
     layout.params += layer.params;
@@ -196,7 +198,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     return w;
   };
   // Linear i on h, with `chain` and its parameters: as auto plans it for h.
-  const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain,
+  const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain, bool compiled,
                        const std::vector<torch::Tensor>& chain_params) {
     const LinearWeights w = weights_of(i);
     GemmQuery query;
@@ -206,7 +208,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     query.float32_model = w.weight.scalar_type() == torch::kFloat32;
     query.device = gemm_device_of(h);
     query.weight_output_major = w.weight.is_contiguous();
-    query.compiled_chain = detail::chain_for(kModel, chain).compiled;
+    query.compiled_chain = compiled;
     return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain);
   };
   torch::Tensor h = x;
@@ -216,16 +218,16 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
         params.begin() + long(layer.first_param + layer.params));
     if (layer.half >= 0) {
       // One GEMM, then the chain on one half times the other (chunk(2, -1)).
-      const torch::Tensor y = run(layer.linear, h, "", {});
+      const torch::Tensor y = run(layer.linear, h, "", false, {});
       const int64_t width = y.size(-1) / 2;
       const torch::Tensor main = y.narrow(-1, layer.half * width, width).contiguous();
       const torch::Tensor other = y.narrow(-1, (1 - layer.half) * width, width);
       h = fused_epilogue(main, c10::nullopt, chain_params, layer.chain) * other;
     } else if (layer.gated) {
-      const torch::Tensor gate = run(layer.gate, h, "", {});
-      h = run(layer.linear, h, layer.chain, chain_params) * gate;
+      const torch::Tensor gate = run(layer.gate, h, "", false, {});
+      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params) * gate;
     } else {
-      h = run(layer.linear, h, layer.chain, chain_params);
+      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params);
     }
   }
   return layout.residual ? x + h : h;
