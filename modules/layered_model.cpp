@@ -138,12 +138,12 @@ LinearChainImpl& LayeredModelImpl::single_linear() const {
 
 namespace {
 
-// The model on x: `whole(L, h)` a Linear and its chain, `product(L, h)` a Linear alone (bias
-// included), `chain(L, y)` L's chain on y (part of L's output). A residual adds x (eager's order,
-// x + f(x)); `input` is x as the layers take it.
-template <class Whole, class Product, class Chain>
+// The model on x: `whole(L, h)` a Linear and its chain, `gated(L, h, g)` the same times g,
+// `product(L, h)` a Linear alone (bias included), `chain(L, y)` L's chain on y (part of L's
+// output). A residual adds x (eager's order, x + f(x)); `input` is x as the layers take it.
+template <class Whole, class Gated, class Product, class Chain>
 torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool residual,
-                       const torch::Tensor& input, Whole&& whole, Product&& product,
+                       const torch::Tensor& input, Whole&& whole, Gated&& gated, Product&& product,
                        Chain&& chain) {
   torch::Tensor h = input;
   for (const LayeredModelImpl::Layer& layer : layers) {
@@ -152,8 +152,7 @@ torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool 
       const auto [main, other] = halves(product(linear, h), layer.half);
       h = chain(linear, main) * other;
     } else if (layer.gate) {
-      const torch::Tensor gate = product(*layer.gate, h);
-      h = whole(linear, h) * gate;
+      h = gated(linear, h, product(*layer.gate, h));
     } else {
       h = whole(linear, h);
     }
@@ -167,6 +166,9 @@ torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
   return evaluate(
       layers_, spec_.residual, x,
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward(h); },
+      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
+        return l.forward_gated(h, gate);
+      },
       // A gate's output, or a chunked Linear's before its chain takes half: no chain.
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward_without_chain(h); },
       [](LinearChainImpl& l, const torch::Tensor& y) {
@@ -178,6 +180,9 @@ torch::Tensor LayeredModelImpl::forward_eager(const torch::Tensor& x) {
   return evaluate(
       layers_, spec_.residual, x,
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward_eager(h); },
+      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
+        return l.forward_eager(h) * gate;
+      },
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.linear()->forward(h); },
       [](LinearChainImpl& l, const torch::Tensor& y) { return l.chain_eager(y); });
 }
@@ -190,6 +195,9 @@ torch::Tensor LayeredModelImpl::forward_eager_gemms(const torch::Tensor& x) {
       layers_, spec_.residual, x,
       [&](LinearChainImpl& l, const torch::Tensor& h) {
         return fused_chain(l, l.linear()->forward(h));
+      },
+      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
+        return l.chain_fused(l.linear()->forward(h), c10::nullopt, gate);
       },
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.linear()->forward(h); },
       fused_chain);
@@ -241,7 +249,11 @@ torch::Tensor LayeredModelImpl::reference(const torch::Tensor& x) {
   const torch::Tensor x64 = x.detach().to(torch::kCPU, torch::kFloat64);
   return evaluate(
       layers_, spec_.residual, x64,
-      [](LinearChainImpl& l, const torch::Tensor& h) { return l.reference(h); }, &linear_reference,
+      [](LinearChainImpl& l, const torch::Tensor& h) { return l.reference(h); },
+      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
+        return l.reference(h) * gate;
+      },
+      &linear_reference,
       [](LinearChainImpl& l, const torch::Tensor& y) {
         return reference_chain(l.chain(), y.contiguous(), l.slot_params());
       });

@@ -145,8 +145,9 @@ torch::Tensor LinearChainImpl::chain_eager(const torch::Tensor& linear_out) {
 }
 
 torch::Tensor LinearChainImpl::chain_fused(const torch::Tensor& y,
-                                           const c10::optional<torch::Tensor>& bias) {
-  return fused_epilogue(y, bias, slot_params(), chain_name_);
+                                           const c10::optional<torch::Tensor>& bias,
+                                           const c10::optional<torch::Tensor>& gate) {
+  return fused_epilogue(y, bias, slot_params(), chain_name_, gate);
 }
 
 torch::Tensor LinearChainImpl::reference(const torch::Tensor& x) {
@@ -197,9 +198,12 @@ torch::Tensor LinearChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
   return chain_fused(matmul_out, linear_->bias);
 }
 
-torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) {
+torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) { return forward_gated(x, {}); }
+
+torch::Tensor LinearChainImpl::forward_gated(const torch::Tensor& x, const torch::Tensor& gate) {
   const GemmPlan plan = gemm_plan(x);
-  return linear_forward(plan, x, weights(plan.products), linear_->bias, slot_params(), chain_name_);
+  return linear_forward(plan, x, weights(plan.products), linear_->bias, slot_params(), chain_name_,
+                        gate.defined() ? c10::optional<torch::Tensor>(gate) : c10::nullopt);
 }
 
 torch::Tensor LinearChainImpl::forward_without_chain(const torch::Tensor& x) {

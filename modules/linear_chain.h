@@ -53,6 +53,9 @@ class LinearChainImpl : public torch::nn::Module {
   const ParsedChain& chain() const { return chain_; }
 
   torch::Tensor forward(const torch::Tensor& x);
+  // forward(x) * gate, the multiply in the epilogue's pass where the plan has one (a gated
+  // layer: gate, the other Linear's output); bitwise forward(x) * gate.
+  torch::Tensor forward_gated(const torch::Tensor& x, const torch::Tensor& gate);
   torch::Tensor forward_eager(const torch::Tensor& x);
   // The forward in float64 (x, W, b and the parameters upcast; the chain from the functors'
   // float64 forms): the reference of the errors `compare` and `bench` report.
@@ -61,7 +64,8 @@ class LinearChainImpl : public torch::nn::Module {
   // The Python ops after nn.Linear, unfused (input: the Linear's output, bias included).
   torch::Tensor chain_eager(const torch::Tensor& linear_out);
   // The same as one fused op on y, adding `bias` first where given (none when y holds it).
-  torch::Tensor chain_fused(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias);
+  torch::Tensor chain_fused(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
+                            const c10::optional<torch::Tensor>& gate = c10::nullopt);
   // x @ W^T, the GEMM of `forward` when it runs cuBLAS (no bias), in the plan's products.
   torch::Tensor matmul_without_bias(const torch::Tensor& x);
   // The Linear alone (x W^T + bias) as its plan says, no chain: a gate's output, or a chunked

@@ -274,6 +274,33 @@ void expect_accurate_against_float64(const torch::Device& device) {
   }
 }
 
+// A gate multiplied in the epilogue's pass: bitwise the fused epilogue then a separate multiply
+// (the chain's value rounded to the dtype first), for compiled and run-time chains, with and
+// without bias, aligned and odd widths, contiguous and not.
+void run_gated(torch::Device device) {
+  torch::NoGradGuard no_grad;
+  for (const ModelSpec& spec : chains_under_test()) {
+    for (const auto dtype : kDtypes) {
+      for (const auto& [rows, cols] : {std::pair{5, 64}, std::pair{3, 37}, std::pair{70, 8}}) {
+        const torch::Tensor y = random_gemm_output({rows, cols}, dtype, device);
+        const torch::Tensor gate = random_gemm_output({cols, rows}, dtype, device).t();
+        auto model = model_for(spec, y);
+        const std::vector<torch::Tensor> params = model->slot_params();
+        for (const bool with_bias : {true, false}) {
+          const c10::optional<torch::Tensor> bias =
+              with_bias ? c10::optional<torch::Tensor>(model->linear()->bias) : c10::nullopt;
+          const torch::Tensor want = fused_epilogue(y, bias, params, spec.op_chain()) * gate;
+          const torch::Tensor got = fused_epilogue(y, bias, params, spec.op_chain(), gate);
+          EXPECT_TRUE(torch::equal(got.nan_to_num(0), want.nan_to_num(0)) &&
+                      torch::equal(got.isnan(), want.isnan()))
+              << spec.name << " " << dtype << " [" << rows << ", " << cols << "]"
+              << (with_bias ? " with bias" : "");
+        }
+      }
+    }
+  }
+}
+
 // --- CPU: every test once per loop this CPU runs (the others report themselves skipped). ---
 
 class FusedOpsCpu : public ::testing::TestWithParam<cpu::Capability> {
@@ -300,6 +327,7 @@ INSTANTIATE_TEST_SUITE_P(Loop, FusedOpsCpu,
 TEST_P(FusedOpsCpu, MatchEagerAcrossShapesAndDtypes) { run_shapes_and_dtypes(torch::kCPU); }
 TEST_P(FusedOpsCpu, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCPU); }
 TEST_P(FusedOpsCpu, NanAndInfinityAsEager) { run_special_values(torch::kCPU); }
+TEST_P(FusedOpsCpu, GateMultipliedInThePassAsAfterIt) { run_gated(torch::kCPU); }
 TEST_P(FusedOpsCpu, AccurateAgainstFloat64OnDenseGrid) {
   expect_accurate_against_float64(torch::kCPU);
 }
@@ -444,6 +472,10 @@ TEST(FusedOpsCpuInputs, RejectsBadInputsWithClearMessages) {
       "expected y of dtype float32, float16 or bfloat16, got Int");
   expect_error([&] { fused_epilogue(torch::tensor(1.0f), c10::nullopt, {}, "mish_mish"); },
                "expected y with at least one dimension");
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {}, "gelu", y.narrow(1, 0, 4)); },
+               "expected gate like y (Float [4, 8]");
+  expect_error([&] { fused_epilogue(y, c10::nullopt, {}, "gelu", y.to(torch::kBFloat16)); },
+               "expected gate like y (Float [4, 8]");
   expect_error([&] { fused_epilogue(y, c10::nullopt, {torch::randn({7})}, "swish_chain"); },
                "expected params[0] of shape [8] (the last dimension of y, [4, 8]) or of one "
                "element, got [7]");
@@ -488,6 +520,7 @@ class FusedOpsCuda : public ::testing::Test {
 TEST_F(FusedOpsCuda, MatchEagerAcrossShapesAndDtypes) { run_shapes_and_dtypes(torch::kCUDA); }
 TEST_F(FusedOpsCuda, NonContiguousAndMisalignedInputs) { run_layouts(torch::kCUDA); }
 TEST_F(FusedOpsCuda, NanAndInfinityAsEager) { run_special_values(torch::kCUDA); }
+TEST_F(FusedOpsCuda, GateMultipliedInThePassAsAfterIt) { run_gated(torch::kCUDA); }
 
 TEST_F(FusedOpsCuda, MatchesTheCpuImplementation) {
   torch::NoGradGuard no_grad;

@@ -187,8 +187,8 @@ void run_variant(const std::string& name, const Buffers<T>& b, int iters,
   terms.count = Chain::kTerms;
   const cuda::ColumnEpilogue<T, DeviceChain> epilogue(b.bias, terms, device_chain);
   const double us = time_us(iters, n, [&](int i) {
-    CHECK_CUDA((cuda::launch_fused_epilogue_typed<T, Shape>(b.inputs[i], b.outputs[i], b.rows,
-                                                            b.cols, epilogue, nullptr)));
+    CHECK_CUDA((cuda::launch_fused_epilogue_typed<T, Shape>(b.inputs[i], nullptr, b.outputs[i],
+                                                            b.rows, b.cols, epilogue, nullptr)));
   });
   const double bytes = 2.0 * double(b.rows * b.cols) * sizeof(T);
   char label[128];

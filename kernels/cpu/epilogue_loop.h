@@ -77,7 +77,9 @@ struct TermSource {
 };
 
 // One pass over the block: apply(x, i, count) on each value, from y + bias for the chain's first
-// pass (kFirst), else from the block's values; to out for its last (kLast), else back. The call's
+// pass (kFirst), else from the block's values; to out for its last (kLast), times the gate where
+// the call has one (the value stored, so rounded as a separate multiply sees it, then multiplied
+// and stored again), else back. The call's
 // pointers are read into locals first: the vector stores may alias anything, so fields read
 // through a reference would be read again after every store.
 template <bool kFirst, bool kLast, class Lanes, ElementType E, class Apply>
@@ -89,6 +91,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   const S* const y = static_cast<const S*>(call.y) + block.at;
   const S* const bias = call.bias ? static_cast<const S*>(call.bias) + block.col : nullptr;
   S* const out = static_cast<S*>(call.out) + block.at;
+  const S* const gate = call.gate ? static_cast<const S*>(call.gate) + block.at : nullptr;
   V* const v = block.v;
   const int full = block.full;
   const int64_t rest = block.rest;
@@ -103,6 +106,11 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     x = apply(x, i, count);
     if constexpr (kLast) {
       Lanes::template store<E>(out + i * kLanes, x, count);
+      if (gate) {
+        x = Lanes::template load<E>(out + i * kLanes, count) *
+            Lanes::template load<E>(gate + i * kLanes, count);
+        Lanes::template store<E>(out + i * kLanes, x, count);
+      }
     } else {
       v[i] = x;
     }

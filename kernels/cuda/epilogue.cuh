@@ -1,7 +1,7 @@
 // The fused epilogue: one pass over a GEMM output, reading each element once and writing it once,
 // adding the Linear's bias and applying a model's chain (kernels/math/chain.h) in registers:
 //
-//   out[r, c] = chain(y[r, c] + bias[c], terms[.][c])
+//   out[r, c] = chain(y[r, c] + bias[c], terms[.][c]) * gate[r, c]   (gate: a gated layer's)
 //
 // Layout: a 2-D grid. x covers the columns, kVec contiguous columns per thread, so each thread
 // loads its bias and terms once; y covers the rows, kRows rows per thread per step, all loads of
@@ -81,11 +81,23 @@ struct LaunchShape {
   static constexpr int kMaxRegisters = kMaxRegistersPerThread;
 };
 
-// kHasBias: whether bias is given (else null and unread). Compile-time, so a call without one
-// neither keeps registers for it nor issues its adds; the chain's terms likewise number
-// ChainT::kTerms.
-template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
-__device__ __forceinline__ void fused_epilogue_rows(const T* __restrict__ y, T* __restrict__ out,
+// The chain's values of a row times the gate's: each value rounded to T first, as the separate
+// multiply of an unfused gated layer sees it (a no-op for float).
+template <typename T, int kVec>
+__device__ __forceinline__ void multiply_rounded(float (&v)[kVec], const Packed<T, kVec>& gate) {
+  float g[kVec], rounded[kVec];
+  to_floats(gate, g);
+  to_floats(round_to<T>(v), rounded);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) v[k] = rounded[k] * g[k];
+}
+
+// kHasBias, kGated: whether bias and gate are given (else null and unread). Compile-time, so a
+// call without one neither keeps registers for it nor issues its loads; the chain's terms
+// likewise number ChainT::kTerms.
+template <typename T, int kVec, class Shape, bool kHasBias, bool kGated, class ChainT>
+__device__ __forceinline__ void fused_epilogue_rows(const T* __restrict__ y,
+                                                    const T* __restrict__ gate, T* __restrict__ out,
                                                     int64_t rows, int64_t cols,
                                                     const ColumnEpilogue<T, ChainT>& epilogue) {
   using Pack = Packed<T, kVec>;
@@ -105,11 +117,16 @@ __device__ __forceinline__ void fused_epilogue_rows(const T* __restrict__ y, T* 
   }
 
   const int64_t row_step = int64_t(gridDim.y) * blockDim.y * kRows;
-  const auto load_rows = [&](int64_t row0, Pack(&in)[kRows]) {
+  // The gate's rows load with y's, so both are in flight together.
+  constexpr int kGateRows = kGated ? kRows : 1;
+  const auto load_rows = [&](int64_t row0, Pack(&in)[kRows], Pack(&in_gate)[kGateRows]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (row0 + r < rows) {
         in[r] = *reinterpret_cast<const Pack*>(y + (row0 + r) * cols + col0);
+        if constexpr (kGated) {
+          in_gate[r] = *reinterpret_cast<const Pack*>(gate + (row0 + r) * cols + col0);
+        }
       }
     }
   };
@@ -117,13 +134,17 @@ __device__ __forceinline__ void fused_epilogue_rows(const T* __restrict__ y, T* 
   int64_t row0 = (int64_t(blockIdx.y) * blockDim.y + threadIdx.y) * kRows;
   // A step's rows past the end keep zeros or an earlier step's values: computed, never stored.
   Pack next[kRows] = {};
-  if (row0 < rows) load_rows(row0, next);
+  Pack next_gate[kGateRows] = {};
+  if (row0 < rows) load_rows(row0, next, next_gate);
   while (row0 < rows) {
     Pack in[kRows];
+    Pack in_gate[kGateRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) in[r] = next[r];
+#pragma unroll
+    for (int r = 0; r < kGateRows; ++r) in_gate[r] = next_gate[r];
     const int64_t next_row0 = row0 + row_step;
-    if (next_row0 < rows) load_rows(next_row0, next);
+    if (next_row0 < rows) load_rows(next_row0, next, next_gate);
     float v[kRows][kVec];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -161,6 +182,7 @@ __device__ __forceinline__ void fused_epilogue_rows(const T* __restrict__ y, T* 
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
+      if constexpr (kGated) multiply_rounded<T>(v[r], in_gate[r]);
       if (row0 + r < rows)
         *reinterpret_cast<Pack*>(out + (row0 + r) * cols + col0) = round_to<T>(v[r]);
     }
@@ -168,38 +190,38 @@ __device__ __forceinline__ void fused_epilogue_rows(const T* __restrict__ y, T* 
   }
 }
 
-template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
-__global__ void fused_epilogue_kernel(const T* __restrict__ y, T* __restrict__ out, int64_t rows,
-                                      int64_t cols,
+template <typename T, int kVec, class Shape, bool kHasBias, bool kGated, class ChainT>
+__global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restrict__ gate,
+                                      T* __restrict__ out, int64_t rows, int64_t cols,
                                       const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
-  fused_epilogue_rows<T, kVec, Shape, kHasBias>(y, out, rows, cols, epilogue);
+  fused_epilogue_rows<T, kVec, Shape, kHasBias, kGated>(y, gate, out, rows, cols, epilogue);
 }
 
 // The same with a thread's registers capped at Shape::kMaxRegisters. A kernel of its own: any
 // register attribute, even one that caps nothing, changes ptxas's allocation (measured: 56 to 80
 // registers for a run-time chain's kernel), so the uncapped kernel carries none.
-template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
+template <typename T, int kVec, class Shape, bool kHasBias, bool kGated, class ChainT>
 __global__ void __maxnreg__(Shape::kMaxRegisters)
-    fused_epilogue_kernel_capped(const T* __restrict__ y, T* __restrict__ out, int64_t rows,
-                                 int64_t cols,
+    fused_epilogue_kernel_capped(const T* __restrict__ y, const T* __restrict__ gate,
+                                 T* __restrict__ out, int64_t rows, int64_t cols,
                                  const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
-  fused_epilogue_rows<T, kVec, Shape, kHasBias>(y, out, rows, cols, epilogue);
+  fused_epilogue_rows<T, kVec, Shape, kHasBias, kGated>(y, gate, out, rows, cols, epilogue);
 }
 
-template <typename T, int kVec, class Shape, bool kHasBias, class ChainT>
+template <typename T, int kVec, class Shape, bool kHasBias, bool kGated, class ChainT>
 constexpr auto fused_epilogue_kernel_for() {
   if constexpr (Shape::kMaxRegisters > 0) {
-    return &fused_epilogue_kernel_capped<T, kVec, Shape, kHasBias, ChainT>;
+    return &fused_epilogue_kernel_capped<T, kVec, Shape, kHasBias, kGated, ChainT>;
   } else {
-    return &fused_epilogue_kernel<T, kVec, Shape, kHasBias, ChainT>;
+    return &fused_epilogue_kernel<T, kVec, Shape, kHasBias, kGated, ChainT>;
   }
 }
 
 // Launch shape: Shape::kThreads threads; narrow rows get several rows of threads per block so
 // no block is mostly idle; the grid's y dimension is capped at 65535 (the loop covers the rest).
 template <typename T, int kVec, class Shape, class ChainT>
-cudaError_t launch_fused_epilogue_kernel(const T* y, T* out, int64_t rows, int64_t cols,
-                                         const ColumnEpilogue<T, ChainT>& epilogue,
+cudaError_t launch_fused_epilogue_kernel(const T* y, const T* gate, T* out, int64_t rows,
+                                         int64_t cols, const ColumnEpilogue<T, ChainT>& epilogue,
                                          cudaStream_t stream) {
   constexpr int kThreads = Shape::kThreads;
   const int64_t vecs_per_row = ceil_div(cols, kVec);
@@ -218,10 +240,16 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, T* out, int64_t rows, int64
   }
   const dim3 block(threads_x, threads_y);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  const auto kernel = epilogue.bias ? fused_epilogue_kernel_for<T, kVec, Shape, true, ChainT>()
-                                    : fused_epilogue_kernel_for<T, kVec, Shape, false, ChainT>();
-  kernel<<<grid, block, 0, stream>>>(y, out, rows, cols, epilogue);
-  return cudaGetLastError();
+  const auto launch = [&](auto kernel) {
+    kernel<<<grid, block, 0, stream>>>(y, gate, out, rows, cols, epilogue);
+    return cudaGetLastError();
+  };
+  if (gate) {
+    return epilogue.bias ? launch(fused_epilogue_kernel_for<T, kVec, Shape, true, true, ChainT>())
+                         : launch(fused_epilogue_kernel_for<T, kVec, Shape, false, true, ChainT>());
+  }
+  return epilogue.bias ? launch(fused_epilogue_kernel_for<T, kVec, Shape, true, false, ChainT>())
+                       : launch(fused_epilogue_kernel_for<T, kVec, Shape, false, false, ChainT>());
 }
 
 // The shape a model's chain is launched with: the fastest of epilogue_bench's sweep on an H200.
@@ -252,20 +280,20 @@ using ProductionShape = typename ProductionShapeOf<T, Model, ChainT::kTerms>::ty
 // out are, and a row is whole vectors; bias and the terms read per column, where given, are),
 // else 1. Decided here once rather than per thread, whose set-up would otherwise issue both paths.
 template <typename T, class Shape, class ChainT>
-cudaError_t launch_fused_epilogue_typed(const T* y, T* out, int64_t rows, int64_t cols,
-                                        const ColumnEpilogue<T, ChainT>& epilogue,
+cudaError_t launch_fused_epilogue_typed(const T* y, const T* gate, T* out, int64_t rows,
+                                        int64_t cols, const ColumnEpilogue<T, ChainT>& epilogue,
                                         cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   if (rows == 0 || cols == 0) return cudaSuccess;
   bool aligned = cols % kVec == 0 && aligned16(y) && aligned16(out) &&
-                 (!epilogue.bias || aligned16(epilogue.bias));
+                 (!epilogue.bias || aligned16(epilogue.bias)) && (!gate || aligned16(gate));
   for (int j = 0; j < epilogue.term_count; ++j) {
     aligned = aligned && ((epilogue.broadcast >> j) & 1 || aligned16(epilogue.terms[j]));
   }
   if (aligned) {
-    return launch_fused_epilogue_kernel<T, kVec, Shape>(y, out, rows, cols, epilogue, stream);
+    return launch_fused_epilogue_kernel<T, kVec, Shape>(y, gate, out, rows, cols, epilogue, stream);
   }
-  return launch_fused_epilogue_kernel<T, 1, Shape>(y, out, rows, cols, epilogue, stream);
+  return launch_fused_epilogue_kernel<T, 1, Shape>(y, gate, out, rows, cols, epilogue, stream);
 }
 
 // The epilogue of declaration Model (or, for RuntimeChain, of `program`, by the interpreter's
@@ -281,8 +309,8 @@ cudaError_t launch_epilogue_for(const act::Program& program, const EpilogueCall&
       using ChainT = std::decay_t<decltype(chain)>;
       const ColumnEpilogue<T, ChainT> epilogue(call.bias, call.terms, chain);
       err = launch_fused_epilogue_typed<T, ProductionShape<T, Model, ChainT>>(
-          static_cast<const T*>(call.y), static_cast<T*>(call.out), call.rows, call.cols, epilogue,
-          stream);
+          static_cast<const T*>(call.y), static_cast<const T*>(call.gate),
+          static_cast<T*>(call.out), call.rows, call.cols, epilogue, stream);
     };
     if constexpr (kIsRuntimeChain<Model>) {
       act::with_term_capacity(program.terms, [&](auto capacity) {

@@ -42,14 +42,18 @@ struct ColumnTerms {
   int count = 0;
 };
 
-// One epilogue over a row-major [rows, cols] tensor y (`type` for y, bias, the terms and out):
-//   out[r, c] = chain(y[r, c] + bias[c], terms[.][c])
-// bias may be null; out must not overlap y.
+// One epilogue over a row-major [rows, cols] tensor y (`type` for y, bias, the terms, gate and
+// out):
+//   out[r, c] = chain(y[r, c] + bias[c], terms[.][c]) * gate[r, c]
+// bias and gate may be null. gate, a [rows, cols] tensor like y, is a gated layer's other
+// product: the chain's value is rounded to `type` before the multiply, as a separate multiply
+// would see it, so the result is the unfused one's to the bit. out must not overlap y or gate.
 struct EpilogueCall {
   ElementType type = ElementType::kFloat32;
   const void* y = nullptr;
   const void* bias = nullptr;
   ColumnTerms terms;
+  const void* gate = nullptr;
   void* out = nullptr;
   int64_t rows = 0, cols = 0;
 };

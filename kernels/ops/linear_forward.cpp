@@ -59,32 +59,45 @@ torch::Tensor linear_products(const torch::Tensor& x, const LinearWeights& w, Pr
   return torch::matmul(x, w.weight.t());
 }
 
-torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
-                             const c10::optional<torch::Tensor>& bias,
-                             const std::vector<torch::Tensor>& params, const std::string& chain) {
-  if (!plan.skinny && !plan.hopper) {
-    torch::Tensor y = linear_products(x, w, plan.products);
-    // A Linear alone (a gate, a chunked Linear before its chain): no pass that would only copy.
-    if (chain.empty() && !(bias && bias->defined())) return y.contiguous();
-    return fused_epilogue(y, bias, params, chain);
-  }
-  // The whole forward in one op: the small-batch kernels' or the Hopper GEMM's, the same
-  // arguments (ops.h): W, or its parts, as w, w_lo and w_third.
-  const auto whole_forward = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
+namespace {
+
+// The whole forward in one op: the small-batch kernels' or the Hopper GEMM's.
+torch::Tensor whole_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
+                            const c10::optional<torch::Tensor>& bias,
+                            const std::vector<torch::Tensor>& params, const std::string& chain) {
+  // Both ops take the same arguments (ops.h): W, or its parts, as w, w_lo and w_third.
+  const auto op = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
   switch (plan.products) {
     case Precision::kIeee:
     case Precision::kTf32:
-      return whole_forward(x, w.weight, c10::nullopt, bias, params, chain, "ieee", c10::nullopt);
+      return op(x, w.weight, c10::nullopt, bias, params, chain, "ieee", c10::nullopt);
     case Precision::kBf16x3:
-      return whole_forward(x, w.hi, w.lo, bias, params, chain, "bf16x3", c10::nullopt);
+      return op(x, w.hi, w.lo, bias, params, chain, "bf16x3", c10::nullopt);
     case Precision::kBf16:
-      return whole_forward(x, w.hi, c10::nullopt, bias, params, chain, "bf16", c10::nullopt);
+      return op(x, w.hi, c10::nullopt, bias, params, chain, "bf16", c10::nullopt);
     case Precision::kBf16x6:  // the Hopper GEMM's (plan_gemm: no small-batch kernel)
-      return whole_forward(x, w.hi, w.mid, bias, params, chain, "bf16x6", w.lo);
+      return op(x, w.hi, w.mid, bias, params, chain, "bf16x6", w.lo);
   }
   TORCH_CHECK(false, detail::text("linear_forward: the plan gave ", plan.description,
                                   ", which no whole-forward op runs"));
   return torch::Tensor();
+}
+
+}  // namespace
+
+torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
+                             const c10::optional<torch::Tensor>& bias,
+                             const std::vector<torch::Tensor>& params, const std::string& chain,
+                             const c10::optional<torch::Tensor>& gate) {
+  const bool gated = gate && gate->defined();
+  if (!plan.skinny && !plan.hopper) {
+    torch::Tensor y = linear_products(x, w, plan.products);
+    // A Linear alone (a gate, a chunked Linear before its chain): no pass that would only copy.
+    if (chain.empty() && !(bias && bias->defined())) return gated ? y * *gate : y.contiguous();
+    return fused_epilogue(y, bias, params, chain, gate);
+  }
+  const torch::Tensor out = whole_forward(plan, x, w, bias, params, chain);
+  return gated ? out * *gate : out;
 }
 
 }  // namespace fusedlinear

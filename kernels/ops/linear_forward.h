@@ -30,12 +30,14 @@ int64_t rows_of(const torch::Tensor& x);
 // x W^T without bias, in `products` (cuBLAS's or the CPU's GEMM; the split modes' ops).
 torch::Tensor linear_products(const torch::Tensor& x, const LinearWeights& w, Precision products);
 
-// chain(x W^T + bias, params) as `plan` says: the small-batch kernels' or the Hopper GEMM's whole
-// forward, or linear_products then the fused epilogue. `chain`: the ops' chain argument (a
-// compiled declaration's name or a chain spec; "" for the Linear alone); `params` in its slot
-// order.
+// chain(x W^T + bias, params) [* gate] as `plan` says: the small-batch kernels' or the Hopper
+// GEMM's whole forward, or linear_products then the fused epilogue. `chain`: the ops' chain
+// argument (a compiled declaration's name or a chain spec; "" for the Linear alone); `params` in
+// its slot order; `gate`: a gated layer's other product, shaped like the output, multiplied in the
+// epilogue's pass where the plan has one (fused_epilogue), else after.
 torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
                              const c10::optional<torch::Tensor>& bias,
-                             const std::vector<torch::Tensor>& params, const std::string& chain);
+                             const std::vector<torch::Tensor>& params, const std::string& chain,
+                             const c10::optional<torch::Tensor>& gate = c10::nullopt);
 
 }  // namespace fusedlinear

@@ -197,9 +197,10 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     }
     return w;
   };
-  // Linear i on h, with `chain` and its parameters: as auto plans it for h.
+  // Linear i on h, with `chain` and its parameters, times `gate` where given: as auto plans it.
   const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain, bool compiled,
-                       const std::vector<torch::Tensor>& chain_params) {
+                       const std::vector<torch::Tensor>& chain_params,
+                       const c10::optional<torch::Tensor>& gate = c10::nullopt) {
     const LinearWeights w = weights_of(i);
     GemmQuery query;
     query.precision = precision;
@@ -209,7 +210,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     query.device = gemm_device_of(h);
     query.weight_output_major = w.weight.is_contiguous();
     query.compiled_chain = compiled;
-    return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain);
+    return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain, gate);
   };
   torch::Tensor h = x;
   for (const ModelLayout::Layer& layer : layout.layers) {
@@ -225,7 +226,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
       h = fused_epilogue(main, c10::nullopt, chain_params, layer.chain) * other;
     } else if (layer.gated) {
       const torch::Tensor gate = run(layer.gate, h, "", false, {});
-      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params) * gate;
+      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params, gate);
     } else {
       h = run(layer.linear, h, layer.chain, layer.compiled, chain_params);
     }

@@ -55,7 +55,8 @@ inline at::TensorList listed(const OptionalTensors& params) {
 
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
                            const c10::optional<torch::Tensor>& bias,
-                           c10::ArrayRef<torch::Tensor> params, size_t chain_params);
+                           c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                           const c10::optional<torch::Tensor>& gate = c10::nullopt);
 
 // find_chain, its ChainSpecError as the op's error.
 const ChainEntry& chain_for(const char* op, c10::string_view chain);

@@ -87,10 +87,10 @@ void check_weight(const char* op, const torch::Tensor& x, const torch::Tensor& w
                                              " (the device of x), got ", w.device()));
 }
 
-// A part of W past the first (`name`), as the ops take it: of the first part's (`first`, named
+// A tensor (`name`: a part of W past the first, an epilogue's gate) of another's (`first`, named
 // `first_name`) shape, dtype and device.
-void check_weight_part(const char* op, const torch::Tensor& part, const char* name,
-                       const torch::Tensor& first, const char* first_name) {
+void check_like(const char* op, const torch::Tensor& part, const char* name,
+                const torch::Tensor& first, const char* first_name) {
   TORCH_CHECK(part.defined() && part.sym_sizes() == first.sym_sizes() &&
                   part.scalar_type() == first.scalar_type() && part.device() == first.device(),
               text(op, ": expected ", name, " like ", first_name, " (", describe(first), "), got ",
@@ -101,7 +101,8 @@ void check_weight_part(const char* op, const torch::Tensor& part, const char* na
 
 void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& y,
                            const c10::optional<torch::Tensor>& bias,
-                           c10::ArrayRef<torch::Tensor> params, size_t chain_params) {
+                           c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                           const c10::optional<torch::Tensor>& gate) {
   TORCH_CHECK(y.defined(), text(op, ": expected a tensor y, got an undefined tensor"));
   TORCH_CHECK(y.device().type() == device,
               text(op, ": expected y on ", c10::DeviceTypeName(device), ", got ", describe(y)));
@@ -114,6 +115,7 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
   if (bias && bias->defined())
     check_column_input(op, "bias", *bias, y.sym_size(-1), whose, y, "y", false);
   check_params(op, params, chain_params, y.sym_size(-1), whose, y, "y");
+  if (gate && gate->defined()) check_like(op, *gate, "gate", y, "y");
 }
 
 ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
@@ -134,10 +136,15 @@ ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
 
 EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const torch::Tensor& y,
                                 const c10::optional<torch::Tensor>& bias,
-                                c10::ArrayRef<torch::Tensor> params, size_t chain_params) {
-  check_epilogue_inputs(op, device, y, bias, params, chain_params);
+                                c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                const c10::optional<torch::Tensor>& gate) {
+  check_epilogue_inputs(op, device, y, bias, params, chain_params, gate);
   EpilogueInputs in;
   in.y = y.contiguous();
+  if (gate && gate->defined()) {
+    in.gate = gate->contiguous();
+    in.call.gate = in.gate.data_ptr();
+  }
   in.out = torch::empty_like(in.y, at::MemoryFormat::Contiguous);
   in.columns = column_inputs(bias, params);
   in.call.type = element_type_of(in.y);
@@ -187,7 +194,7 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
     }
     TORCH_CHECK(given, text(op, ": precision ", precision, " needs ", name, ", W's bfloat16 ",
                             parts == 3 && index == 1 ? "mid" : "lo", " part"));
-    check_weight_part(op, *part, name, w, "w");
+    check_like(op, *part, name, w, "w");
   };
   if (precision == "ieee") {
     TORCH_CHECK(w.scalar_type() == x.scalar_type(),
@@ -220,8 +227,8 @@ void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Te
   TORCH_CHECK(w.scalar_type() == w_dtype,
               text(op, ": expected a weight of dtype ", w_dtype, ", got ", w.scalar_type()));
   // With three parts the second is w_mid and the third w_lo.
-  if (w_lo) check_weight_part(op, *w_lo, w_third ? "w_mid" : "w_lo", w, "w_hi");
-  if (w_third) check_weight_part(op, *w_third, "w_lo", w, "w_hi");
+  if (w_lo) check_like(op, *w_lo, w_third ? "w_mid" : "w_lo", w, "w_hi");
+  if (w_third) check_like(op, *w_third, "w_lo", w, "w_hi");
 }
 
 void check_split_input(const char* op, c10::DeviceType device, const torch::Tensor& v) {
@@ -265,11 +272,12 @@ const ChainEntry& chain_for(const char* op, c10::string_view chain) {
 namespace {
 
 torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                           const detail::OptionalTensors& params_or_none, c10::string_view chain) {
+                           const detail::OptionalTensors& params_or_none, c10::string_view chain,
+                           const c10::optional<torch::Tensor>& gate) {
   const at::TensorList params = detail::listed(params_or_none);
   const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
-  detail::EpilogueInputs in = detail::prepare_epilogue(kEpilogue, c10::DeviceType::CPU, y, bias,
-                                                       params, entry.chain.slot_params().size());
+  detail::EpilogueInputs in = detail::prepare_epilogue(
+      kEpilogue, c10::DeviceType::CPU, y, bias, params, entry.chain.slot_params().size(), gate);
   cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
   return in.out;
 }
@@ -335,11 +343,12 @@ torch::Tensor whole_forward(const torch::Tensor& x, const torch::Tensor& w,
 // The Meta implementations: the CPU and CUDA ones' checks, and outputs of their shapes, dtypes and
 // strides (all contiguous), so that torch.compile, torch.export and AOTInductor can trace the ops.
 torch::Tensor epilogue_meta(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                            const detail::OptionalTensors& params_or_none, c10::string_view chain) {
+                            const detail::OptionalTensors& params_or_none, c10::string_view chain,
+                            const c10::optional<torch::Tensor>& gate) {
   const at::TensorList params = detail::listed(params_or_none);
   const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
   detail::check_epilogue_inputs(kEpilogue, c10::DeviceType::Meta, y, bias, params,
-                                entry.chain.slot_params().size());
+                                entry.chain.slot_params().size(), gate);
   return at::empty_symint(y.sym_sizes(), y.options());
 }
 
@@ -392,7 +401,8 @@ torch::Tensor linear_tf32_meta(const torch::Tensor& x, const torch::Tensor& w) {
 torch::Tensor epilogue_elsewhere(const torch::Tensor& y,
                                  const c10::optional<torch::Tensor>& /*bias*/,
                                  const detail::OptionalTensors& /*params*/,
-                                 c10::string_view /*chain*/) {
+                                 c10::string_view /*chain*/,
+                                 const c10::optional<torch::Tensor>& /*gate*/) {
   TORCH_CHECK(false, detail::no_implementation(kEpilogue, "y", y));
 }
 template <const char* const& kOp>
@@ -414,7 +424,8 @@ const char* const kOps[] = {
 TORCH_LIBRARY(fusedlinear, m) {
   // params is Tensor[]? though callers pass a list: libtorch 2.11's AOTInductor runtime (its proxy
   // executor) passes an empty list as None, which a Tensor[] argument refuses.
-  m.def("epilogue(Tensor y, Tensor? bias, Tensor[]? params, str chain) -> Tensor");
+  m.def(
+      "epilogue(Tensor y, Tensor? bias, Tensor[]? params, str chain, Tensor? gate=None) -> Tensor");
   // w_third (bf16x6's third part of W, gemm_epilogue only) comes last, with a default, so that
   // calls and packages written for the seven arguments before it still match.
   m.def(
@@ -482,13 +493,15 @@ TORCH_LIBRARY_IMPL(fusedlinear, Meta, m) {
 }
 
 torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                             const std::vector<torch::Tensor>& params, const std::string& chain) {
+                             const std::vector<torch::Tensor>& params, const std::string& chain,
+                             const c10::optional<torch::Tensor>& gate) {
   static auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow(kEpilogue, "")
           .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&,
-                               const detail::OptionalTensors&, c10::string_view)>();
-  return op.call(y, bias, detail::OptionalTensors(params), chain);
+                               const detail::OptionalTensors&, c10::string_view,
+                               const c10::optional<torch::Tensor>&)>();
+  return op.call(y, bias, detail::OptionalTensors(params), chain, gate);
 }
 
 namespace {

@@ -1,8 +1,8 @@
 // The ops of fusedlinear, each declared once (TORCH_LIBRARY in ops.cpp) with CPU, CUDA and Meta
 // implementations registered apart (ops.cpp, ops_cuda.cpp), one schema set for every chain:
 //
-//   epilogue(Tensor y, Tensor? bias, Tensor[]? params, str chain) -> Tensor
-//       chain(y + bias) in one pass; `chain` a registered model's name or a chain spec
+//   epilogue(Tensor y, Tensor? bias, Tensor[]? params, str chain, Tensor? gate=None) -> Tensor
+//       chain(y + bias) [* gate] in one pass; `chain` a registered model's name or a chain spec
 //   linear_epilogue(Tensor x, Tensor w, Tensor? w_lo, Tensor? bias, Tensor[]? params, str chain,
 //                   str precision) -> Tensor
 //       the whole forward for few rows (W read once, the chain fused)
@@ -37,10 +37,14 @@ namespace fusedlinear {
 // chain(y + bias, params) in one pass, for y [..., features] float32, float16 or bfloat16; bias
 // (optional) [features] and each of `params` [features] or of one element, all of y's dtype and
 // device; `params` in the chain's parameter slots (ParsedChain::slot_params). `chain`: a
-// registered model's name (its compiled kernels) or a chain spec (the interpreter). Returns a new
+// registered model's name (its compiled kernels) or a chain spec (the interpreter). `gate`
+// (optional, shaped like y, of y's dtype and device): a gated layer's other product, multiplied in
+// the same pass, the chain's value rounded to y's dtype first as the unfused multiply would round
+// it (bitwise the same as fused_epilogue(y, bias, params, chain) * gate). Returns a new
 // contiguous tensor shaped like y.
 torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                             const std::vector<torch::Tensor>& params, const std::string& chain);
+                             const std::vector<torch::Tensor>& params, const std::string& chain,
+                             const c10::optional<torch::Tensor>& gate = c10::nullopt);
 
 // A model's whole forward in one op, for inputs of few rows (batch 1-64), where the GEMM is bound
 // by reading W: out = chain(x W^T + bias, params) with W read once, the products summed in float32
@@ -141,13 +145,14 @@ ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
 // dtype, device, shapes, the number of parameters the chain takes) and described for a kernel,
 // with its output allocated like y.
 struct EpilogueInputs {
-  torch::Tensor y, out;
+  torch::Tensor y, gate, out;
   ColumnInputs columns;
   EpilogueCall call;
 };
 EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const torch::Tensor& y,
                                 const c10::optional<torch::Tensor>& bias,
-                                c10::ArrayRef<torch::Tensor> params, size_t chain_params);
+                                c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                const c10::optional<torch::Tensor>& gate = c10::nullopt);
 
 // The checks of fused_linear_epilogue and fused_gemm_epilogue (`op`), on `device`.
 void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,

@@ -28,12 +28,13 @@ constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
 constexpr const char* kGemmEpilogue = "fusedlinear::gemm_epilogue";
 
 torch::Tensor epilogue_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
-                            const detail::OptionalTensors& params_or_none, c10::string_view chain) {
+                            const detail::OptionalTensors& params_or_none, c10::string_view chain,
+                            const c10::optional<torch::Tensor>& gate) {
   const at::TensorList params = detail::listed(params_or_none);
   const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(y.device());
-  detail::EpilogueInputs in = detail::prepare_epilogue(kEpilogue, c10::DeviceType::CUDA, y, bias,
-                                                       params, entry.chain.slot_params().size());
+  detail::EpilogueInputs in = detail::prepare_epilogue(
+      kEpilogue, c10::DeviceType::CUDA, y, bias, params, entry.chain.slot_params().size(), gate);
   if (in.y.numel() == 0) return in.out;
   check_launch(kEpilogue, entry.kernels.cuda.epilogue(entry.program, in.call,
                                                       at::cuda::getCurrentCUDAStream()));
