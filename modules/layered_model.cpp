@@ -138,26 +138,39 @@ LinearChainImpl& LayeredModelImpl::single_linear() const {
 
 namespace {
 
-// The model on x: `whole(L, h)` a Linear and its chain, `gated(L, h, g)` the same times g,
-// `product(L, h)` a Linear alone (bias included), `chain(L, y)` L's chain on y (part of L's
-// output). A residual adds x (eager's order, x + f(x)); `input` is x as the layers take it.
-template <class Whole, class Gated, class Product, class Chain>
+// The model on x: `whole(L, h, terms)` a Linear and its chain, times a gate and plus the residual
+// where `terms` has them (LayerTerms), `product(L, h)` a Linear alone (bias included), `chain(L,
+// y)` L's chain on y (part of L's output). A residual adds x (eager's order, x + f(x)), given to
+// the last layer where it is a Linear of its own; `input` is x as the layers take it.
+template <class Whole, class Product, class Chain>
 torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool residual,
-                       const torch::Tensor& input, Whole&& whole, Gated&& gated, Product&& product,
+                       const torch::Tensor& input, Whole&& whole, Product&& product,
                        Chain&& chain) {
   torch::Tensor h = input;
+  bool added = false;
   for (const LayeredModelImpl::Layer& layer : layers) {
     LinearChainImpl& linear = *layer.linear;
     if (layer.half >= 0) {
       const auto [main, other] = halves(product(linear, h), layer.half);
       h = chain(linear, main) * other;
     } else if (layer.gate) {
-      h = gated(linear, h, product(*layer.gate, h));
+      h = whole(linear, h, LayerTerms{product(*layer.gate, h), c10::nullopt});
+    } else if (residual && &layer == &layers.back()) {
+      h = whole(linear, h, LayerTerms{c10::nullopt, input});
+      added = true;
     } else {
-      h = whole(linear, h);
+      h = whole(linear, h, LayerTerms{});
     }
   }
-  return residual ? input + h : h;
+  return residual && !added ? input + h : h;
+}
+
+// The eager form of whole(L, h, terms), from L's forward f: f(h) * gate, x + f(h).
+template <class Forward>
+torch::Tensor with_terms(const LayerTerms& terms, Forward&& f) {
+  torch::Tensor out = f();
+  if (terms.gate) out = out * *terms.gate;
+  return terms.residual ? *terms.residual + out : out;
 }
 
 }  // namespace
@@ -165,9 +178,8 @@ torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool 
 torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
   return evaluate(
       layers_, spec_.residual, x,
-      [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward(h); },
-      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
-        return l.forward_gated(h, gate);
+      [](LinearChainImpl& l, const torch::Tensor& h, const LayerTerms& terms) {
+        return l.forward_with(h, terms);
       },
       // A gate's output, or a chunked Linear's before its chain takes half: no chain.
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward_without_chain(h); },
@@ -179,9 +191,8 @@ torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
 torch::Tensor LayeredModelImpl::forward_eager(const torch::Tensor& x) {
   return evaluate(
       layers_, spec_.residual, x,
-      [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward_eager(h); },
-      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
-        return l.forward_eager(h) * gate;
+      [](LinearChainImpl& l, const torch::Tensor& h, const LayerTerms& terms) {
+        return with_terms(terms, [&] { return l.forward_eager(h); });
       },
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.linear()->forward(h); },
       [](LinearChainImpl& l, const torch::Tensor& y) { return l.chain_eager(y); });
@@ -193,11 +204,9 @@ torch::Tensor LayeredModelImpl::forward_eager_gemms(const torch::Tensor& x) {
   };
   return evaluate(
       layers_, spec_.residual, x,
-      [&](LinearChainImpl& l, const torch::Tensor& h) {
-        return fused_chain(l, l.linear()->forward(h));
-      },
-      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
-        return l.chain_fused(l.linear()->forward(h), c10::nullopt, gate);
+      [](LinearChainImpl& l, const torch::Tensor& h, const LayerTerms& terms) {
+        const torch::Tensor out = l.chain_fused(l.linear()->forward(h), c10::nullopt, terms.gate);
+        return terms.residual ? *terms.residual + out : out;
       },
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.linear()->forward(h); },
       fused_chain);
@@ -249,9 +258,8 @@ torch::Tensor LayeredModelImpl::reference(const torch::Tensor& x) {
   const torch::Tensor x64 = x.detach().to(torch::kCPU, torch::kFloat64);
   return evaluate(
       layers_, spec_.residual, x64,
-      [](LinearChainImpl& l, const torch::Tensor& h) { return l.reference(h); },
-      [](LinearChainImpl& l, const torch::Tensor& h, const torch::Tensor& gate) {
-        return l.reference(h) * gate;
+      [](LinearChainImpl& l, const torch::Tensor& h, const LayerTerms& terms) {
+        return with_terms(terms, [&] { return l.reference(h); });
       },
       &linear_reference,
       [](LinearChainImpl& l, const torch::Tensor& y) {

@@ -198,12 +198,12 @@ torch::Tensor LinearChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
   return chain_fused(matmul_out, linear_->bias);
 }
 
-torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) { return forward_gated(x, {}); }
+torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) { return forward_with(x, {}); }
 
-torch::Tensor LinearChainImpl::forward_gated(const torch::Tensor& x, const torch::Tensor& gate) {
+torch::Tensor LinearChainImpl::forward_with(const torch::Tensor& x, const LayerTerms& terms) {
   const GemmPlan plan = gemm_plan(x);
   return linear_forward(plan, x, weights(plan.products), linear_->bias, slot_params(), chain_name_,
-                        gate.defined() ? c10::optional<torch::Tensor>(gate) : c10::nullopt);
+                        terms);
 }
 
 torch::Tensor LinearChainImpl::forward_without_chain(const torch::Tensor& x) {

@@ -53,9 +53,9 @@ class LinearChainImpl : public torch::nn::Module {
   const ParsedChain& chain() const { return chain_; }
 
   torch::Tensor forward(const torch::Tensor& x);
-  // forward(x) * gate, the multiply in the epilogue's pass where the plan has one (a gated
-  // layer: gate, the other Linear's output); bitwise forward(x) * gate.
-  torch::Tensor forward_gated(const torch::Tensor& x, const torch::Tensor& gate);
+  // forward(x) [* gate] [+ residual] as a layer adds them (linear_forward.h: LayerTerms): the
+  // gate's multiply bitwise forward(x) * gate; the residual rounded once where cuBLAS adds it.
+  torch::Tensor forward_with(const torch::Tensor& x, const LayerTerms& terms);
   torch::Tensor forward_eager(const torch::Tensor& x);
   // The forward in float64 (x, W, b and the parameters upcast; the chain from the functors'
   // float64 forms): the reference of the errors `compare` and `bench` report.

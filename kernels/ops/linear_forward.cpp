@@ -85,19 +85,40 @@ torch::Tensor whole_forward(const GemmPlan& plan, const torch::Tensor& x, const 
 
 }  // namespace
 
+namespace {
+
+bool given(const c10::optional<torch::Tensor>& t) { return t && t->defined(); }
+
+// x W^T + residual by cuBLAS in one GEMM (beta = 1), the sum rounded once.
+torch::Tensor products_plus(const torch::Tensor& x, const torch::Tensor& w,
+                            const torch::Tensor& residual) {
+  const torch::Tensor rows = x.reshape({-1, x.size(-1)});
+  return torch::addmm(residual.reshape({rows.size(0), w.size(0)}), rows, w.t())
+      .view(residual.sizes());
+}
+
+}  // namespace
+
 torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
                              const c10::optional<torch::Tensor>& bias,
                              const std::vector<torch::Tensor>& params, const std::string& chain,
-                             const c10::optional<torch::Tensor>& gate) {
-  const bool gated = gate && gate->defined();
-  if (!plan.skinny && !plan.hopper) {
-    torch::Tensor y = linear_products(x, w, plan.products);
-    // A Linear alone (a gate, a chunked Linear before its chain): no pass that would only copy.
-    if (chain.empty() && !(bias && bias->defined())) return gated ? y * *gate : y.contiguous();
-    return fused_epilogue(y, bias, params, chain, gate);
+                             const LayerTerms& terms) {
+  const bool alone = chain.empty() && !given(bias) && !given(terms.gate);
+  if (!plan.skinny && !plan.hopper && alone && given(terms.residual) &&
+      plan.products == Precision::kIeee) {
+    return products_plus(x, w.weight, *terms.residual);
   }
-  const torch::Tensor out = whole_forward(plan, x, w, bias, params, chain);
-  return gated ? out * *gate : out;
+  torch::Tensor out;
+  if (!plan.skinny && !plan.hopper) {
+    const torch::Tensor y = linear_products(x, w, plan.products);
+    // A Linear alone (a gate, a chunked Linear before its chain): no pass that would only copy.
+    out = chain.empty() && !given(bias) ? (given(terms.gate) ? y * *terms.gate : y.contiguous())
+                                        : fused_epilogue(y, bias, params, chain, terms.gate);
+  } else {
+    out = whole_forward(plan, x, w, bias, params, chain);
+    if (given(terms.gate)) out = out * *terms.gate;
+  }
+  return given(terms.residual) ? *terms.residual + out : out;
 }
 
 }  // namespace fusedlinear

@@ -30,14 +30,21 @@ int64_t rows_of(const torch::Tensor& x);
 // x W^T without bias, in `products` (cuBLAS's or the CPU's GEMM; the split modes' ops).
 torch::Tensor linear_products(const torch::Tensor& x, const LinearWeights& w, Precision products);
 
-// chain(x W^T + bias, params) [* gate] as `plan` says: the small-batch kernels' or the Hopper
-// GEMM's whole forward, or linear_products then the fused epilogue. `chain`: the ops' chain
-// argument (a compiled declaration's name or a chain spec; "" for the Linear alone); `params` in
-// its slot order; `gate`: a gated layer's other product, shaped like the output, multiplied in the
-// epilogue's pass where the plan has one (fused_epilogue), else after.
+// What a layer adds to a Linear's forward: a gated layer's other product, multiplied in the
+// epilogue's pass where the plan has one (fused_epilogue), else after; a residual (the model's
+// input), added by the GEMM itself (beta = 1) where cuBLAS forms the float32 or 16-bit products
+// of a Linear alone, else after.
+struct LayerTerms {
+  c10::optional<torch::Tensor> gate, residual;
+};
+
+// chain(x W^T + bias, params) [* gate] [+ residual] as `plan` says: the small-batch kernels' or
+// the Hopper GEMM's whole forward, or linear_products then the fused epilogue. `chain`: the ops'
+// chain argument (a compiled declaration's name or a chain spec; "" for the Linear alone);
+// `params` in its slot order; `terms` shaped like the output.
 torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
                              const c10::optional<torch::Tensor>& bias,
                              const std::vector<torch::Tensor>& params, const std::string& chain,
-                             const c10::optional<torch::Tensor>& gate = c10::nullopt);
+                             const LayerTerms& terms = {});
 
 }  // namespace fusedlinear

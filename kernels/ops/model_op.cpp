@@ -197,10 +197,10 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     }
     return w;
   };
-  // Linear i on h, with `chain` and its parameters, times `gate` where given: as auto plans it.
+  // Linear i on h, with `chain` and its parameters, and a gate or the residual: as auto plans it.
   const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain, bool compiled,
                        const std::vector<torch::Tensor>& chain_params,
-                       const c10::optional<torch::Tensor>& gate = c10::nullopt) {
+                       const LayerTerms& terms = {}) {
     const LinearWeights w = weights_of(i);
     GemmQuery query;
     query.precision = precision;
@@ -210,7 +210,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     query.device = gemm_device_of(h);
     query.weight_output_major = w.weight.is_contiguous();
     query.compiled_chain = compiled;
-    return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain, gate);
+    return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain, terms);
   };
   torch::Tensor h = x;
   for (const ModelLayout::Layer& layer : layout.layers) {
@@ -226,7 +226,11 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
       h = fused_epilogue(main, c10::nullopt, chain_params, layer.chain) * other;
     } else if (layer.gated) {
       const torch::Tensor gate = run(layer.gate, h, "", false, {});
-      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params, gate);
+      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params, {gate, c10::nullopt});
+    } else if (layout.residual && &layer == &layout.layers.back()) {
+      // The residual given to the last Linear, as LayeredModel gives it (bitwise the same).
+      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params, {c10::nullopt, x});
+      return h;
     } else {
       h = run(layer.linear, h, layer.chain, layer.compiled, chain_params);
     }
