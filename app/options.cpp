@@ -180,4 +180,38 @@ void check_output_files(const cxxopts::ParseResult& parsed, const Settings& s) {
   }
 }
 
+std::optional<torch::ScalarType> dtype_named(const std::string& name) {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+    if (name == dtype_name(dtype)) return dtype;
+  }
+  return std::nullopt;
+}
+
+std::string dtype_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat32:
+      return "float32";
+    case torch::kFloat16:
+      return "float16";
+    case torch::kBFloat16:
+      return "bfloat16";
+    default:
+      return c10::toString(dtype);
+  }
+}
+
+double default_tolerance(torch::ScalarType dtype) {
+  if (dtype == torch::kFloat16) return 1e-2;
+  if (dtype == torch::kBFloat16) return 5e-2;
+  return 1e-4;
+}
+
+void write_for_option(const std::string& option, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const OutputError& e) {
+    throw UsageError(option + " " + e.what());
+  }
+}
+
 }  // namespace fusedlinear
