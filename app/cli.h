@@ -80,7 +80,7 @@ void check_option_values(const cxxopts::ParseResult& parsed);
 // with --input, --weights-key only with --weights, ...).
 void check_option_uses(const cxxopts::ParseResult& parsed, const std::string& command);
 // The output files (--output, --json, --csv, --plot): no two the same, and each one
-// check_output_path accepts (modules/output_file.h), the run's inputs being --weights and
+// check_output_path accepts (modules/output/output_file.h), the run's inputs being --weights and
 // --input.
 void check_output_files(const cxxopts::ParseResult& parsed, const Settings& settings);
 

@@ -10,7 +10,7 @@
 
 #include "app/cli.h"
 #include "kernels/ops/chain_spec.h"
-#include "modules/loader/output_file.h"
+#include "modules/output/output_file.h"
 
 namespace fusedlinear {
 namespace {

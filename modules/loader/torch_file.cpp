@@ -15,10 +15,10 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "modules/loader/output_file.h"
 #include "modules/loader/pickle_reader.h"
 #include "modules/loader/safetensors.h"
 #include "modules/loader/zip_reader.h"
+#include "modules/output/output_file.h"
 
 namespace fusedlinear {
 namespace {
