@@ -14,6 +14,7 @@
 #include "app/report.h"
 #include "app/timing.h"
 #include "kernels/ops/chain_spec.h"
+#include "modules/loader/key_names.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
 
@@ -37,8 +38,42 @@ LoadError about(const std::string& option, const std::exception& e) {
   return LoadError(option + " " + e.what());
 }
 
+// "a, b, c".
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// The --weights files that held a bare nn.Linear's keys, named by name_bare_linear.
+std::set<std::string>& bare_linear_files() {
+  static std::set<std::string> files;
+  return files;
+}
+
+// A bare nn.Linear's state dict (torch.save(nn.Linear(...).state_dict())): its keys "weight"
+// and "bias" become the Linear kBareLinearPath's, which --chain SPEC and the one-Linear models
+// name, with a notice. Other files are left as they are.
+void name_bare_linear(NamedTensors& file, const std::string& path) {
+  std::vector<std::string> keys;
+  for (const auto& item : file.tensors) keys.push_back(item.first);
+  if (!is_bare_linear(keys) || file.metadata.count("linear")) return;
+  for (auto& [key, tensor] : file.tensors) {
+    if (key == weight_key("") && tensor.dim() != 2) return;
+  }
+  for (auto& item : file.tensors) {
+    item.first =
+        item.first == weight_key("") ? weight_key(kBareLinearPath) : bias_key(kBareLinearPath);
+  }
+  file.notices.push_back("the keys are a bare nn.Linear's (" + weight_key("") +
+                         (keys.size() > 1 ? ", " + bias_key("") : std::string()) +
+                         "): taken as the Linear '" + kBareLinearPath + "'");
+  bare_linear_files().insert(path);
+}
+
 // The --weights file, read once however many times a run needs it: --strip-prefix, else a
-// training wrapper's attribute prefix that makes the keys one model's (strip_attribute_prefix).
+// training wrapper's attribute prefix that makes the keys one model's (strip_attribute_prefix);
+// a bare nn.Linear's keys named (name_bare_linear).
 const NamedTensors& weights_file(const Settings& settings) {
   static std::map<std::string, NamedTensors> cache;
   auto it = cache.find(settings.weights);
@@ -49,6 +84,7 @@ const NamedTensors& weights_file(const Settings& settings) {
           read_state_dict(settings.weights, settings.weights_key, settings.strip_prefix);
       check_metadata_version(file, settings.weights);
       if (settings.strip_prefix.empty()) strip_attribute_prefix(file, all_model_keys());
+      name_bare_linear(file, settings.weights);
       it = cache.emplace(settings.weights, std::move(file)).first;
     } catch (const LoadError& e) {
       throw about("--weights", e);
@@ -74,22 +110,16 @@ std::string keys_of(const NamedTensors& file) {
 
 namespace {
 
-// "a, b, c".
-std::string joined(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
 // The attribute paths of the file's Linears, those of its 2-D "<path>.weight" tensors, in file
 // order.
 std::vector<std::string> linear_paths(const NamedTensors& file) {
   std::vector<std::string> paths;
   for (const auto& [key, tensor] : file.tensors) {
-    const std::string suffix = ".weight";
-    if (key.size() > suffix.size() &&
-        key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0 && tensor.dim() == 2) {
-      paths.push_back(key.substr(0, key.size() - suffix.size()));
+    const std::optional<std::string> path = weight_path(key);
+    // A bare Linear's path ("") was named on reading (weights_file); the spec grammar names no
+    // other empty path.
+    if (path && !path->empty() && tensor.dim() == 2) {
+      paths.push_back(*path);
     }
   }
   return paths;
@@ -143,7 +173,7 @@ void check_chain_params(ModelSpec& model, const NamedTensors& file, const Settin
   }
   for (ModelSpec* layer : layers) {
     // The layer's width, from its Linear's weight in the file (half of it for a chunked Linear).
-    const torch::Tensor* weight = find_tensor(file, layer->linear + ".weight");
+    const torch::Tensor* weight = find_tensor(file, weight_key(layer->linear));
     const int64_t width =
         weight && weight->dim() == 2 ? weight->size(0) / (layer->half >= 0 ? 2 : 1) : -1;
     for (const std::string& key : layer->parsed_chain().params()) {
@@ -178,7 +208,7 @@ ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
     std::map<std::string, bool> biases;
     for (const ParsedLayer& layer : parse_model_spec(spec).layers) {
       for (const std::string& path : {layer.linear.path, layer.gate.path}) {
-        if (!path.empty()) biases[path] = find_tensor(file, path + ".bias") != nullptr;
+        if (!path.empty()) biases[path] = find_tensor(file, bias_key(path)) != nullptr;
       }
     }
     ModelSpec model = layered_model(spec, biases);
@@ -188,7 +218,7 @@ ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
   if (settings.weights.empty()) return runtime_model(spec);
   const NamedTensors& file = weights_file(settings);
   const std::string linear = linear_path(file, settings);
-  ModelSpec model = runtime_model(spec, linear, find_tensor(file, linear + ".bias") != nullptr);
+  ModelSpec model = runtime_model(spec, linear, find_tensor(file, bias_key(linear)) != nullptr);
   check_chain_params(model, file, settings, from);
   return model;
 }
@@ -216,6 +246,14 @@ ModelSpec detect_model(const Settings& settings) {
   if (carried != file.metadata.end()) {
     return chain_model_for(carried->second, settings, "--weights " + settings.weights + "'s chain");
   }
+  if (bare_linear_files().count(settings.weights)) {
+    throw UsageError("--weights " + settings.weights +
+                     ": holds a bare nn.Linear's state dict (weight, bias), which any chain may "
+                     "follow: give the chain with --chain SPEC (e.g. --chain gelu, or --chain '" +
+                     kBareLinearPath +
+                     ":' for the Linear alone; docs/CHAINS.md), or save the module the Linear is "
+                     "part of with its chain (weights/fx_chain.py save_with_chain)");
+  }
   // The models all of whose keys the file holds. One is taken only where more than a Linear's keys
   // name it: a file of a Linear's keys alone fits any chain, and is never taken for one.
   std::vector<std::string> fits;
@@ -239,7 +277,7 @@ ModelSpec detect_model(const Settings& settings) {
                      ") are a Linear's, which any chain may follow: say which with --model (" +
                      joined(model_names()) +
                      ") or --chain SPEC (docs/CHAINS.md), or save the "
-                     "file with its chain (weights/fx_chain.py)");
+                     "file with its chain (weights/fx_chain.py save_with_chain)");
   }
   std::string models;
   for (const auto& [name, keys] : all_model_keys()) {
@@ -290,12 +328,17 @@ namespace {
 // The weight [out, in] of the Linear at `path` in `file`, checked to be a matrix.
 const torch::Tensor& file_weight(const NamedTensors& file, const std::string& path,
                                  const ModelSpec& spec, const Settings& settings) {
-  const std::string key = path + ".weight";
+  const std::string key = weight_key(path);
   const torch::Tensor* weight = find_tensor(file, key);
   if (!weight) {
+    // A bare Linear's keys were named here, not in the file: no prefix of theirs to strip.
+    const bool bare = bare_linear_files().count(settings.weights) > 0;
     throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " +
                     spec.name + "); the file has " + keys_of(file) +
-                    strip_prefix_hint(file, all_model_keys()));
+                    (bare ? std::string(" (a bare nn.Linear's weight and bias, named '") +
+                                kBareLinearPath + "': name it so in the spec, e.g. --chain '" +
+                                kBareLinearPath + ":gelu')"
+                          : strip_prefix_hint(file, all_model_keys())));
   }
   if (weight->dim() != 2) {
     std::ostringstream s;
@@ -330,7 +373,7 @@ std::vector<int64_t> model_widths(const ModelSpec& spec, const Settings& setting
     const ModelSpec& layer = layers[i];
     const torch::Tensor& weight = file_weight(file, layer.linear, spec, settings);
     int64_t in = weight.size(1), out = weight.size(0);
-    const std::string where = "--weights " + settings.weights + ": " + layer.linear + ".weight";
+    const std::string where = "--weights " + settings.weights + ": " + weight_key(layer.linear);
     if (layer.half >= 0) {
       if (out % 2 != 0) {
         throw LoadError(where + " has " + std::to_string(out) +
