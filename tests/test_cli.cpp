@@ -281,6 +281,12 @@ TEST_F(Cli, HelpComesBeforeAnyCheck) {
 TEST_F(Cli, CommandLineRefusalsAreOneLine) {
   expect_usage_error("--iters 4294967296",
                      "--iters: expected a positive integer up to 2147483647, got '4294967296'");
+  // A tolerance's text as a chain spec's is shown: control bytes escaped, a long one excerpted.
+  expect_usage_error("compare --atol \"$(printf '1\\033[2J\\nx')\"",
+                     "--atol: expected a finite number >= 0, got '1\\x1b[2J\\nx'");
+  expect_usage_error(
+      "compare --rtol " + std::string(100, '9') + "x",
+      "--rtol: expected a finite number >= 0, got '" + std::string(40, '9') + "...'");
   expect_usage_error("--batch --iters 3", "--batch: expected a value, got the option '--iters'");
   expect_usage_error("compare --output " + path("o.pt"),
                      "--output: not used by compare (only by run)");
