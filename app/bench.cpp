@@ -27,6 +27,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/memory.h"
+#include "app/model_setup.h"
+#include "app/platform.h"
 #include "app/report.h"
 #include "app/svg_plot.h"
 #include "app/timing.h"

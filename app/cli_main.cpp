@@ -20,6 +20,9 @@
 #include <sstream>
 
 #include "app/cli.h"
+#include "app/memory.h"
+#include "app/model_setup.h"
+#include "app/platform.h"
 #include "modules/loader/torch_file.h"
 
 namespace fusedlinear {

@@ -12,6 +12,9 @@
 #include <tuple>
 
 #include "app/cli.h"
+#include "app/memory.h"
+#include "app/model_setup.h"
+#include "app/platform.h"
 #include "app/report.h"
 #include "app/timing.h"
 

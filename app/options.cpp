@@ -10,7 +10,7 @@
 
 #include "app/cli.h"
 #include "kernels/ops/chain_spec.h"
-#include "modules/loader/output_file.h"
+#include "modules/output/output_file.h"
 
 namespace fusedlinear {
 namespace {
@@ -66,7 +66,7 @@ int64_t parse_integer(const std::string& option, const std::string& text, int64_
         min_value == 1
             ? "a positive integer up to " + std::to_string(max_value)
             : "an integer from " + std::to_string(min_value) + " to " + std::to_string(max_value);
-    throw UsageError(option + ": expected " + range + ", got '" + text + "'");
+    throw UsageError(option + ": expected " + range + ", got " + spec_excerpt(text, 0));
   }
   return value;
 }
@@ -78,7 +78,8 @@ uint64_t parse_unsigned(const std::string& option, const std::string& text) {
   if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0' ||
       errno == ERANGE) {
     throw UsageError(option + ": expected an integer from 0 to " +
-                     std::to_string(std::numeric_limits<uint64_t>::max()) + ", got '" + text + "'");
+                     std::to_string(std::numeric_limits<uint64_t>::max()) + ", got " +
+                     spec_excerpt(text, 0));
   }
   return value;
 }
@@ -87,7 +88,8 @@ double parse_tolerance(const std::string& option, const std::string& text) {
   // The decimal numbers of a chain spec (docs/CHAINS.md): strtod alone would take 0x10 or INF.
   const double value = is_spec_number(text) ? std::strtod(text.c_str(), nullptr) : -1;
   if (!std::isfinite(value) || value < 0) {
-    throw UsageError(option + ": expected a finite number >= 0, got '" + text + "'");
+    // Escaped and excerpted as a chain spec's text is: the value goes to a terminal or a log.
+    throw UsageError(option + ": expected a finite number >= 0, got " + spec_excerpt(text, 0));
   }
   return value;
 }
@@ -104,8 +106,8 @@ int parse_threads(const std::string& text) {
   } catch (const UsageError&) {
     throw UsageError("--threads: expected a positive integer up to " + std::to_string(most) + " (" +
                      std::to_string(kThreadsPerHardwareThread) + " x the " +
-                     std::to_string(most / kThreadsPerHardwareThread) +
-                     " hardware threads), got '" + text + "'");
+                     std::to_string(most / kThreadsPerHardwareThread) + " hardware threads), got " +
+                     spec_excerpt(text, 0));
   }
 }
 
@@ -177,6 +179,40 @@ void check_output_files(const cxxopts::ParseResult& parsed, const Settings& s) {
     } catch (const OutputError& e) {
       throw UsageError("--" + option + " " + e.what());
     }
+  }
+}
+
+std::optional<torch::ScalarType> dtype_named(const std::string& name) {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+    if (name == dtype_name(dtype)) return dtype;
+  }
+  return std::nullopt;
+}
+
+std::string dtype_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat32:
+      return "float32";
+    case torch::kFloat16:
+      return "float16";
+    case torch::kBFloat16:
+      return "bfloat16";
+    default:
+      return c10::toString(dtype);
+  }
+}
+
+double default_tolerance(torch::ScalarType dtype) {
+  if (dtype == torch::kFloat16) return 1e-2;
+  if (dtype == torch::kBFloat16) return 5e-2;
+  return 1e-4;
+}
+
+void write_for_option(const std::string& option, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const OutputError& e) {
+    throw UsageError(option + " " + e.what());
   }
 }
 

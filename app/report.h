@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "app/timing.h"
-#include "modules/loader/output_file.h"
+#include "modules/output/output_file.h"
 
 namespace fusedlinear {
 

@@ -2,6 +2,8 @@
 #include <iostream>
 
 #include "app/cli.h"
+#include "app/memory.h"
+#include "app/model_setup.h"
 #include "app/report.h"
 #include "modules/loader/torch_file.h"
 

@@ -11,6 +11,9 @@
 
 #include "app/bench.h"
 #include "app/cli.h"
+#include "app/memory.h"
+#include "app/model_setup.h"
+#include "app/platform.h"
 #include "app/svg_plot.h"
 #include "tests/test_support.h"
 

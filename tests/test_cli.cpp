@@ -281,6 +281,12 @@ TEST_F(Cli, HelpComesBeforeAnyCheck) {
 TEST_F(Cli, CommandLineRefusalsAreOneLine) {
   expect_usage_error("--iters 4294967296",
                      "--iters: expected a positive integer up to 2147483647, got '4294967296'");
+  // A tolerance's text as a chain spec's is shown: control bytes escaped, a long one excerpted.
+  expect_usage_error("compare --atol \"$(printf '1\\033[2J\\nx')\"",
+                     "--atol: expected a finite number >= 0, got '1\\x1b[2J\\nx'");
+  expect_usage_error(
+      "compare --rtol " + std::string(100, '9') + "x",
+      "--rtol: expected a finite number >= 0, got '" + std::string(40, '9') + "...'");
   expect_usage_error("--batch --iters 3", "--batch: expected a value, got the option '--iters'");
   expect_usage_error("compare --output " + path("o.pt"),
                      "--output: not used by compare (only by run)");
@@ -709,6 +715,46 @@ TEST_F(Cli, MessagesPointToWhatResolvesTheCase) {
   r = run("run --device cpu --weights " + path("tanh.safetensors") + io + " --gemm skinny");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("the small-batch kernels run on a GPU only"), std::string::npos) << r.out;
+}
+
+// A bare nn.Linear's state dict (keys "weight", "bias"), as torch.save(nn.Linear(...).state_dict())
+// writes it: the message says what runs it (never --strip-prefix), and --chain SPEC does, with
+// the chain or with none ("linear:", the Linear alone), matching PyTorch.
+TEST_F(Cli, BareLinearRunsWithAChainSpec) {
+  const torch::Tensor w = torch::rand({6, 8}) - 0.5, b = torch::rand({6}) - 0.5;
+  const torch::Tensor x = torch::rand({3, 8}) - 0.5;
+  write_tensor(x, path("x.pt"));
+  write_safetensors(path("bare.safetensors"), {{"weight", w}, {"bias", b}});
+  const std::string io = " --input " + path("x.pt") + " --output " + path("o.pt") + " --overwrite";
+  const std::string weights = "run --device cpu --weights " + path("bare.safetensors");
+  Result r = run(weights + io);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("holds a bare nn.Linear's state dict (weight, bias), which any chain may "
+                       "follow: give the chain with --chain SPEC (e.g. --chain gelu, or --chain "
+                       "'linear:' for the Linear alone"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("weights/fx_chain.py save_with_chain"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--strip-prefix"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+
+  const torch::Tensor y = torch::addmm(b, x, w.t());
+  for (const auto& [chain, expected] : std::vector<std::pair<std::string, torch::Tensor>>{
+           {"gelu", torch::gelu(y)}, {"linear:", y}}) {
+    r = run(weights + io + " --chain '" + chain + "'");
+    ASSERT_EQ(r.exit_code, 0) << chain << ": " << r.err;
+    EXPECT_NE(r.err.find("the keys are a bare nn.Linear's (weight, bias): taken as the Linear "
+                         "'linear'"),
+              std::string::npos)
+        << r.err;
+    EXPECT_TRUE(torch::allclose(read_tensor(path("o.pt")), expected, 1e-5, 1e-5)) << chain;
+  }
+  // A layered spec naming other Linears: the path the keys were given, not a prefix to strip.
+  r = run(weights + io + " --chain 'fc1:gelu|fc2'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("missing key fc1.weight"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("named 'linear': name it so in the spec"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--strip-prefix"), std::string::npos) << r.err;
 }
 
 // weights/export.py defines the same models as the registry, with the same state-dict keys.

@@ -1,5 +1,5 @@
 // The command line's checks (app/options.cpp) and the loader's prefix hints as the commands
-// give them (app/common.cpp), in process: numbers in their real ranges, options a command does
+// give them (app/model_setup.cpp), in process: numbers in their real ranges, options a command does
 // not use, output files checked before any work. test_cli runs a few of the same through the
 // program, for the one line on stderr and the exit code.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "app/cli.h"
+#include "app/model_setup.h"
 #include "modules/loader/torch_file.h"
 #include "tests/test_support.h"
 

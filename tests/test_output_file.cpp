@@ -1,4 +1,4 @@
-// The one writer of every output (modules/output_file.h): only regular files are replaced,
+// The one writer of every output (modules/output/output_file.h): only regular files are replaced,
 // temporary names are fresh and never followed, nothing is left behind by an error or a
 // signal, and concurrent writers of one path leave one complete file.
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "modules/loader/output_file.h"
+#include "modules/output/output_file.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {

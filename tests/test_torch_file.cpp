@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "modules/loader/output_file.h"
 #include "modules/loader/torch_file.h"
+#include "modules/output/output_file.h"
 #include "tests/test_support.h"
 
 // Under AddressSanitizer, any single allocation over 1 GiB fails the test: the reader must
@@ -95,7 +95,7 @@ std::string load_error(const std::function<void()>& load) {
   return message_of<LoadError>(load, "(loaded without error)");
 }
 
-// write_tensor's refusals and failures (OutputError, modules/output_file.h).
+// write_tensor's refusals and failures (OutputError, modules/output/output_file.h).
 std::string write_error(const std::function<void()>& write) {
   return message_of<OutputError>(write, "(written without error)");
 }

@@ -20,38 +20,10 @@ std::string shape_string(torch::IntArrayRef sizes) {
   return s.str();
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-
 std::vector<std::string> keys_of(const NamedTensors& file) {
   std::vector<std::string> keys;
   for (const auto& item : file.tensors) keys.push_back(item.first);
   return keys;
-}
-
-bool same_keys(std::vector<std::string> a, std::vector<std::string> b) {
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  return a == b;
-}
-
-// The longest prefix of whole components ("a.b.") that every key starts with.
-std::string common_prefix(const std::vector<std::string>& keys) {
-  if (keys.empty()) return "";
-  std::string prefix = keys.front();
-  for (const auto& key : keys) {
-    size_t n = 0;
-    while (n < prefix.size() && n < key.size() && prefix[n] == key[n]) ++n;
-    prefix.resize(n);
-  }
-  // Whole components only, and never a whole key.
-  const size_t dot = prefix.rfind('.');
-  prefix.resize(dot == std::string::npos ? 0 : dot + 1);
-  for (const auto& key : keys) {
-    if (key.size() == prefix.size()) return "";
-  }
-  return prefix;
 }
 
 // A model's parameters, then its buffers, by state-dict key.
@@ -125,60 +97,15 @@ std::vector<std::string> state_dict_keys(torch::nn::Module& model) {
 }
 
 std::string strip_attribute_prefix(NamedTensors& file, const std::vector<ModelKeys>& models) {
-  const std::vector<std::string> keys = keys_of(file);
-  for (const auto& model : models) {
-    if (same_keys(keys, model.second)) return "";  // the keys fit a model as they are
-  }
-  const std::string common = common_prefix(keys);
-  for (size_t dot = common.find('.'); dot != std::string::npos; dot = common.find('.', dot + 1)) {
-    std::string prefix = common.substr(0, dot + 1);
-    std::vector<std::string> stripped = keys;
-    for (auto& key : stripped) key.erase(0, prefix.size());
-    const std::vector<std::string> wrapper_notices = strip_wrapper_prefixes(stripped);
-    const ModelKeys* match = nullptr;
-    int matches = 0;
-    for (const auto& model : models) {
-      if (same_keys(stripped, model.second)) match = &model, ++matches;
-    }
-    if (matches != 1) continue;
-    for (size_t i = 0; i < stripped.size(); ++i) file.tensors[i].first = stripped[i];
-    file.notices.push_back("stripped the prefix '" + prefix +
-                           "' from every key (a training wrapper's attribute, as PyTorch "
-                           "Lightning's 'model.'; without it the keys are " +
-                           match->first + "'s)");
-    file.notices.insert(file.notices.end(), wrapper_notices.begin(), wrapper_notices.end());
-    return prefix;
-  }
-  return "";
+  const std::optional<StrippedKeys> stripped = attribute_prefix(keys_of(file), models);
+  if (!stripped) return "";
+  for (size_t i = 0; i < stripped->keys.size(); ++i) file.tensors[i].first = stripped->keys[i];
+  file.notices.insert(file.notices.end(), stripped->notices.begin(), stripped->notices.end());
+  return stripped->prefix;
 }
 
 std::string strip_prefix_hint(const NamedTensors& file, const std::vector<ModelKeys>& models) {
-  const std::vector<std::string> keys = keys_of(file);
-  // A prefix under which every key of a model is found (other keys may be beside them).
-  for (const auto& model : models) {
-    if (model.second.empty()) continue;
-    const std::string& first = model.second.front();
-    for (const auto& key : keys) {
-      if (key.size() <= first.size() + 1 ||
-          key.compare(key.size() - first.size(), first.size(), first) != 0 ||
-          key[key.size() - first.size() - 1] != '.') {
-        continue;
-      }
-      const std::string prefix = key.substr(0, key.size() - first.size());
-      const bool all = std::all_of(model.second.begin(), model.second.end(), [&](const auto& k) {
-        return std::find(keys.begin(), keys.end(), prefix + k) != keys.end();
-      });
-      if (!all) continue;
-      const bool others = !std::all_of(
-          keys.begin(), keys.end(), [&](const std::string& k) { return starts_with(k, prefix); });
-      return " (" + model.first + "'s keys are all there under the prefix '" + prefix +
-             "'; pass --strip-prefix " + prefix + (others ? " and --no-strict" : "") + ")";
-    }
-  }
-  const std::string common = common_prefix(keys);
-  if (common.empty()) return "";
-  return " (every key starts with '" + common + "'; if a wrapper added it, pass --strip-prefix " +
-         common + ")";
+  return fusedlinear::strip_prefix_hint(keys_of(file), models);
 }
 
 std::vector<std::string> apply_state_dict(torch::nn::Module& model, const NamedTensors& file,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "modules/loader/key_names.h"
 #include "modules/loader/torch_file.h"
 
 namespace fusedlinear {
@@ -24,19 +25,13 @@ struct LoadOptions {
 // A model's state-dict keys: its parameters', then its buffers', in its order.
 std::vector<std::string> state_dict_keys(torch::nn::Module& model);
 
-// A model's name and state-dict keys, for strip_attribute_prefix and strip_prefix_hint.
-using ModelKeys = std::pair<std::string, std::vector<std::string>>;
-
 // A training wrapper's attribute prefix, e.g. PyTorch Lightning's `model.` (a LightningModule
-// holding the network as `self.model` saves `model.linear.weight`): when every key of `file`
-// starts with the same components, and removing the first one or more of them (and any
-// "module." / "_orig_mod." after them) leaves exactly the keys of one of `models`, no more and
-// no fewer, they are removed, with a notice. Returns the prefix removed, or "".
+// holding the network as `self.model` saves `model.linear.weight`), removed from `file`'s keys
+// with a notice where attribute_prefix (key_names.h, ModelKeys there) finds one. Returns the
+// prefix removed, or "".
 std::string strip_attribute_prefix(NamedTensors& file, const std::vector<ModelKeys>& models);
 
-// For a file whose keys do not fit `models`: " (...; pass --strip-prefix P)" naming the prefix
-// under which some model's keys all are, or else the longest prefix of whole components that
-// every key shares; "" when there is neither.
+// For a file whose keys do not fit `models`: key_names.h's strip_prefix_hint of its keys.
 std::string strip_prefix_hint(const NamedTensors& file, const std::vector<ModelKeys>& models);
 
 // Why converting `tensor` to `to` would lose more than rounding ("" when it would not): the

@@ -15,10 +15,10 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "modules/loader/output_file.h"
 #include "modules/loader/pickle_reader.h"
 #include "modules/loader/safetensors.h"
 #include "modules/loader/zip_reader.h"
+#include "modules/output/output_file.h"
 
 namespace fusedlinear {
 namespace {
@@ -500,16 +500,10 @@ std::vector<std::string> keys_of(const NamedTensors& out) {
 }
 
 // --strip-prefix: `prefix` (a final '.' added if missing) off every key that starts with it.
-void strip_given_prefix(NamedTensors& out, std::string prefix) {
-  if (!prefix.empty() && prefix.back() != '.') prefix += '.';
+void strip_given_prefix(NamedTensors& out, const std::string& given) {
+  const std::string prefix = as_key_prefix(given);
   std::vector<std::string> keys = keys_of(out);
-  size_t stripped = 0;
-  for (auto& key : keys) {
-    if (starts_with(key, prefix) && key.size() > prefix.size()) {
-      key.erase(0, prefix.size());
-      ++stripped;
-    }
-  }
+  const size_t stripped = strip_key_prefix(keys, prefix);
   if (stripped == 0) {
     std::string some;
     for (size_t i = 0; i < keys.size() && i < 10; ++i)
@@ -628,32 +622,6 @@ auto reading(const std::string& path, const FileBytes& file, Read read) -> declt
 }
 
 }  // namespace
-
-std::vector<std::string> strip_wrapper_prefixes(std::vector<std::string>& keys) {
-  struct Wrapper {
-    const char* prefix;
-    const char* by;
-  };
-  static const Wrapper kWrappers[] = {
-      {"module.", "saved from DataParallel or DistributedDataParallel"},
-      {"_orig_mod.", "saved from a torch.compile'd model"}};
-  std::vector<std::string> notices;
-  if (keys.empty()) return notices;
-  for (bool stripped = true; stripped;) {
-    stripped = false;
-    for (const Wrapper& wrapper : kWrappers) {
-      const std::string prefix = wrapper.prefix;
-      const bool all = std::all_of(keys.begin(), keys.end(), [&](const std::string& key) {
-        return starts_with(key, prefix) && key.size() > prefix.size();
-      });
-      if (!all) continue;
-      for (auto& key : keys) key.erase(0, prefix.size());
-      notices.push_back("stripped the prefix '" + prefix + "' from every key (" + wrapper.by + ")");
-      stripped = true;
-    }
-  }
-  return notices;
-}
 
 NamedTensors read_state_dict(const std::string& path, const std::string& weights_key,
                              const std::string& strip_prefix) {

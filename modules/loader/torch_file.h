@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "modules/loader/key_names.h"  // strip_wrapper_prefixes, read_state_dict's rules
+
 namespace fusedlinear {
 
 struct LoadError : std::runtime_error {
@@ -39,8 +41,9 @@ struct NamedTensors {
 // int kept as its decimal text, any other kind an error). Then `strip_prefix` (--strip-prefix;
 // a final '.' is added if missing), if given, comes off every key that starts with it (none
 // doing so is an error), and the prefixes of training wrappers come off as
-// strip_wrapper_prefixes says; each with a notice. The file is read whole into memory; one that
-// is not a regular file, or that changes while it is read, is refused. Throws LoadError.
+// strip_wrapper_prefixes (key_names.h) says; each with a notice. The file is read whole into
+// memory; one that is not a regular file, or that changes while it is read, is refused. Throws
+// LoadError.
 NamedTensors read_state_dict(const std::string& path, const std::string& weights_key = "",
                              const std::string& strip_prefix = "");
 
@@ -53,11 +56,6 @@ inline constexpr const char* kMetadataVersion = "1";
 // whose "version" is missing or other than kMetadataVersion exactly ("01", " 1" and "2" too):
 // fields of another version may mean something else.
 void check_metadata_version(const NamedTensors& file, const std::string& source);
-
-// The prefixes training wrappers put before every key, removed from `keys` while every key
-// starts with one, nested in any order: "module." (DataParallel, DistributedDataParallel) and
-// "_orig_mod." (torch.compile). Returns a notice for each removal.
-std::vector<std::string> strip_wrapper_prefixes(std::vector<std::string>& keys);
 
 // Reads a single tensor written by torch.save(tensor, path). Throws LoadError.
 torch::Tensor read_tensor(const std::string& path);

@@ -1,37 +1,22 @@
-// Helpers shared by the commands: building the model and the input a run asks for.
-#include <dlfcn.h>
-#include <sys/resource.h>
-#include <unistd.h>
+// Setting up the model a run asks for: detected from --weights or built from --model / --chain,
+// its widths, its weight layout, its configuration and its input.
+#include "app/model_setup.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <sstream>
-#include <system_error>
-#include <thread>
-#include <tuple>
 
 #include "app/cli.h"
+#include "app/memory.h"
 #include "app/report.h"
 #include "app/timing.h"
-#include "kernels/cpu/epilogue.h"
 #include "kernels/ops/chain_spec.h"
-#include "modules/loader/output_file.h"
+#include "modules/loader/key_names.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
-
-#ifdef FUSEDLINEAR_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
 
 namespace fusedlinear {
 namespace {
@@ -53,8 +38,42 @@ LoadError about(const std::string& option, const std::exception& e) {
   return LoadError(option + " " + e.what());
 }
 
+// "a, b, c".
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// The --weights files that held a bare nn.Linear's keys, named by name_bare_linear.
+std::set<std::string>& bare_linear_files() {
+  static std::set<std::string> files;
+  return files;
+}
+
+// A bare nn.Linear's state dict (torch.save(nn.Linear(...).state_dict())): its keys "weight"
+// and "bias" become the Linear kBareLinearPath's, which --chain SPEC and the one-Linear models
+// name, with a notice. Other files are left as they are.
+void name_bare_linear(NamedTensors& file, const std::string& path) {
+  std::vector<std::string> keys;
+  for (const auto& item : file.tensors) keys.push_back(item.first);
+  if (!is_bare_linear(keys) || file.metadata.count("linear")) return;
+  for (auto& [key, tensor] : file.tensors) {
+    if (key == weight_key("") && tensor.dim() != 2) return;
+  }
+  for (auto& item : file.tensors) {
+    item.first =
+        item.first == weight_key("") ? weight_key(kBareLinearPath) : bias_key(kBareLinearPath);
+  }
+  file.notices.push_back("the keys are a bare nn.Linear's (" + weight_key("") +
+                         (keys.size() > 1 ? ", " + bias_key("") : std::string()) +
+                         "): taken as the Linear '" + kBareLinearPath + "'");
+  bare_linear_files().insert(path);
+}
+
 // The --weights file, read once however many times a run needs it: --strip-prefix, else a
-// training wrapper's attribute prefix that makes the keys one model's (strip_attribute_prefix).
+// training wrapper's attribute prefix that makes the keys one model's (strip_attribute_prefix);
+// a bare nn.Linear's keys named (name_bare_linear).
 const NamedTensors& weights_file(const Settings& settings) {
   static std::map<std::string, NamedTensors> cache;
   auto it = cache.find(settings.weights);
@@ -65,6 +84,7 @@ const NamedTensors& weights_file(const Settings& settings) {
           read_state_dict(settings.weights, settings.weights_key, settings.strip_prefix);
       check_metadata_version(file, settings.weights);
       if (settings.strip_prefix.empty()) strip_attribute_prefix(file, all_model_keys());
+      name_bare_linear(file, settings.weights);
       it = cache.emplace(settings.weights, std::move(file)).first;
     } catch (const LoadError& e) {
       throw about("--weights", e);
@@ -88,176 +108,18 @@ std::string keys_of(const NamedTensors& file) {
 
 }  // namespace
 
-std::optional<torch::ScalarType> dtype_named(const std::string& name) {
-  for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
-    if (name == dtype_name(dtype)) return dtype;
-  }
-  return std::nullopt;
-}
-
-std::string dtype_name(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kFloat32:
-      return "float32";
-    case torch::kFloat16:
-      return "float16";
-    case torch::kBFloat16:
-      return "bfloat16";
-    default:
-      return c10::toString(dtype);
-  }
-}
-
-double default_tolerance(torch::ScalarType dtype) {
-  if (dtype == torch::kFloat16) return 1e-2;
-  if (dtype == torch::kBFloat16) return 5e-2;
-  return 1e-4;
-}
-
-std::string byte_size(double bytes) {
-  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 6) bytes /= 1024, ++unit;
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, unit ? "%.2f %s" : "%.0f %s", bytes, kUnits[unit]);
-  return buffer;
-}
-
 namespace {
-
-// What a size whose bytes overflow libtorch's int64 byte count asks for.
-const char* const kBeyondInt64 = "more than 8.00 EiB (the size overflows 64-bit byte counts)";
-
-// How much an out-of-memory error from libtorch's allocators asked for ("7.50 GiB"; "" when it
-// does not say), or nullopt for any other error. CPU: "... can't allocate memory: you tried to
-// allocate 123 bytes ..."; CUDA: "CUDA out of memory. Tried to allocate 2.00 GiB ...".
-std::optional<std::string> requested_memory(const std::string& message) {
-  static const std::string kCpu = "you tried to allocate ", kCuda = "Tried to allocate ";
-  if (const size_t at = message.find(kCpu); at != std::string::npos) {
-    return byte_size(std::strtod(message.c_str() + at + kCpu.size(), nullptr));
-  }
-  if (const size_t at = message.find(kCuda); at != std::string::npos) {
-    // "20.00 GiB", followed by "." or " (" and more about the device.
-    std::istringstream words(message.substr(at + kCuda.size()));
-    std::string number, unit;
-    words >> number >> unit;
-    while (!unit.empty() && (unit.back() == '.' || unit.back() == ',')) unit.pop_back();
-    return number + " " + unit;
-  }
-  if (message.find("out of memory") != std::string::npos ||
-      message.find("can't allocate memory") != std::string::npos) {
-    return "";
-  }
-  // Sizes whose bytes do not fit in 64 bits (--batch 2147483647 --in-features 2147483647).
-  if (message.find("Storage size calculation overflowed") != std::string::npos) {
-    return kBeyondInt64;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-UsageError out_of_memory_error(const Settings& settings, const std::string& requested) {
-  // What sets the sizes: --input's rows or --batch(es); the file's features or the options.
-  const std::string batch = settings.command == "bench" ? "--batches" : "--batch";
-  const std::string advice =
-      !settings.input.empty() ? "use a smaller --input" +
-                                    std::string(!settings.weights.empty()
-                                                    ? " or a smaller model than --weights"
-                                                    : ", or lower --in-features or --out-features")
-      : !settings.weights.empty() ? "lower " + batch + ", or use a smaller model than --weights"
-                                  : "lower " + batch + ", --in-features or --out-features";
-  return UsageError("out of memory on " + settings.device.str() +
-                    (requested.empty() ? "" : ": tried to allocate " + requested) + "; " + advice);
-}
-
-// The bytes this process may still allocate on `device`, or infinity where it cannot tell: on
-// the CPU the least of what the system has available (MemAvailable and free swap), the headroom
-// under an address-space limit (ulimit -v) and under its cgroup's memory.max; on a GPU its free
-// memory.
-double available_bytes(const torch::Device& device) {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) {
-    size_t free_bytes = 0, total_bytes = 0;
-    return cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? double(free_bytes) : INFINITY;
-  }
-#endif
-  double available = INFINITY, memory = -1, swap = 0;
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string line; std::getline(meminfo, line);) {
-    const double kib = std::strtod(line.c_str() + line.find(':') + 1, nullptr);
-    if (line.rfind("MemAvailable:", 0) == 0) memory = kib * 1024;
-    if (line.rfind("SwapFree:", 0) == 0) swap = kib * 1024;
-  }
-  if (memory >= 0) available = memory + swap;
-  struct rlimit limit {};
-  std::ifstream statm("/proc/self/statm");
-  double pages = 0;
-  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && statm >> pages) {
-    available =
-        std::min(available, double(limit.rlim_cur) - pages * double(::sysconf(_SC_PAGESIZE)));
-  }
-  std::ifstream cgroup("/proc/self/cgroup");
-  for (std::string line; std::getline(cgroup, line);) {
-    if (line.rfind("0::", 0) != 0) continue;  // cgroup v2's one hierarchy
-    const std::string folder = "/sys/fs/cgroup" + line.substr(3);
-    double max = 0, current = 0;
-    std::ifstream max_file(folder + "/memory.max"), current_file(folder + "/memory.current");
-    if (max_file >> max && current_file >> current) available = std::min(available, max - current);
-  }
-  return std::max(available, 0.0);
-}
-
-void check_fits(const Settings& settings, double bytes, const torch::Device& device,
-                const std::string& what) {
-  if (bytes >= 9223372036854775808.0) throw out_of_memory_error(settings, kBeyondInt64);
-  const double available = available_bytes(device);
-  if (std::isfinite(available) && bytes > available) {
-    throw out_of_memory_error(settings, byte_size(bytes) + " for " + what + " (" +
-                                            byte_size(available) + " available on " + device.str() +
-                                            ")");
-  }
-}
-
-UsageError usage_error(const c10::Error& error, const Settings& settings, const std::string& what) {
-  const std::string message = error.what_without_backtrace();
-  if (const auto requested = requested_memory(message)) {
-    return out_of_memory_error(settings, *requested);
-  }
-  const std::string first_line = message.substr(0, message.find('\n'));
-  return UsageError((what.empty() ? "libtorch " TORCH_VERSION ": "
-                                  : what + ": libtorch " TORCH_VERSION " cannot run it: ") +
-                    first_line);
-}
-
-void run_in_context(const std::string& model, const Settings& settings,
-                    const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    throw usage_error(e, settings,
-                      model + " in " + dtype_name(settings.dtype) + " on " + settings.device.str());
-  }
-}
-
-namespace {
-
-// "a, b, c".
-std::string joined(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 // The attribute paths of the file's Linears, those of its 2-D "<path>.weight" tensors, in file
 // order.
 std::vector<std::string> linear_paths(const NamedTensors& file) {
   std::vector<std::string> paths;
   for (const auto& [key, tensor] : file.tensors) {
-    const std::string suffix = ".weight";
-    if (key.size() > suffix.size() &&
-        key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0 && tensor.dim() == 2) {
-      paths.push_back(key.substr(0, key.size() - suffix.size()));
+    const std::optional<std::string> path = weight_path(key);
+    // A bare Linear's path ("") was named on reading (weights_file); the spec grammar names no
+    // other empty path.
+    if (path && !path->empty() && tensor.dim() == 2) {
+      paths.push_back(*path);
     }
   }
   return paths;
@@ -311,7 +173,7 @@ void check_chain_params(ModelSpec& model, const NamedTensors& file, const Settin
   }
   for (ModelSpec* layer : layers) {
     // The layer's width, from its Linear's weight in the file (half of it for a chunked Linear).
-    const torch::Tensor* weight = find_tensor(file, layer->linear + ".weight");
+    const torch::Tensor* weight = find_tensor(file, weight_key(layer->linear));
     const int64_t width =
         weight && weight->dim() == 2 ? weight->size(0) / (layer->half >= 0 ? 2 : 1) : -1;
     for (const std::string& key : layer->parsed_chain().params()) {
@@ -346,7 +208,7 @@ ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
     std::map<std::string, bool> biases;
     for (const ParsedLayer& layer : parse_model_spec(spec).layers) {
       for (const std::string& path : {layer.linear.path, layer.gate.path}) {
-        if (!path.empty()) biases[path] = find_tensor(file, path + ".bias") != nullptr;
+        if (!path.empty()) biases[path] = find_tensor(file, bias_key(path)) != nullptr;
       }
     }
     ModelSpec model = layered_model(spec, biases);
@@ -356,7 +218,7 @@ ModelSpec chain_model_for(const std::string& spec, const Settings& settings,
   if (settings.weights.empty()) return runtime_model(spec);
   const NamedTensors& file = weights_file(settings);
   const std::string linear = linear_path(file, settings);
-  ModelSpec model = runtime_model(spec, linear, find_tensor(file, linear + ".bias") != nullptr);
+  ModelSpec model = runtime_model(spec, linear, find_tensor(file, bias_key(linear)) != nullptr);
   check_chain_params(model, file, settings, from);
   return model;
 }
@@ -384,6 +246,14 @@ ModelSpec detect_model(const Settings& settings) {
   if (carried != file.metadata.end()) {
     return chain_model_for(carried->second, settings, "--weights " + settings.weights + "'s chain");
   }
+  if (bare_linear_files().count(settings.weights)) {
+    throw UsageError("--weights " + settings.weights +
+                     ": holds a bare nn.Linear's state dict (weight, bias), which any chain may "
+                     "follow: give the chain with --chain SPEC (e.g. --chain gelu, or --chain '" +
+                     kBareLinearPath +
+                     ":' for the Linear alone; docs/CHAINS.md), or save the module the Linear is "
+                     "part of with its chain (weights/fx_chain.py save_with_chain)");
+  }
   // The models all of whose keys the file holds. One is taken only where more than a Linear's keys
   // name it: a file of a Linear's keys alone fits any chain, and is never taken for one.
   std::vector<std::string> fits;
@@ -407,7 +277,7 @@ ModelSpec detect_model(const Settings& settings) {
                      ") are a Linear's, which any chain may follow: say which with --model (" +
                      joined(model_names()) +
                      ") or --chain SPEC (docs/CHAINS.md), or save the "
-                     "file with its chain (weights/fx_chain.py)");
+                     "file with its chain (weights/fx_chain.py save_with_chain)");
   }
   std::string models;
   for (const auto& [name, keys] : all_model_keys()) {
@@ -458,12 +328,17 @@ namespace {
 // The weight [out, in] of the Linear at `path` in `file`, checked to be a matrix.
 const torch::Tensor& file_weight(const NamedTensors& file, const std::string& path,
                                  const ModelSpec& spec, const Settings& settings) {
-  const std::string key = path + ".weight";
+  const std::string key = weight_key(path);
   const torch::Tensor* weight = find_tensor(file, key);
   if (!weight) {
+    // A bare Linear's keys were named here, not in the file: no prefix of theirs to strip.
+    const bool bare = bare_linear_files().count(settings.weights) > 0;
     throw LoadError("--weights " + settings.weights + ": missing key " + key + " (model " +
                     spec.name + "); the file has " + keys_of(file) +
-                    strip_prefix_hint(file, all_model_keys()));
+                    (bare ? std::string(" (a bare nn.Linear's weight and bias, named '") +
+                                kBareLinearPath + "': name it so in the spec, e.g. --chain '" +
+                                kBareLinearPath + ":gelu')"
+                          : strip_prefix_hint(file, all_model_keys())));
   }
   if (weight->dim() != 2) {
     std::ostringstream s;
@@ -498,7 +373,7 @@ std::vector<int64_t> model_widths(const ModelSpec& spec, const Settings& setting
     const ModelSpec& layer = layers[i];
     const torch::Tensor& weight = file_weight(file, layer.linear, spec, settings);
     int64_t in = weight.size(1), out = weight.size(0);
-    const std::string where = "--weights " + settings.weights + ": " + layer.linear + ".weight";
+    const std::string where = "--weights " + settings.weights + ": " + weight_key(layer.linear);
     if (layer.half >= 0) {
       if (out % 2 != 0) {
         throw LoadError(where + " has " + std::to_string(out) +
@@ -702,243 +577,6 @@ torch::Tensor build_input(const Settings& settings, int64_t in_features, at::Gen
     x = torch::rand({settings.batch, in_features}, stream);
   }
   return x.to(settings.device, settings.dtype).contiguous();
-}
-
-namespace {
-
-// A function of a loaded library (`library` a dlopen handle, or RTLD_DEFAULT), or null.
-template <class Fn>
-Fn blas_function(void* library, const char* name) {
-  return reinterpret_cast<Fn>(::dlsym(library, name));
-}
-
-// The file the process's sgemm_ comes from, as the dynamic linker binds it, links resolved
-// (Debian's /lib/x86_64-linux-gnu/libblas.so.3 is an alternative pointing into
-// openblas-pthread/, blas/, ...); "" where none is exported (a BLAS linked into libtorch).
-std::string sgemm_library() {
-  void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
-  Dl_info where{};
-  if (!sgemm || !::dladdr(sgemm, &where) || !where.dli_fname) return "";
-  char* resolved = ::realpath(where.dli_fname, nullptr);
-  std::string path = resolved ? resolved : where.dli_fname;
-  std::free(resolved);
-  return path;
-}
-
-// A handle to the library sgemm_ comes from, so that its own functions are asked (another BLAS
-// may be loaded as well: Debian's liblapack.so.3 can load OpenBLAS beside the reference BLAS).
-struct BlasLibrary {
-  explicit BlasLibrary(const std::string& path)
-      : handle(path.empty() ? nullptr : ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {}
-  ~BlasLibrary() {
-    if (handle) ::dlclose(handle);
-  }
-  BlasLibrary(const BlasLibrary&) = delete;
-  BlasLibrary& operator=(const BlasLibrary&) = delete;
-  void* get() const { return handle ? handle : RTLD_DEFAULT; }
-  void* handle;
-};
-
-// "model name" of /proc/cpuinfo (Linux), or "".
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
-      return line.substr(line.find_first_not_of(" \t", line.find(':') + 1));
-    }
-  }
-  return "";
-}
-
-// `key`=value from at::show_config()'s build settings ("BLAS_INFO" -> "mkl"), or "".
-std::string build_setting(const std::string& key) {
-  const std::string config = at::show_config();
-  const size_t at = config.find(key + "=");
-  if (at == std::string::npos) return "";
-  const size_t begin = at + key.size() + 1;
-  return config.substr(begin, config.find_first_of(", \n", begin) - begin);
-}
-
-}  // namespace
-
-std::string blas_description() {
-  // Which library libtorch's sgemm_ calls resolve to: the dynamic linker's choice (Debian's
-  // libblas.so.3 alternative, LD_LIBRARY_PATH, ...), asked for its own name and threads.
-  const std::string library = sgemm_library();
-  const BlasLibrary blas(library);
-  std::string name;
-  int threads = 0;
-  if (const auto config = blas_function<char* (*)()>(blas.get(), "openblas_get_config")) {
-    name = config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
-    if (const auto parallel = blas_function<int (*)()>(blas.get(), "openblas_get_parallel")) {
-      const int kind = parallel();
-      name += kind == 0 ? ", sequential" : kind == 1 ? ", pthreads" : ", OpenMP";
-    }
-    if (const auto core = blas_function<char* (*)()>(blas.get(), "openblas_get_corename")) {
-      name += std::string(", ") + core() + " kernels";
-    }
-    if (const auto get = blas_function<int (*)()>(blas.get(), "openblas_get_num_threads"))
-      threads = get();
-  } else if (const auto version =
-                 blas_function<const char* (*)()>(blas.get(), "bli_info_get_version_str")) {
-    name = std::string("BLIS ") + version();
-    if (const auto get = blas_function<long (*)()>(blas.get(), "bli_thread_get_num_threads")) {
-      threads = int(get());
-    }
-  } else if (library.find("/blas/libblas.so") != std::string::npos) {
-    name = "reference BLAS";  // Debian's libblas3: Netlib's Fortran, one thread
-    threads = 1;
-  } else if (!library.empty() && library.find("libtorch") == std::string::npos) {
-    // Another BLAS (BLIS's libblas.so.3 exports only the BLAS functions): its folder and name.
-    const size_t file = library.rfind('/');
-    const size_t folder = file == 0 || file == std::string::npos ? 0 : library.rfind('/', file - 1);
-    name = library.substr(folder == std::string::npos ? 0 : folder + 1);
-  } else {
-    // Linked into libtorch (the PyTorch wheel's MKL): what the build says; MKL's threads follow
-    // at::set_num_threads.
-    const std::string blas = build_setting("BLAS_INFO");
-    name = "BLAS_INFO=" + (blas.empty() ? std::string("unknown") : blas) + " (built in)";
-    if (blas == "mkl") threads = at::get_num_threads();
-  }
-  if (name == "reference BLAS") {
-    static bool warned = false;
-    if (!warned) {
-      warned = true;
-      std::cerr << "fusedlinear: warning: libtorch's GEMM runs on the reference BLAS (" << library
-                << "), tens of times slower than an optimized one: install libopenblas0-pthread "
-                   "(.ci/setup does)\n";
-    }
-  }
-  std::ostringstream s;
-  s << name << ", " << (threads > 0 ? std::to_string(threads) : std::string("?"))
-    << (threads == 1 ? " thread" : " threads");
-  if (!library.empty()) s << " (" << library << ")";
-  return s.str();
-}
-
-namespace {
-
-// Set by prepare_blas_for_memory_limits: OpenBLAS keeps to the calling thread.
-bool g_blas_on_one_thread = false;
-
-// "the address-space limit of 585.94 MiB (ulimit -v 600000)", or "" without a limit.
-std::string memory_limit() {
-  for (const auto& [resource, name, flag] :
-       {std::tuple{RLIMIT_AS, "address-space", "-v"}, std::tuple{RLIMIT_DATA, "data", "-d"}}) {
-    struct rlimit limit {};
-    if (::getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-      return std::string("the ") + name + " limit of " + byte_size(double(limit.rlim_cur)) +
-             " (ulimit " + flag + " " + std::to_string(limit.rlim_cur / 1024) + ")";
-    }
-  }
-  return "";
-}
-
-}  // namespace
-
-void prepare_blas_for_memory_limits() {
-  const std::string limit = memory_limit();
-  if (limit.empty()) return;
-  const BlasLibrary blas(sgemm_library());
-  using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*,
-                         const float*, const int*, const float*, const int*, const float*, float*,
-                         const int*);
-  const auto set = blas_function<void (*)(int)>(blas.get(), "openblas_set_num_threads");
-  const auto sgemm = blas_function<Sgemm>(blas.get(), "sgemm_");
-  if (!set || !sgemm) return;  // not OpenBLAS: nothing known to loop
-  // Threads of OpenBLAS whose buffers failed as it started would take a share of every GEMM
-  // and never finish it; the calling thread alone never waits for them.
-  g_blas_on_one_thread = true;
-  set(1);
-  const std::string message =
-      "out of memory on cpu: the BLAS cannot allocate its work buffer under " + limit +
-      "; raise the limit";
-  const std::string line = "fusedlinear: error: " + message + "\n";
-  // OpenBLAS's buffer is 128 MiB on x86-64: without room for it, say so at once.
-  void* probe = std::malloc(size_t{129} << 20);
-  if (!probe) throw UsageError(message);
-  std::free(probe);
-  struct Watch {
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool done = false;
-  };
-  const auto watch = std::make_shared<Watch>();
-  std::thread watchdog;
-  try {
-    watchdog = std::thread([watch, line] {
-      std::unique_lock<std::mutex> lock(watch->mutex);
-      if (!watch->changed.wait_for(lock, std::chrono::seconds(10), [&] { return watch->done; })) {
-        // The GEMM below spins in OpenBLAS's allocation loop: nothing returns from it.
-        if (::write(2, line.data(), line.size()) < 0) {
-          // Nothing more to say it with.
-        }
-        ::_exit(2);
-      }
-    });
-  } catch (const std::system_error&) {
-    throw UsageError(message);  // no memory even for a thread
-  }
-  // 128 x 128 x 128: above OpenBLAS's small-matrix path, which takes no buffer.
-  const int n = 128;
-  const float one = 1, zero = 0;
-  const std::vector<float> a(size_t(n) * n, 1.0f);
-  std::vector<float> c(size_t(n) * n);
-  sgemm("N", "N", &n, &n, &n, &one, a.data(), &n, a.data(), &n, &zero, c.data(), &n);
-  {
-    const std::lock_guard<std::mutex> lock(watch->mutex);
-    watch->done = true;
-  }
-  watch->changed.notify_one();
-  watchdog.join();
-}
-
-void write_for_option(const std::string& option, const std::function<void()>& write) {
-  try {
-    write();
-  } catch (const OutputError& e) {
-    throw UsageError(option + " " + e.what());
-  }
-}
-
-void set_cpu_threads(int threads) {
-  if (threads <= 0) return;
-  at::set_num_threads(threads);
-  // OpenBLAS and BLIS built with pthreads keep threads of their own.
-  const BlasLibrary blas(sgemm_library());
-  if (const auto set = blas_function<void (*)(int)>(blas.get(), "openblas_set_num_threads")) {
-    set(g_blas_on_one_thread ? 1 : threads);
-  }
-  if (const auto set = blas_function<void (*)(long)>(blas.get(), "bli_thread_set_num_threads")) {
-    set(threads);
-  }
-}
-
-std::string device_name(const torch::Device& device) {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getCurrentDeviceProperties()->name;
-#endif
-  const int threads = at::get_num_threads();
-  const std::string model = cpu_model();
-  return "CPU " + (model.empty() ? "" : model + " ") + "(" + std::to_string(threads) +
-         (threads == 1 ? " thread)" : " threads)");
-}
-
-std::string cuda_version() {
-#ifdef FUSEDLINEAR_WITH_CUDA
-  int runtime = 0;
-  cudaRuntimeGetVersion(&runtime);
-  return std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
-#else
-  return "";
-#endif
-}
-
-std::string platform_description(const torch::Device& device) {
-  const std::string libtorch = std::string("libtorch ") + TORCH_VERSION + ", ";
-  if (device.is_cuda()) return libtorch + "CUDA " + cuda_version() + ", " + device_name(device);
-  return libtorch + device_name(device) + "; GEMM: " + blas_description() +
-         "; fused ops: " + cpu::capability_name(cpu::capability()) + " loop";
 }
 
 }  // namespace fusedlinear

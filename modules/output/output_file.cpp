@@ -1,4 +1,4 @@
-#include "modules/loader/output_file.h"
+#include "modules/output/output_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
