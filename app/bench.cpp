@@ -5,12 +5,15 @@
 // activation chain, a copy of the same bytes, and the eager forward; then per precision
 // (--precision; float32 only, other dtypes run ieee) the fused forward's GEMM (x @ W^T without
 // bias) and the fused forward, its output against eager's and against float64, and with
-// --cuda-graph the fused forward replayed from a CUDA Graph against launches of it. Every timed
-// call allocates a fresh output and reads the next of several rotating input buffers, which
-// together span ~4x the last-level cache, so no version is timed out of a warm cache. Both chains
-// read the same buffers (x @ W^T of the rotating inputs, bias not added): the chains' cost does
-// not depend on the values. With --ops, instead of the models: each op of the vocabulary alone,
-// fused (as a chain spec) against its eager op.
+// --cuda-graph the fused forward replayed from a CUDA Graph against launches of it. A layered
+// model (several Linears) is timed whole: per precision its fused forward (LayeredModel's, as
+// `run` runs it) against eager libtorch's forward of the same model, beside the floors compare
+// reports (floors.h: eager's GEMMs alone, the weights read at a copy's pace). Every timed call
+// allocates a fresh output and reads the next of several rotating input buffers, which together
+// span ~4x the last-level cache, so no version is timed out of a warm cache. Both chains read the
+// same buffers (x @ W^T of the rotating inputs, bias not added): the chains' cost does not depend
+// on the values. With --ops, instead of the models: each op of the vocabulary alone, fused (as a
+// chain spec) against its eager op.
 #include "app/bench.h"
 
 #include <unistd.h>
@@ -27,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/floors.h"
 #include "app/memory.h"
 #include "app/model_setup.h"
 #include "app/platform.h"
@@ -55,6 +59,32 @@ const char* const kSharedTimings[] = {"gemm_addmm",    "copy",           "chain_
 // Timings of the fused forward in one precision.
 const char* const kFusedTimings[] = {"gemm", "forward", "forward_static", "graph_replay"};
 
+// What each timing times, for the JSON's header: of a one-Linear model, and where a layered
+// model's differs, of a layered one (which times no chain and no fused GEMM alone).
+struct TimedDescription {
+  const char *name, *one_linear, *layered;
+};
+const TimedDescription kTimed[] = {
+    {"gemm_addmm", "eager's GEMM alone: addmm with bias",
+     "eager's GEMMs alone: each Linear's addmm with bias, on inputs of its width"},
+    {"copy", "a copy of the chain's input (the GEMM's output)", nullptr},
+    {"chain_eager", "the activation chain by libtorch's ops, on the GEMM's output", nullptr},
+    {"chain_fused", "the fused chain op, on the GEMM's output", nullptr},
+    {"chain_compiled", "the compiled chain's kernels, in turns with chain_runtime", nullptr},
+    {"chain_runtime", "the same chain given as a spec: the run-time interpreter", nullptr},
+    {"forward_eager", "eager libtorch's forward: addmm, then the chain's ops",
+     "eager libtorch's forward of the whole model, op by op as the Python model runs"},
+    {"weight_copy", "a copy of W", "a copy of every weight of the model"},
+    {"gemm_bf16", "on a GPU: cuBLAS's bfloat16 GEMM alone at this shape", nullptr},
+    {"fused.gemm", "the fused forward's GEMM: x @ W^T without bias, in the precision", nullptr},
+    {"fused.forward", "the fused forward (LinearChain), in the precision and GEMM kernel",
+     "the fused model's whole forward (LayeredModel, as fusedlinear run runs it), in the "
+     "precision and GEMM kernel"},
+    {"fused.forward_static", "with --cuda-graph: the fused forward launched on one fixed input",
+     nullptr},
+    {"fused.graph_replay", "with --cuda-graph: the same forward replayed from a CUDA Graph",
+     nullptr}};
+
 // NaN where a timing is absent (graph replays without --cuda-graph).
 double median_of(const std::map<std::string, TimingStats>& timings, const std::string& name) {
   const auto it = timings.find(name);
@@ -66,21 +96,27 @@ struct FusedResult {
   Precision precision = Precision::kIeee;
   GemmKernel kernel = GemmKernel::kAuto;  // asked for (--gemm)
   std::string gemm;                       // what the GEMM ran at this batch (gemm_description)
-  double weight_bytes = NAN;        // W as the forward reads it (float32, or its bfloat16 parts)
-  double cublas_forward_us = NAN;   // the same precision with --gemm cublas, where it ran too
-  bool weight_input_major = false;  // the layout choose_weight_layout kept at this batch
+  double weight_bytes = NAN;       // W as the forward reads it (float32, or its bfloat16 parts)
+  double cublas_forward_us = NAN;  // the same precision with --gemm cublas, where it ran too
+  // The layout choose_weight_layout kept at this batch: "input-major", "output-major", or for a
+  // layered model whose Linears differ, "mixed".
+  std::string weight_layout;
   std::map<std::string, TimingStats> timings;
   OutputDifference vs_eager, vs_float64;  // on the first input buffer
   bool counted = true;                    // vs_eager.allclose counts toward the exit code
   bool graph_ok = true;  // with --cuda-graph: the replay's output matches a launch's
-  const char* weight_layout() const { return weight_input_major ? "input-major" : "output-major"; }
 };
 
 struct Result {
   std::string model;
+  bool layered = false;  // a layered model, timed whole (no chain alone)
+  int linears = 1;
   torch::ScalarType dtype = torch::kFloat32;
   int64_t batch = 0, in_features = 0, out_features = 0;
   int x_buffers = 0, y_buffers = 0;
+  double flops_per_row = 0;  // the GEMMs' 2 x multiply-adds of one row
+  // Every W in the model's dtype: what weight_copy reads and writes.
+  double weight_bytes = 0;
   std::map<std::string, TimingStats> timings;  // kSharedTimings
   double chain_max_abs_diff = 0, atol = 0, rtol = 0;
   bool chain_ok = true;  // the fused chain within atol/rtol of the eager chain
@@ -88,14 +124,12 @@ struct Result {
 
   double median(const std::string& name) const { return median_of(timings, name); }
   // Bytes a chain (and the copy) must move: its input read once and its output written once.
+  // NaN for a layered model, whose chains are not timed alone.
   double chain_bytes() const {
+    if (layered) return NAN;
     return 2.0 * double(batch * out_features) * double(c10::elementSize(dtype));
   }
-  double flops() const { return 2.0 * double(batch) * double(in_features * out_features); }
-  // W in the model's dtype: what weight_copy reads and writes.
-  double weight_bytes() const {
-    return double(in_features * out_features) * double(c10::elementSize(dtype));
-  }
+  double flops() const { return double(batch) * flops_per_row; }
 };
 
 using Figures = std::vector<std::pair<std::string, double>>;
@@ -121,17 +155,24 @@ Figures chain_figures(const Result& r) {
           {"chain_runtime_x_copy", r.median("chain_runtime") / r.median("copy")},
           {"gemm_addmm_tflops", r.flops() / r.median("gemm_addmm") / 1e6},
           {"gemm_bf16_tflops", r.flops() / r.median("gemm_bf16") / 1e6},
-          {"weight_copy_gbps", 2 * r.weight_bytes() / r.median("weight_copy") / 1e3}};
+          {"weight_copy_gbps", 2 * r.weight_bytes / r.median("weight_copy") / 1e3},
+          {"forward_eager_x_eager_gemm", r.median("forward_eager") / r.median("gemm_addmm")}};
 }
 
 // One variant's derived figures: speedups over the eager forward (float32 eager for float32) and
 // over the same precision's cuBLAS forward; W's bytes over the forward's time, and that against
-// a copy of W (which moves its bytes twice, read and written).
+// a copy of W (which moves its bytes twice, read and written); the forward against the floors:
+// eager's GEMMs alone, and the weights read at a copy's pace.
 Figures fused_figures(const Result& r, const FusedResult& f) {
   const double forward = median_of(f.timings, "forward");
   const double weight_gbps = f.weight_bytes / forward / 1e3;
+  const auto weight_copy = r.timings.find("weight_copy");
+  const double weight_read =
+      weight_copy == r.timings.end() ? NAN : weight_read_us(weight_copy->second);
   return {
       {"forward_speedup", r.median("forward_eager") / forward},
+      {"forward_x_eager_gemm", forward / r.median("gemm_addmm")},
+      {"forward_x_weight_read", forward / weight_read},
       {"speedup_over_cublas_fused", f.cublas_forward_us / forward},
       {"gemm_tflops", r.flops() / median_of(f.timings, "gemm") / 1e6},
       {"forward_tflops", r.flops() / forward / 1e6},
@@ -211,7 +252,9 @@ class Progress {
 void check_dtype_runs(const ModelSpec& spec, const Settings& settings) {
   run_in_context(spec.name, settings, [&] {
     torch::NoGradGuard no_grad;
-    auto model = make_model(spec, 8, 8, 0);
+    auto model = std::make_shared<LayeredModelImpl>(
+        spec, std::vector<int64_t>(spec.layer_specs().size() + 1, 8),
+        at::detail::createCPUGenerator(0));
     model->to(settings.device, settings.dtype);
     const auto x = torch::rand({2, 8}).to(settings.device, settings.dtype);
     model->forward(x);
@@ -221,27 +264,27 @@ void check_dtype_runs(const ModelSpec& spec, const Settings& settings) {
 }
 
 #ifdef FUSEDLINEAR_WITH_CUDA
-// Captures model.forward(x) in a CUDA Graph (after warm-up, on a side stream, as capture needs)
-// and times its replays against launches of the same call on the same fixed input.
-void time_cuda_graph(LinearChainImpl& model, const torch::Tensor& x, const Settings& s,
-                     const Result& r, FusedResult& f) {
+// Captures forward(x) (a fused model's) in a CUDA Graph (after warm-up, on a side stream, as
+// capture needs) and times its replays against launches of the same call on the same fixed input.
+void time_cuda_graph(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                     const torch::Tensor& x, const Settings& s, const Result& r, FusedResult& f) {
   synchronize(s.device);
   at::cuda::CUDAGraph graph;
   torch::Tensor captured_out;
   {
     const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
-    for (int i = 0; i < 3; ++i) model.forward(x);  // cuBLAS handle, workspace, allocator
+    for (int i = 0; i < 3; ++i) forward(x);  // cuBLAS handle, workspace, allocator
     c10::cuda::getCurrentCUDAStream().synchronize();
     graph.capture_begin();
-    captured_out = model.forward(x);
+    captured_out = forward(x);
     graph.capture_end();
   }
-  const auto times = time_interleaved(
-      s.device, s.warmup, s.iters, {[&](int) { graph.replay(); }, [&](int) { model.forward(x); }});
+  const auto times = time_interleaved(s.device, s.warmup, s.iters,
+                                      {[&](int) { graph.replay(); }, [&](int) { forward(x); }});
   f.timings["graph_replay"] = times[0];
   f.timings["forward_static"] = times[1];
   graph.replay();
-  const torch::Tensor launched = model.forward(x);
+  const torch::Tensor launched = forward(x);
   if (!torch::equal(captured_out, launched)) {
     std::cerr << "fusedlinear: warning: " << r.model << " " << dtype_name(r.dtype) << " " << f.gemm
               << " batch " << r.batch << ": the CUDA Graph's output differs from a launch's\n";
@@ -249,6 +292,29 @@ void time_cuda_graph(LinearChainImpl& model, const torch::Tensor& x, const Setti
   }
 }
 #endif
+
+// "input-major" or "output-major" where the Linears' weights are all laid out alike, else
+// "mixed".
+std::string layout_name(const std::vector<LinearChainImpl*>& linears) {
+  const auto input_major = [](LinearChainImpl* l) {
+    return l->weight_layout() == WeightLayout::kInputMajor;
+  };
+  if (std::all_of(linears.begin(), linears.end(), input_major)) return "input-major";
+  if (std::none_of(linears.begin(), linears.end(), input_major)) return "output-major";
+  return "mixed";
+}
+
+// Each fused forward's cuBLAS counterpart: the same precision's forward with --gemm cublas,
+// where it ran too.
+void set_cublas_forwards(Result& r) {
+  for (FusedResult& f : r.fused) {
+    for (const FusedResult& other : r.fused) {
+      if (other.precision == f.precision && other.kernel == GemmKernel::kCublas) {
+        f.cublas_forward_us = median_of(other.timings, "forward");
+      }
+    }
+  }
+}
 
 // The models of one (model, dtype) sweep: eager's, with the weight as nn.Linear lays it out,
 // and one fused model (the same parameters) per precision and GEMM kernel, each laying its
@@ -270,6 +336,8 @@ Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Set
   r.in_features = model.in_features();
   r.out_features = model.out_features();
   const int64_t elem = int64_t(c10::elementSize(s.dtype)), cache = cache_bytes(s.device);
+  r.flops_per_row = 2.0 * double(r.in_features * r.out_features);
+  r.weight_bytes = double(r.in_features * r.out_features) * double(elem);
   r.x_buffers = bench::rotation_count(batch * r.in_features * elem, cache);
   r.y_buffers = bench::rotation_count(batch * r.out_features * elem, cache);
 
@@ -341,9 +409,9 @@ Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Set
     f.precision = fused_model.precision();
     f.kernel = fused_model.gemm_kernel();
     choose_weight_layout(fused_model, x(0));
-    f.weight_input_major = fused_model.weight_layout() == WeightLayout::kInputMajor;
+    f.weight_layout = layout_name({&fused_model});
     const int64_t split_bytes = fused_model.split_weight_bytes();  // splits again if moved
-    f.weight_bytes = double(split_bytes > 0 ? split_bytes : r.weight_bytes());
+    f.weight_bytes = double(split_bytes > 0 ? split_bytes : r.weight_bytes);
     f.gemm = gemm_description(fused_model, x(0));
     f.counted = verdict_counts(f.precision, s);
     const torch::Tensor out = fused_model.forward(x(0));
@@ -364,16 +432,91 @@ Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Set
   for (size_t p = 0; p < r.fused.size(); ++p) {
     r.fused[p].timings["gemm"] = gemm_times[p + 1];
     r.fused[p].timings["forward"] = forward_times[p + 1];
-    for (size_t q = 0; q < r.fused.size(); ++q) {
-      if (r.fused[q].precision == r.fused[p].precision &&
-          r.fused[q].kernel == GemmKernel::kCublas) {
-        r.fused[p].cublas_forward_us = forward_times[q + 1].median_us;
-      }
-    }
-#ifdef FUSEDLINEAR_WITH_CUDA
-    if (cuda_graph) time_cuda_graph(*models.fused[p], x(0), s, r, r.fused[p]);
-#endif
   }
+  set_cublas_forwards(r);
+#ifdef FUSEDLINEAR_WITH_CUDA
+  for (size_t p = 0; p < r.fused.size() && cuda_graph; ++p) {
+    LinearChainImpl& fused_model = *models.fused[p];
+    time_cuda_graph([&](const torch::Tensor& in) { return fused_model.forward(in); }, x(0), s, r,
+                    r.fused[p]);
+  }
+#endif
+  return r;
+}
+
+// The models of one (layered model, dtype) sweep, as Models for one Linear.
+struct LayeredModels {
+  std::shared_ptr<LayeredModelImpl> eager;
+  std::vector<std::shared_ptr<LayeredModelImpl>> fused;  // each configured as it was built
+};
+
+// Times one configuration of a layered model, whole: eager libtorch's forward, the fused
+// forward in each precision and GEMM kernel (LayeredModel::forward, as `run` runs it), and the
+// floors compare reports (floors.h), all in turns. Its chains run inside the forwards: none is
+// timed alone.
+Result bench_layered_one(LayeredModels& models, const ModelSpec& spec, int64_t batch,
+                         const Settings& s, bool cuda_graph, double atol, double rtol) {
+  LayeredModelImpl& model = *models.eager;
+  Result r;
+  r.model = spec.name;
+  r.layered = true;
+  r.linears = int(model.linears().size());
+  r.dtype = s.dtype;
+  r.batch = batch;
+  r.in_features = model.in_features();
+  r.out_features = model.out_features();
+  r.atol = atol;
+  r.rtol = rtol;
+  const int64_t elem = int64_t(c10::elementSize(s.dtype));
+  r.flops_per_row = model.flops_per_row();
+  for (LinearChainImpl* linear : model.linears()) {
+    r.weight_bytes += double(linear->linear()->weight.numel()) * double(elem);
+  }
+  r.x_buffers = bench::rotation_count(batch * r.in_features * elem, cache_bytes(s.device));
+
+  torch::manual_seed(s.seed + uint64_t(batch));
+  const auto options = torch::TensorOptions().device(s.device);
+  const std::vector<torch::Tensor> xs =
+      torch::rand({r.x_buffers, batch, r.in_features}, options).to(s.dtype).unbind(0);
+  const auto x = [&](int i) -> const torch::Tensor& { return xs[size_t(i) % xs.size()]; };
+
+  const torch::Tensor eager_out = model.forward_eager(x(0));
+  const torch::Tensor reference = model.reference(x(0));
+  std::vector<std::function<void(int)>> calls = {[&](int i) { model.forward_eager(x(i)); }};
+  for (const auto& fused : models.fused) {
+    LayeredModelImpl& fused_model = *fused;
+    LinearChainImpl& first = *fused_model.linears().front();
+    FusedResult f;
+    f.precision = first.precision();
+    f.kernel = first.gemm_kernel();
+    choose_weight_layout(fused_model, x(0));
+    f.weight_layout = layout_name(fused_model.linears());
+    const int64_t split_bytes = fused_model.split_weight_bytes();
+    f.weight_bytes = double(split_bytes > 0 ? split_bytes : r.weight_bytes);
+    f.gemm = fused_model.gemm_description(x(0));
+    f.counted = verdict_counts(f.precision, s);
+    const torch::Tensor out = fused_model.forward(x(0));
+    f.vs_eager = compare_outputs(out, eager_out, atol, rtol);
+    f.vs_float64 = compare_outputs(out, reference, atol, rtol);
+    r.fused.push_back(f);
+    calls.emplace_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
+  }
+  const size_t floors_at = calls.size();
+  for (auto& floor : ForwardFloors::calls(model, x)) calls.push_back(std::move(floor));
+  const auto times = time_interleaved(s.device, s.warmup, s.iters, calls);
+  const ForwardFloors floors = ForwardFloors::from(times, floors_at, model, batch);
+  r.timings["forward_eager"] = times[0];
+  r.timings["gemm_addmm"] = floors.gemms;
+  r.timings["weight_copy"] = floors.weight_copy;
+  for (size_t p = 0; p < r.fused.size(); ++p) r.fused[p].timings["forward"] = times[p + 1];
+  set_cublas_forwards(r);
+#ifdef FUSEDLINEAR_WITH_CUDA
+  for (size_t p = 0; p < r.fused.size() && cuda_graph; ++p) {
+    LayeredModelImpl& fused_model = *models.fused[p];
+    time_cuda_graph([&](const torch::Tensor& in) { return fused_model.forward(in); }, x(0), s, r,
+                    r.fused[p]);
+  }
+#endif
   return r;
 }
 
@@ -395,7 +538,7 @@ std::string csv_number(double v) {
   return buffer;
 }
 
-// Text in a CSV cell: commas (gemm_description's "ieee, skinny") as semicolons.
+// Text in a CSV cell: commas (gemm_description's "ieee, skinny", a chain spec's) as semicolons.
 std::string csv_text(std::string text) {
   std::replace(text.begin(), text.end(), ',', ';');
   return text;
@@ -429,7 +572,7 @@ std::string render_csv(const std::vector<Result>& results) {
   for (const char* t : kFusedTimings) timing_columns((std::string("fused_") + t).c_str());
   for (const auto& d : fused_figures(Result(), FusedResult())) out << "," << d.first;
   out << ",max_abs_err_vs_eager,max_rel_err_vs_eager,allclose,counted_in_verdict,"
-         "max_abs_err_vs_float64,nonfinite,graph_ok\n";
+         "max_abs_err_vs_float64,nonfinite,graph_ok,layered,linears\n";
   const auto timing_cells = [&](const std::map<std::string, TimingStats>& timings,
                                 const char* name) {
     const auto it = timings.find(name);
@@ -440,21 +583,25 @@ std::string render_csv(const std::vector<Result>& results) {
   };
   for (const auto& r : results) {
     for (const auto& f : r.fused) {
-      out << r.model << "," << dtype_name(r.dtype) << "," << r.batch << "," << r.in_features << ","
-          << r.out_features << "," << r.x_buffers << "," << r.y_buffers << ","
-          << csv_number(r.chain_bytes());
+      out << csv_text(r.model) << "," << dtype_name(r.dtype) << "," << r.batch << ","
+          << r.in_features << "," << r.out_features << "," << r.x_buffers << "," << r.y_buffers
+          << "," << csv_number(r.chain_bytes());
       for (const char* t : kSharedTimings) timing_cells(r.timings, t);
       for (const auto& d : chain_figures(r)) out << "," << csv_number(d.second);
-      out << "," << csv_number(r.chain_max_abs_diff) << "," << (r.chain_ok ? "true" : "false")
+      out << "," << (r.layered ? "" : csv_number(r.chain_max_abs_diff)) << ","
+          << (r.layered    ? ""
+              : r.chain_ok ? "true"
+                           : "false")
           << "," << precision_name(f.precision) << "," << gemm_kernel_name(f.kernel) << ","
-          << csv_text(f.gemm) << "," << f.weight_layout();
+          << csv_text(f.gemm) << "," << f.weight_layout;
       for (const char* t : kFusedTimings) timing_cells(f.timings, t);
       for (const auto& d : fused_figures(r, f)) out << "," << csv_number(d.second);
       out << "," << csv_number(f.vs_eager.max_abs) << "," << csv_number(f.vs_eager.max_rel) << ","
           << (f.vs_eager.allclose ? "true" : "false") << "," << (f.counted ? "true" : "false")
           << "," << csv_number(f.vs_float64.max_abs) << ","
           << f.vs_eager.non_finite.fused_nan + f.vs_eager.non_finite.fused_inf << ","
-          << (f.graph_ok ? "true" : "false") << "\n";
+          << (f.graph_ok ? "true" : "false") << "," << (r.layered ? "true" : "false") << ","
+          << r.linears << "\n";
     }
   }
   return out.str();
@@ -513,14 +660,24 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
     for (const auto dtype : plan.dtypes) {
       Settings s = settings;
       s.dtype = dtype;
-      Models models;
-      models.eager = build_linear_model(spec, s);
+      Models models;  // a model of one Linear's
+      LayeredModels layered;
+      if (spec.layered()) {
+        layered.eager = build_model(spec, s);
+      } else {
+        models.eager = build_linear_model(spec, s);
+      }
       const std::vector<Precision> precisions =
           dtype == torch::kFloat32 ? plan.precisions : std::vector<Precision>{Precision::kIeee};
       for (const Precision precision : precisions) {
         for (const GemmKernel kernel : plan.kernels) {
-          models.fused.push_back(build_linear_model(spec, s));
-          configure_fused(*models.fused.back(), precision, kernel, s);
+          if (spec.layered()) {
+            layered.fused.push_back(build_model(spec, s));
+            configure_fused(*layered.fused.back(), precision, kernel, s);
+          } else {
+            models.fused.push_back(build_linear_model(spec, s));
+            configure_fused(*models.fused.back(), precision, kernel, s);
+          }
         }
       }
       for (const int64_t batch : plan.batches) {
@@ -528,7 +685,9 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
                       name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
         const double atol = settings.tolerance_given ? settings.atol : default_tolerance(dtype);
         const double rtol = settings.tolerance_given ? settings.rtol : default_tolerance(dtype);
-        results.push_back(bench_one(models, spec, batch, s, plan.cuda_graph, atol, rtol));
+        results.push_back(
+            spec.layered() ? bench_layered_one(layered, spec, batch, s, plan.cuda_graph, atol, rtol)
+                           : bench_one(models, spec, batch, s, plan.cuda_graph, atol, rtol));
       }
     }
   }
@@ -536,13 +695,10 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
   return results;
 }
 
-// Two tables: the chains per configuration, then the forwards per configuration and precision.
-void print_tables(const std::vector<Result>& results, const Plan& plan, const std::string& platform,
-                  const Settings& settings) {
-  std::cout << "fusedlinear bench: " << platform << "; " << settings.iters << " timed runs after "
-            << settings.warmup << " warm-up, medians in microseconds; rotating inputs, fresh "
-            << "outputs; models " << settings.model_source << "\n\nactivation chains (after the "
-            << "GEMM):\n";
+// Models of one Linear: two tables, the chains per configuration, then the forwards per
+// configuration and precision.
+void print_one_linear_tables(const std::vector<Result>& results, const Plan& plan) {
+  std::cout << "\nactivation chains (after the GEMM):\n";
   Table chains({"model", "dtype", "batch", "copy us", "eager chain us", "fused chain us",
                 "fused x copy", "fused GB/s", "chain speedup", "run-time chain us",
                 "run-time x compiled"});
@@ -576,7 +732,7 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
           dtype_name(r.dtype),
           std::to_string(r.batch),
           f.gemm,
-          f.weight_input_major ? "in-major" : "out-major",
+          f.weight_layout == "input-major" ? "in-major" : "out-major",
           fixed(r.median("gemm_addmm"), 1),
           fixed(figure(chain_figures(r), "gemm_addmm_tflops") * 1e3, 1),
           fixed(median_of(f.timings, "gemm"), 1),
@@ -619,6 +775,73 @@ void print_tables(const std::vector<Result>& results, const Plan& plan, const st
             << (plan.cuda_graph ? "; graph speedup: launches / graph replay of the fused forward"
                                 : "")
             << "\n";
+}
+
+// Layered models: one table, the whole forward per configuration and precision beside eager's and
+// the floors.
+void print_layered_table(const std::vector<Result>& results, const Plan& plan) {
+  std::cout << "\nlayered models, whole forward:\n";
+  std::vector<std::string> header = {
+      "model",          "dtype",       "batch",         "linears",       "GEMM ran",
+      "eager GEMMs us", "GFLOP/s",     "W read us",     "eager fwd us",  "fused fwd us",
+      "fwd speedup",    "vs cuBLAS",   "eager x GEMMs", "fused x GEMMs", "fused x W read",
+      "err vs eager",   "err vs fp64", "allclose"};
+  if (plan.cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
+  Table table(header);
+  for (const auto& r : results) {
+    const Figures shared = chain_figures(r);
+    for (const auto& f : r.fused) {
+      const Figures figures = fused_figures(r, f);
+      std::vector<std::string> row = {
+          r.model,
+          dtype_name(r.dtype),
+          std::to_string(r.batch),
+          std::to_string(r.linears),
+          f.gemm,
+          fixed(r.median("gemm_addmm"), 1),
+          fixed(figure(shared, "gemm_addmm_tflops") * 1e3, 1),
+          fixed(weight_read_us(r.timings.at("weight_copy")), 1),
+          fixed(r.median("forward_eager"), 1),
+          fixed(median_of(f.timings, "forward"), 1),
+          fixed(figure(figures, "forward_speedup"), 2),
+          std::isfinite(f.cublas_forward_us)
+              ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
+              : "-",
+          fixed(figure(shared, "forward_eager_x_eager_gemm"), 2),
+          fixed(figure(figures, "forward_x_eager_gemm"), 2),
+          fixed(figure(figures, "forward_x_weight_read"), 2),
+          scientific(f.vs_eager.max_abs, 1),
+          scientific(f.vs_float64.max_abs, 1),
+          f.vs_eager.allclose ? "yes" : (f.counted ? "NO" : "no (speed mode)")};
+      if (plan.cuda_graph) {
+        row.push_back(fixed(median_of(f.timings, "graph_replay"), 1));
+        row.push_back(fixed(figure(figures, "graph_speedup"), 2));
+      }
+      table.add_row(row);
+    }
+  }
+  table.print(std::cout);
+  std::cout << "\nlayered: eager fwd: libtorch's forward of the model, op by op (LayeredModel's "
+               "eager form); fused fwd: the fused model's whole forward (as fusedlinear run runs "
+               "it) in the precision; eager GEMMs: every Linear's addmm with bias alone, and their "
+               "GFLOP/s; W read: the model's weights read at a copy's pace (half a copy's time); "
+               "x GEMMs, x W read: a forward's time over those floors; fwd speedup: eager time / "
+               "fused time; vs cuBLAS: the same precision's cuBLAS forward time / this one; "
+               "errors: max abs, forward outputs against eager's and against float64"
+            << (plan.cuda_graph ? "; graph speedup: launches / graph replay of the fused forward"
+                                : "")
+            << "\n";
+}
+
+void print_tables(const std::vector<Result>& results, const Plan& plan, const std::string& platform,
+                  const Settings& settings) {
+  std::cout << "fusedlinear bench: " << platform << "; " << settings.iters << " timed runs after "
+            << settings.warmup << " warm-up, medians in microseconds; rotating inputs, fresh "
+            << "outputs; models " << settings.model_source << "\n";
+  std::vector<Result> one_linear, layered;
+  for (const auto& r : results) (r.layered ? layered : one_linear).push_back(r);
+  if (!one_linear.empty()) print_one_linear_tables(one_linear, plan);
+  if (!layered.empty()) print_layered_table(layered, plan);
 }
 
 // Warnings for what failed its check; returns how many.
@@ -682,6 +905,15 @@ nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan
     header["precisions"].push_back(precision_name(precision));
   header["gemm_kernels"] = nlohmann::ordered_json::array();
   for (const auto kernel : plan.kernels) header["gemm_kernels"].push_back(gemm_kernel_name(kernel));
+  // What each timing times (a result's "fused" entries hold those named fused.*), for models of
+  // one Linear and, where they differ, layered models (results with "layered" true).
+  nlohmann::ordered_json timed = nlohmann::ordered_json::object();
+  for (const TimedDescription& t : kTimed) {
+    timed[t.name] = {{"one_linear", t.one_linear},
+                     {"layered", t.layered ? nlohmann::ordered_json(t.layered)
+                                           : nlohmann::ordered_json("not timed")}};
+  }
+  header["timed"] = timed;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const auto& r : results) {
     nlohmann::ordered_json fused = nlohmann::ordered_json::array();
@@ -690,7 +922,7 @@ nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan
           {{"precision", precision_name(f.precision)},
            {"gemm_kernel", gemm_kernel_name(f.kernel)},
            {"gemm_ran", f.gemm},
-           {"weight_layout", f.weight_layout()},
+           {"weight_layout", f.weight_layout},
            {"timings", timings_json(f.timings, std::begin(kFusedTimings), std::end(kFusedTimings))},
            {"derived", figures_json(fused_figures(r, f))},
            {"vs_eager", difference_json(f.vs_eager)},
@@ -700,20 +932,22 @@ nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan
     }
     rows.push_back(
         {{"model", r.model},
+         {"layered", r.layered},
+         {"linears", r.linears},
          {"dtype", dtype_name(r.dtype)},
          {"batch", r.batch},
          {"in_features", r.in_features},
          {"out_features", r.out_features},
          {"x_buffers", r.x_buffers},
          {"y_buffers", r.y_buffers},
-         {"chain_bytes", r.chain_bytes()},
+         {"chain_bytes", number_or_null(r.chain_bytes())},
          {"timings", timings_json(r.timings, std::begin(kSharedTimings), std::end(kSharedTimings))},
          {"derived", figures_json(chain_figures(r))},
-         {"chain_check",
-          {{"max_abs_diff", r.chain_max_abs_diff},
-           {"atol", r.atol},
-           {"rtol", r.rtol},
-           {"ok", r.chain_ok}}},
+         {"chain_check", r.layered ? nlohmann::ordered_json(nullptr)
+                                   : nlohmann::ordered_json({{"max_abs_diff", r.chain_max_abs_diff},
+                                                             {"atol", r.atol},
+                                                             {"rtol", r.rtol},
+                                                             {"ok", r.chain_ok}})},
          {"fused", fused}});
   }
   return {{"header", header}, {"results", rows}};
@@ -763,17 +997,30 @@ void check_sweep_memory(const Plan& plan, const Settings& settings, const std::s
   if (!std::isfinite(available)) return;
   for (const auto& spec : plan.models) {
     const std::string& name = spec.name;
+    // The model's input width, its widest layer's and its weights' elements. A layered model's,
+    // estimated as if each batch held only the widest layer's activations.
     int64_t in = settings.in_features, out = settings.out_features;
-    if (in == 0 || out == 0) {  // the shape of --weights
+    double weight_elements = double(in) * double(out);
+    if (spec.layered()) {
+      const auto model = build_model(spec, settings);
+      in = model->in_features();
+      out = in;
+      weight_elements = 0;
+      for (LinearChainImpl* linear : model->linears()) {
+        out = std::max({out, linear->in_features(), linear->out_features()});
+        weight_elements += double(linear->linear()->weight.numel());
+      }
+    } else if (in == 0 || out == 0) {  // the shape of --weights
       const auto model = build_linear_model(spec, settings);
       in = model->in_features();
       out = model->out_features();
+      weight_elements = double(in) * double(out);
     }
     for (const auto dtype : plan.dtypes) {
       const int64_t element = int64_t(c10::elementSize(dtype));
       const size_t fused =
           (dtype == torch::kFloat32 ? plan.precisions.size() : 1) * plan.kernels.size();
-      const double weights = double(1 + fused) * double(in) * double(out) * double(element);
+      const double weights = double(1 + fused) * weight_elements * double(element);
       for (const int64_t batch : plan.batches) {
         const double need =
             weights + bench::batch_bytes(batch, in, out, element, cache_bytes(settings.device));

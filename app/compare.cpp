@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "app/cli.h"
+#include "app/floors.h"
 #include "app/memory.h"
 #include "app/model_setup.h"
 #include "app/platform.h"
@@ -38,13 +39,7 @@ struct ModelResult {
   std::vector<int64_t> input_shape, output_shape;  // what ran
   int64_t in_features = 0, out_features = 0;
   std::vector<PathResult> paths;  // eager first
-  TimingStats gemm;               // eager's GEMMs alone (addmm with the bias)
-  TimingStats weight_copy;        // a copy of every weight: the memory system's pace on them
-  double gemm_flops = 0;
-  double gemm_gflops() const { return gemm_flops / gemm.median_us / 1e3; }
-  // The floor of a forward that must read its weights: reading them at a copy's pace (a copy
-  // moves each byte twice).
-  double weight_read_us() const { return weight_copy.median_us / 2; }
+  ForwardFloors floors;
 };
 
 std::string split_memory(LayeredModelImpl& model) {
@@ -104,10 +99,9 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   for (const auto& fused_model : fused_models) {
     calls.emplace_back([&, fused_model](int) { fused_model->forward(x); });
   }
-  calls.emplace_back([&](int) { model->run_gemms(x); });
-  calls.emplace_back([&](int) {
-    for (LinearChainImpl* linear : model->linears()) linear->linear()->weight.clone();
-  });
+  for (auto& floor : ForwardFloors::calls(*model, [&](int) -> const torch::Tensor& { return x; })) {
+    calls.push_back(std::move(floor));
+  }
 
   // Outputs: eager's is the reference of the verdict; a float64 evaluation of the same
   // parameters (as the model holds them) and input is the reference of accuracy.
@@ -129,9 +123,7 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   // In turns, so drifts of the device's clocks weigh on every path alike.
   const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
   for (size_t i = 0; i < r.paths.size(); ++i) r.paths[i].time = times[i];
-  r.gemm = times[r.paths.size()];
-  r.weight_copy = times[r.paths.size() + 1];
-  r.gemm_flops = double(rows) * model->flops_per_row();
+  r.floors = ForwardFloors::from(times, r.paths.size(), *model, rows);
   return r;
 }
 
@@ -214,17 +206,19 @@ int run_compare(const Settings& settings) {
     }
   }
   for (const auto& r : results) {
-    std::cout << r.name << " eager GEMMs alone (addmm): " << fixed(r.gemm.median_us / 1000, 3)
-              << " ms, " << fixed(r.gemm_gflops(), 1)
-              << " GFLOP/s; weights read at a copy's pace: " << fixed(r.weight_read_us() / 1000, 3)
-              << " ms\n";
+    std::cout << r.name
+              << " eager GEMMs alone (addmm): " << fixed(r.floors.gemms.median_us / 1000, 3)
+              << " ms, " << fixed(r.floors.gemm_gflops(), 1)
+              << " GFLOP/s; weights read at a copy's pace: "
+              << fixed(r.floors.weight_read_us() / 1000, 3) << " ms\n";
   }
   for (const auto& r : results) {
     for (const auto& p : r.paths) {
       if (p.path == "fused") {
         std::cout << r.name << " fused " << p.gemm << ": " << p.weight << "; "
-                  << fixed(p.time.median_us / r.gemm.median_us, 3) << "x the eager GEMMs, "
-                  << fixed(p.time.median_us / r.weight_read_us(), 3) << "x the weight read\n";
+                  << fixed(p.time.median_us / r.floors.gemms.median_us, 3) << "x the eager GEMMs, "
+                  << fixed(p.time.median_us / r.floors.weight_read_us(), 3)
+                  << "x the weight read\n";
       }
     }
   }
@@ -256,16 +250,14 @@ int run_compare(const Settings& settings) {
         if (!p.is_eager() && p.path == "fused") path["gemm_kernel"] = gemm_kernel_name(p.kernel);
         paths.push_back(path);
       }
-      models.push_back({{"model", r.name},
-                        {"input_shape", r.input_shape},
-                        {"output_shape", r.output_shape},
-                        {"in_features", r.in_features},
-                        {"out_features", r.out_features},
-                        {"gemm_addmm", timing_json(r.gemm)},
-                        {"gemm_gflops", r.gemm_gflops()},
-                        {"weight_copy", timing_json(r.weight_copy)},
-                        {"weight_read_us", r.weight_read_us()},
-                        {"paths", paths}});
+      nlohmann::ordered_json model = {{"model", r.name},
+                                      {"input_shape", r.input_shape},
+                                      {"output_shape", r.output_shape},
+                                      {"in_features", r.in_features},
+                                      {"out_features", r.out_features}};
+      model.update(r.floors.json());
+      model["paths"] = paths;
+      models.push_back(model);
     }
     const nlohmann::ordered_json doc = {{"command", "compare"},
                                         {"platform", platform},

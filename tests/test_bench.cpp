@@ -15,6 +15,7 @@
 #include "app/model_setup.h"
 #include "app/platform.h"
 #include "app/svg_plot.h"
+#include "tests/test_files.h"
 #include "tests/test_support.h"
 
 using namespace fusedlinear;
@@ -186,6 +187,110 @@ TEST(BenchEndToEnd, WritesTableJsonCsvAndPlotOnCpu) {
   EXPECT_EQ(plot.rfind("<svg", 0), 0u);
   EXPECT_NE(plot.find("mish_mish  float32  batch 4"), std::string::npos);
   EXPECT_NE(plot.find("whole forward, bf16x3"), std::string::npos);
+}
+
+// The rows of a CSV file, and a check that each has the header's columns.
+std::vector<std::string> csv_rows(const std::string& path) {
+  std::istringstream lines(read_all(path));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  for (const auto& row : rows) EXPECT_EQ(count_of(row, ","), count_of(rows.at(0), ",")) << row;
+  return rows;
+}
+
+// A layered model is timed whole: per precision its fused forward against eager's forward of the
+// same model, beside eager's GEMMs alone and the weights' read, in one table of its own; the
+// JSON and CSV say so (layered, linears, what each timing times) and hold no chain timed alone.
+TEST(BenchEndToEnd, TimesALayeredSpecWhole) {
+  TempDir dir;
+  const std::string json = dir.file("bench.json"), csv = dir.file("bench.csv");
+  std::string out, err;
+  const std::string args =
+      "bench --device cpu --chain 'fc1: gelu | fc2: gelu | fc3' --batches 1,4 --in-features 32 "
+      "--out-features 16 --iters 3 --warmup 1 --precision ieee,bf16x3 --json '" +
+      json + "' --csv '" + csv + "'";
+  ASSERT_EQ(run_program(args, dir, &out, &err), 0) << out << err;
+  for (const char* text : {"layered models, whole forward", "fc1:gelu|fc2:gelu|fc3",
+                           "fused x GEMMs", "fused x W read", "bf16x3, CPU GEMM"}) {
+    EXPECT_NE(out.find(text), std::string::npos) << text << "\n" << out;
+  }
+  EXPECT_EQ(out.find("activation chains"), std::string::npos) << out;
+  const auto doc = nlohmann::json::parse(read_all(json));
+  EXPECT_EQ(doc["header"]["timed"]["fused.forward"]["layered"].get<std::string>().rfind(
+                "the fused model's whole forward", 0),
+            0u);
+  EXPECT_EQ(doc["header"]["timed"]["chain_fused"]["layered"], "not timed");
+  ASSERT_EQ(doc["results"].size(), 2u);
+  for (const auto& r : doc["results"]) {
+    EXPECT_EQ(r["model"], "fc1:gelu|fc2:gelu|fc3");
+    EXPECT_TRUE(r["layered"].get<bool>());
+    EXPECT_EQ(r["linears"], 3);
+    EXPECT_EQ(r["in_features"], 32);
+    EXPECT_EQ(r["out_features"], 16);
+    EXPECT_TRUE(r["chain_bytes"].is_null());
+    EXPECT_TRUE(r["chain_check"].is_null());
+    for (const char* t : {"forward_eager", "gemm_addmm", "weight_copy"}) {
+      EXPECT_GT(r["timings"][t]["median_us"].get<double>(), 0) << t;
+      EXPECT_EQ(r["timings"][t]["samples"], 3) << t;
+    }
+    for (const char* t : {"copy", "chain_eager", "chain_fused"}) {
+      EXPECT_FALSE(r["timings"].contains(t)) << t;
+    }
+    EXPECT_GT(r["derived"]["forward_eager_x_eager_gemm"].get<double>(), 0);
+    ASSERT_EQ(r["fused"].size(), 2u);
+    EXPECT_EQ(r["fused"][0]["precision"], "ieee");
+    EXPECT_EQ(r["fused"][1]["precision"], "bf16x3");
+    for (const auto& f : r["fused"]) {
+      EXPECT_GT(f["timings"]["forward"]["median_us"].get<double>(), 0);
+      EXPECT_FALSE(f["timings"].contains("gemm"));
+      for (const char* d : {"forward_speedup", "forward_x_eager_gemm", "forward_x_weight_read"}) {
+        EXPECT_GT(f["derived"][d].get<double>(), 0) << d;
+      }
+      EXPECT_TRUE(f["vs_eager"]["allclose"].get<bool>());
+      EXPECT_LT(f["vs_float64"]["max_abs"].get<double>(), 1e-4);
+    }
+  }
+  const std::vector<std::string> rows = csv_rows(csv);
+  ASSERT_EQ(rows.size(), 5u);         // header + 2 batches x 2 precisions
+  const std::string end = ",true,3";  // layered, linears
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].rfind("fc1:gelu|fc2:gelu|fc3,float32,", 0), 0u) << rows[i];
+    EXPECT_EQ(rows[i].substr(rows[i].size() - end.size()), end) << rows[i];
+  }
+}
+
+// A file carrying a layered model (as save_with_chain writes it: the spec in the metadata) is
+// benched with its own parameters and widths: a SwiGLU block with a residual.
+TEST(BenchEndToEnd, TimesTheLayeredModelAFileCarries) {
+  TempDir dir;
+  torch::manual_seed(5);
+  const std::string weights = dir.file("swiglu.safetensors"), json = dir.file("bench.json");
+  testing_support::write_safetensors(weights,
+                                     {{"w1.weight", torch::randn({48, 32}) / 6},
+                                      {"w1.bias", torch::randn({48})},
+                                      {"w3.weight", torch::randn({48, 32}) / 6},
+                                      {"w2.weight", torch::randn({32, 48}) / 7},
+                                      {"w2.bias", torch::randn({32})}},
+                                     testing_support::chain_metadata("x+(w1:silu*w3|w2)", ""));
+  std::string out, err;
+  ASSERT_EQ(run_program("bench --device cpu --weights '" + weights +
+                            "' --batch 4 --iters 3 --warmup 1 --json '" + json + "'",
+                        dir, &out, &err),
+            0)
+      << out << err;
+  EXPECT_NE(out.find("x+(w1:silu*w3|w2)"), std::string::npos) << out;
+  const auto doc = nlohmann::json::parse(read_all(json));
+  ASSERT_EQ(doc["results"].size(), 1u);
+  const auto& r = doc["results"][0];
+  EXPECT_EQ(r["model"], "x+(w1:silu*w3|w2)");
+  EXPECT_EQ(r["linears"], 3);
+  EXPECT_EQ(r["in_features"], 32);
+  EXPECT_EQ(r["out_features"], 32);
+  EXPECT_EQ(r["batch"], 4);
+  ASSERT_EQ(r["fused"].size(), 1u);
+  EXPECT_TRUE(r["fused"][0]["vs_eager"]["allclose"].get<bool>());
+  EXPECT_GT(r["fused"][0]["timings"]["forward"]["median_us"].get<double>(), 0);
+  EXPECT_EQ(doc["header"]["weights"], weights);
 }
 
 TEST(BenchEndToEnd, RejectsBadValuesWithOneLine) {

@@ -17,6 +17,7 @@
 
 #include "modules/linear_chain.h"
 #include "modules/loader/torch_file.h"
+#include "tests/test_files.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {
@@ -507,28 +508,6 @@ std::string python_with_torch() {
   return "";
 }
 
-// A .safetensors file of float32 tensors (little-endian, as x86 holds them), with `metadata` as
-// its __metadata__ where given.
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {}) {
-  std::string header = "{", data;
-  if (!metadata.empty()) header += "\"__metadata__\":" + nlohmann::json(metadata).dump();
-  for (const auto& [name, tensor] : tensors) {
-    const torch::Tensor t = tensor.to(torch::kFloat32).contiguous();
-    std::string shape;
-    for (const int64_t size : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(size);
-    header += (header.size() > 1 ? "," : "") + std::string("\"") + name +
-              "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
-              std::to_string(data.size()) + "," + std::to_string(data.size() + t.nbytes()) + "]}";
-    data.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
-  }
-  header += "}";
-  std::string length(8, '\0');
-  for (int i = 0; i < 8; ++i) length[size_t(i)] = char((uint64_t(header.size()) >> (8 * i)) & 0xff);
-  std::ofstream(path, std::ios::binary) << length << header << data;
-}
-
 // --model may be left out only when one registered model fits the file's keys: several fitting
 // is an error naming them (a file with both models' keys here), and every report says whether
 // the model was given or inferred.
@@ -561,15 +540,6 @@ TEST_F(Cli, ModelIsInferredOnlyWhenOneFits) {
           "mish_mish.pt");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("model: mish,mish (--chain)"), std::string::npos) << r.out;
-}
-
-// The metadata weights/fx_chain.py writes for a model of one Linear at `linear`.
-std::map<std::string, std::string> chain_metadata(const std::string& chain,
-                                                  const std::string& linear = "fc",
-                                                  const std::string& version = "1") {
-  return {{"fusedlinear.version", version},
-          {"fusedlinear.chain", chain},
-          {"fusedlinear.linear", linear}};
 }
 
 // A chain parameter naming a Linear's own bias (`tanh(self.fc(x)) * self.fc.bias`, as the

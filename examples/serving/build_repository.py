@@ -2,11 +2,14 @@
 """Build a Triton Inference Server model repository for one of fusedlinear's models.
 
     python3 examples/serving/build_repository.py WEIGHTS OUT_DIR --ops LIBRARY \\
-        [--model swish_chain|mish_mish] [--rows N] [--device cuda|cpu] [--overwrite]
+        [--model swish_chain|mish_mish | --name NAME] [--rows N] [--device cuda|cpu] [--overwrite]
 
-WEIGHTS is a state dict saved from Python (weights/export.py writes one); LIBRARY is the ops
-library, libfusedlinear_ops.so. OUT_DIR becomes a model repository holding the model written with
-fusedlinear's op (a bias-free GEMM, then the op), twice:
+WEIGHTS is a state dict saved from Python: one of the two reference models' (weights/export.py
+writes one), or any layered model's that weights/fx_chain.py's save_with_chain wrote (.pt or
+.safetensors, its layered spec inside); LIBRARY is the ops library, libfusedlinear_ops.so.
+OUT_DIR becomes a model repository holding the model written with fusedlinear's ops (a reference
+model: a bias-free GEMM, then the op; a layered model: one call of the whole-model op,
+torch.ops.fusedlinear.model, weights/model_op.py), twice:
 
     <model>_aoti/config.pbtxt, <model>_aoti/1/model.pt2
         torch.export, then AOTInductor (torch._inductor.aoti_compile_and_package), for the
@@ -15,8 +18,12 @@ fusedlinear's op (a bias-free GEMM, then the op), twice:
         torch.jit.script, for the platform "pytorch_libtorch" (the legacy path); up to N rows
     <model>_input.pt, <model>_want.pt
         a sample input, torch.rand(N, in_features), and the plain PyTorch model's output for it
-        (no ops), for app/tools/check_serving.cpp; files, since the server takes every folder
-        of the repository for a model
+        (no ops; a layered model's evaluated op by op from its spec), for
+        app/tools/check_serving.cpp; files, since the server takes every folder of the
+        repository for a model
+
+<model> is the reference model's name, or a layered model's --name (default: WEIGHTS' file name
+without its extension).
 
 Needs torch 2.6 or later. Nothing is written until everything is built and checked: the
 repository is made in a temporary folder beside OUT_DIR and renamed to OUT_DIR at the end.
@@ -36,7 +43,13 @@ except ImportError:  # --help works without torch; main() says what it needs
     torch = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The reference models (weights/export.py), the same models written with the ops (tests/python)
+# and a layered model from its spec (weights/model_op.py), imported, not written again here.
+for _folder in ("weights", os.path.join("tests", "python")):
+    sys.path.insert(0, os.path.join(HERE, "..", "..", _folder))
 MODEL_NAMES = ("swish_chain", "mish_mish")
+# A repository's model name: what Triton takes in a folder's name and a URL.
+REPOSITORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 # The first torch with torch._inductor.aoti_compile_and_package and AOTIModelPackageLoader.
 NEEDS_TORCH = (2, 6)
 # A build whose artifacts differ from PyTorch by more than PyTorch's own allclose tolerance is
@@ -59,8 +72,9 @@ def own_entries(model):
     return {model + "_aoti", model + "_torchscript", model + "_input.pt", model + "_want.pt"}
 
 
-def check_out_dir(out, overwrite):
-    """Refuses, before any work, an OUT_DIR whose contents would be lost."""
+def check_out_dir(out, overwrite, name):
+    """Refuses, before any work, an OUT_DIR whose contents would be lost: with --overwrite it
+    may hold only what a build of a reference model or of `name` writes."""
     if os.path.islink(out):
         fail("%s is a symbolic link; give the folder itself" % out)
     if not os.path.exists(out):
@@ -72,13 +86,13 @@ def check_out_dir(out, overwrite):
         return
     if not overwrite:
         fail("%s is not empty; pass --overwrite to replace the repository it holds" % out)
-    foreign = sorted(entries - set().union(*(own_entries(m) for m in MODEL_NAMES)))
+    foreign = sorted(entries - set().union(*(own_entries(m) for m in MODEL_NAMES + (name,))))
     if foreign:
         fail("%s holds %s, which this script does not write; --overwrite replaces only a "
              "repository it built: choose another folder" % (out, ", ".join(foreign[:3])))
 
 
-def publish(staging, out, overwrite):
+def publish(staging, out, overwrite, name):
     """Renames the finished repository to OUT_DIR; an existing one is replaced only with
     --overwrite, and kept if the replacement fails."""
     try:
@@ -89,7 +103,7 @@ def publish(staging, out, overwrite):
             fail("cannot rename %s to %s: %s" % (staging, out, error.strerror))
         if not overwrite:
             fail("%s was filled while the repository was built; nothing replaced" % out)
-    check_out_dir(out, overwrite)  # still only what this script writes
+    check_out_dir(out, overwrite, name)  # still only what this script writes
     old = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".old-",
                            dir=os.path.dirname(out))
     os.rename(out, old)
@@ -102,7 +116,17 @@ def publish(staging, out, overwrite):
 
 
 def read_state_dict(path):
-    """The tensors of a torch.save'd state dict: as weights/export.py writes it in any --form."""
+    """The tensors of a torch.save'd state dict (as weights/export.py writes it in any --form),
+    or of a .safetensors file."""
+    if path.endswith(".safetensors"):
+        try:
+            import safetensors.torch
+        except ImportError:
+            fail("%s: reading .safetensors needs the safetensors package" % path)
+        try:
+            return safetensors.torch.load_file(path)
+        except Exception as error:  # any reason: one line
+            fail("cannot read %s as a .safetensors file: %s" % (path, first_line(error)))
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # any reason: one line
@@ -153,6 +177,64 @@ def ops_model(name, reference, in_features, out_features):
     module = module(in_features, out_features)
     module.load_state_dict(reference.state_dict())
     return module.eval()
+
+
+def layered_models(state, spec, path):
+    """The layered model `spec` with the file's tensors (as float32), in plain PyTorch op by op
+    and as one call of the whole-model op (weights/model_op.py), and its input and output
+    widths."""
+    import fx_chain
+    from model_op import ModelOp, SpecModel
+
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    try:
+        reference, fused = SpecModel(state, spec).eval(), ModelOp(state, spec).eval()
+    except (KeyError, fx_chain.ChainError) as error:
+        fail("%s: %s" % (path, error.args[0]))
+    in_features = fused.weights[0].shape[1]
+    try:
+        with torch.no_grad():
+            out_features = reference(torch.zeros(1, in_features)).shape[-1]
+    except RuntimeError as error:  # tensors of shapes the spec cannot chain
+        fail("%s: its tensors do not make the model %s: %s" % (path, spec, first_line(error)))
+    return reference, fused, in_features, out_features
+
+
+def models_of(weights, model=None, name=None):
+    """(name, reference, fused, in_features, out_features) of WEIGHTS: the model it carries
+    (weights/fx_chain.py's metadata: a layered spec, or one Linear's chain as a layered spec of
+    one layer), else the reference model `model` or the one its keys name; `name` (default: the
+    reference model's, or WEIGHTS' file name without its extension) the repository's."""
+    import fx_chain
+
+    state = read_state_dict(weights)
+    carried = None
+    if model is None:
+        try:
+            carried = fx_chain.read_chain(weights)
+        except fx_chain.ChainError as error:  # no chain, or a torch.save format without one
+            if "carries a chain of version" in str(error):
+                fail(str(error))
+    if carried is None:
+        if model is None:
+            if "add_value" not in state:
+                fail("%s carries no model spec (weights/fx_chain.py's save_with_chain writes "
+                     "one) and has no key that names a reference model (swish_chain's "
+                     "add_value): pass --model" % weights)
+            model = "swish_chain"
+        reference, in_features, out_features = reference_model(model, state, weights)
+        fused = ops_model(model, reference, in_features, out_features)
+        name = name or model
+    else:
+        spec = carried["chain"]
+        if not fx_chain.is_layered_spec(spec):
+            spec = "%s:%s" % (carried["linear"], spec)
+        reference, fused, in_features, out_features = layered_models(state, spec, weights)
+        name = name or os.path.splitext(os.path.basename(weights))[0]
+    if not REPOSITORY_NAME.match(name):
+        fail("%r is no model name for the repository (letters, digits, '_', '.' and '-', a "
+             "letter or digit first): pass --name" % name)
+    return name, reference, fused, in_features, out_features
 
 
 def write_torchscript(module, path):
@@ -209,9 +291,9 @@ def write_text(path, text):
         f.write(text)
 
 
-def build_repository(staging, name, reference, in_features, out_features, rows, device):
-    """Writes the repository into `staging` and checks its artifacts in this process."""
-    fused = ops_model(name, reference, in_features, out_features)
+def build_repository(staging, name, reference, fused, in_features, out_features, rows, device):
+    """Writes the repository of `fused` (`reference` in plain PyTorch) as `name` into `staging`
+    and checks its artifacts in this process."""
     torch.manual_seed(0)
     x = torch.rand(rows, in_features)
     with torch.no_grad():
@@ -264,13 +346,18 @@ def parse_args():
                "(pytorch_libtorch, legacy) and a sample input with PyTorch's output. "
                "Needs torch %d.%d or later." % NEEDS_TORCH)
     parser.add_argument("weights", metavar="WEIGHTS",
-                        help="a state dict saved from Python (weights/export.py)")
+                        help="a state dict saved from Python: weights/export.py's, or a layered "
+                             "model's from weights/fx_chain.py's save_with_chain")
     parser.add_argument("out", metavar="OUT_DIR", help="the model repository to write")
     parser.add_argument("--ops", metavar="LIBRARY", required=True,
                         help="the ops library, libfusedlinear_ops.so")
     parser.add_argument("--model", choices=MODEL_NAMES,
-                        help="the model WEIGHTS holds (default: from its keys, where they name "
-                             "it: swish_chain's add_value)")
+                        help="the reference model WEIGHTS holds (default: the model WEIGHTS "
+                             "carries, else from its keys, where they name it: swish_chain's "
+                             "add_value)")
+    parser.add_argument("--name",
+                        help="the model's name in the repository (default: the reference "
+                             "model's, or WEIGHTS' file name without its extension)")
     parser.add_argument("--rows", type=int, default=8,
                         help="rows of a request: the AOTInductor package's exact input rows, the "
                              "TorchScript model's max_batch_size (default 8)")
@@ -297,30 +384,19 @@ def main():
         if not os.path.isfile(path):
             fail("%s %s: %s" % (what, path, "not a file" if os.path.exists(path) else
                                 "no such file"))
+    name, reference, fused, in_features, out_features = models_of(args.weights, args.model,
+                                                                  args.name)
     out = os.path.abspath(args.out)
-    check_out_dir(out, args.overwrite)
+    check_out_dir(out, args.overwrite, name)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: torch %s sees no CUDA device; pass --device cpu"
              % torch.__version__)
-
-    # The reference models (weights/export.py) and the same models written with the ops
-    # (tests/python), imported, not written again here.
-    for folder in ("weights", os.path.join("tests", "python")):
-        sys.path.insert(0, os.path.join(HERE, "..", "..", folder))
     try:
         torch.ops.load_library(args.ops)
-        getattr(torch.ops.fusedlinear, "epilogue")
+        getattr(torch.ops.fusedlinear, "model")
     except (OSError, RuntimeError, AttributeError) as error:
         fail("cannot load the ops from %s: %s" % (args.ops, first_line(error)))
-    state = read_state_dict(args.weights)
-    name = args.model
-    if name is None:
-        if "add_value" not in state:
-            fail("%s has no key that names its model (swish_chain's add_value): pass --model"
-                 % args.weights)
-        name = "swish_chain"
-    reference, in_features, out_features = reference_model(name, state, args.weights)
 
     # SIGTERM and SIGHUP end the run through the same clean-up as an error or Ctrl-C.
     for number in (signal.SIGTERM, signal.SIGHUP):
@@ -332,11 +408,12 @@ def main():
             staging = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".tmp-", dir=parent)
         except OSError as error:
             fail("cannot make a folder in %s: %s" % (parent, error.strerror))
-        build_repository(staging, name, reference, in_features, out_features, args.rows, device)
+        build_repository(staging, name, reference, fused, in_features, out_features, args.rows,
+                         device)
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(staging, 0o777 & ~mask)  # mkdtemp's folder is the owner's alone
-        publish(staging, out, args.overwrite)
+        publish(staging, out, args.overwrite, name)
     except KeyboardInterrupt:
         print("build_repository.py: interrupted; nothing written", file=sys.stderr)
         sys.exit(130)

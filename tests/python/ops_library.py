@@ -11,9 +11,14 @@ first failure.
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
+
+# A layered model as one call of the whole-model op, built from its state dict and spec.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "weights"))
+from model_op import ModelOp  # noqa: E402
 
 
 def check(what, got, want, tolerance):
@@ -144,14 +149,12 @@ class SwiGlu(torch.nn.Module):
         return x + self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-class SwiGluOps(SwiGlu):
-    """The same module as one call of the whole-model op."""
+SWIGLU_SPEC = "x+(w1:silu*w3|w2)"
 
-    def forward(self, x):
-        linears = [self.w1, self.w3, self.w2]
-        return torch.ops.fusedlinear.model(x, [l.weight for l in linears],
-                                           [l.bias for l in linears], [],
-                                           "x+(w1:silu*w3|w2)", "ieee")
+
+def swiglu_ops(reference):
+    """The same module as one call of the whole-model op, with reference's tensors."""
+    return ModelOp(reference.state_dict(), SWIGLU_SPEC)
 
 
 def check_model_op(device):
@@ -159,8 +162,7 @@ def check_model_op(device):
     ops = torch.ops.fusedlinear
     torch.manual_seed(3)
     reference = SwiGlu().to(device)
-    fused = SwiGluOps().to(device)
-    fused.load_state_dict(reference.state_dict())
+    fused = swiglu_ops(reference)
     x = torch.rand(2, 5, 64, device=device)
     with torch.no_grad():
         check(device + " model x+(w1:silu*w3|w2)", fused(x), reference(x), 1e-5)
@@ -172,7 +174,7 @@ def check_model_op(device):
             for l in linears:
                 weights += [l.weight, *split(l.weight)]
             check("%s model in %s" % (device, precision),
-                  ops.model(x, weights, biases, [], "x+(w1:silu*w3|w2)", precision),
+                  ops.model(x, weights, biases, [], SWIGLU_SPEC, precision),
                   reference(x), tolerance)
         # The chunk form with a chain parameter: w13's halves, gelu on the first plus a shift.
         w13, w2 = torch.nn.Linear(64, 2 * 40).to(device), torch.nn.Linear(40, 8).to(device)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 # module (this folder).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "weights"))
 from export import MishMish, SwishChain  # noqa: E402
-from ops_library import ScriptedMishMish as MishMishOps, SwiGlu, SwiGluOps, check  # noqa: E402
+from ops_library import ScriptedMishMish as MishMishOps, SwiGlu, check, swiglu_ops  # noqa: E402
 
 
 class SwishChainOps(SwishChain):
@@ -115,12 +115,19 @@ def check_opcheck(device):
              lambda: run(op, args))
 
 
+def loaded(fused, reference):
+    """fused with reference's parameters (the same keys)."""
+    fused.load_state_dict(reference.state_dict())
+    return fused
+
+
 def check_compile_and_export(device):
     torch.manual_seed(1)
-    models = [(SwishChain(64, 48, (48,)), SwishChainOps(64, 48)),
-              (MishMish(64, 48), MishMishOps(64, 48)),
+    swish, mish, swiglu = SwishChain(64, 48, (48,)), MishMish(64, 48), SwiGlu()
+    models = [(swish, loaded(SwishChainOps(64, 48), swish)),
+              (mish, loaded(MishMishOps(64, 48), mish)),
               (None, SpecChainOps(64, 48)),
-              (SwiGlu(), SwiGluOps())]
+              (swiglu, swiglu_ops(swiglu))]
     x = torch.rand(9, 64, device=device)
     for reference, fused in models:
         step("%s %s" % (device, type(fused).__name__),
@@ -129,7 +136,6 @@ def check_compile_and_export(device):
 
 def compile_and_export(device, reference, fused, x):
     if reference is not None:
-        fused.load_state_dict(reference.state_dict())
         reference = reference.to(device).eval()
     fused = fused.to(device).eval()
     name = type(fused).__name__
@@ -168,8 +174,8 @@ def write_package(out, device):
     print("wrote %s (on %s) and the model's state dict, input and output" % (path, device))
     # A layered model as one op: packaged, loaded back and run.
     torch.manual_seed(3)
-    reference, fused = SwiGlu(), SwiGluOps()
-    fused.load_state_dict(reference.state_dict())
+    reference = SwiGlu()
+    fused = swiglu_ops(reference)
     reference, fused = reference.to(device).eval(), fused.to(device).eval()
     x = torch.rand(33, 64, device=device)
     with torch.no_grad():
