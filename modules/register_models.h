@@ -1,7 +1,8 @@
 // Registering declarations (kernels/math/model.h): what the registration file that
 // kernels/register/fusedlinear_models.cmake writes for a header of them calls, once, at start-up.
-// Each declaration of the list becomes a compiled chain of the ops (its kernels from the files the
-// same function writes, a kernel family each) and a model of the registry (modules/registry.h).
+// Each declaration of the list becomes a model of the registry and its compiled chain
+// (kernels/ops/chain_registry.h), its kernels from the files the same function writes, a kernel
+// family each.
 #pragma once
 
 #include <cstdio>
@@ -12,7 +13,6 @@
 #include "kernels/cpu/epilogue_scalar.h"
 #include "kernels/math/model.h"
 #include "kernels/ops/chain_registry.h"
-#include "modules/registry.h"
 
 namespace fusedlinear {
 
@@ -57,13 +57,20 @@ ModelSpec model_spec_of() {
   return spec;
 }
 
+// Declaration M, the index-th of List: its model and its compiled chain, under its name.
+template <class List, size_t I>
+void register_declaration() {
+  using M = std::tuple_element_t<I, List>;
+  ChainEntry chain;
+  chain.name = M::kName;
+  chain.chain = chain_of(M::kChain);
+  chain.kernels = chain_kernels_at<List>(int(I));
+  register_model(model_spec_of<M>(), {chain});
+}
+
 template <class List, size_t... I>
 void register_each(std::index_sequence<I...>) {
-  (register_compiled_chain(std::tuple_element_t<I, List>::kName,
-                           chain_of(std::tuple_element_t<I, List>::kChain),
-                           chain_kernels_at<List>(int(I))),
-   ...);
-  (register_model(model_spec_of<std::tuple_element_t<I, List>>()), ...);
+  (register_declaration<List, I>(), ...);
 }
 
 // Registers every declaration of List (a tuple of them, or one); RuntimeChain registers the

@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include "kernels/ops/chain_registry.h"
+
 namespace fusedlinear {
 namespace {
 
@@ -198,5 +200,49 @@ bool is_layered_spec(const std::string& spec) {
 }
 
 ParsedModel parse_model_spec(const std::string& spec) { return ModelParser(spec).parse(); }
+
+ParsedChain ModelSpec::parsed_chain() const {
+  return compiled ? find_chain(name).chain : parse_chain_or_empty(chain);
+}
+
+std::string ModelSpec::description() const {
+  return layered() ? parse_model_spec(name).description() : parsed_chain().description();
+}
+
+ModelSpec runtime_model(const std::string& spec, const std::string& linear, bool linear_bias) {
+  const ParsedChain chain = parse_chain_or_empty(spec);
+  program_of(chain);  // refuses what the interpreter cannot run, now rather than at the first call
+  ModelSpec model;
+  model.name = chain.to_string();
+  model.linear = linear;
+  model.linear_bias = linear_bias;
+  model.chain = chain.to_string();
+  return model;
+}
+
+ModelSpec layered_model(const std::string& spec, const std::map<std::string, bool>& biases) {
+  const ParsedModel parsed = parse_model_spec(spec);
+  const auto has_bias = [&](const std::string& path) {
+    const auto it = biases.find(path);
+    return it == biases.end() || it->second;
+  };
+  ModelSpec model;
+  model.name = parsed.to_string();
+  model.residual = parsed.residual;
+  for (const ParsedLayer& layer : parsed.layers) {
+    program_of(layer.chain);  // refuses what the interpreter cannot run, now
+    ModelSpec one;
+    one.name = one.chain = layer.chain.to_string();
+    one.linear = layer.linear.path;
+    one.linear_bias = has_bias(one.linear);
+    if (layer.gated) {
+      one.gate = layer.gate.path;
+      one.gate_bias = has_bias(one.gate);
+      one.half = layer.linear.half;
+    }
+    model.layers.push_back(one);
+  }
+  return model;
+}
 
 }  // namespace fusedlinear
