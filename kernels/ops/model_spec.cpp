@@ -206,7 +206,19 @@ ParsedChain ModelSpec::parsed_chain() const {
 }
 
 std::string ModelSpec::description() const {
-  return layered() ? parse_model_spec(name).description() : parsed_chain().description();
+  if (!layered()) return parsed_chain().description();
+  // From the layers, not the name: a layered declaration's name is no spec.
+  ParsedModel model;
+  model.residual = residual;
+  for (const ModelSpec& one : layers) {
+    ParsedLayer layer;
+    layer.linear = {one.linear, one.half};
+    layer.chain = one.parsed_chain();
+    layer.gated = one.gated();
+    if (layer.gated) layer.gate = {one.gate, one.half < 0 ? -1 : 1 - one.half};
+    model.layers.push_back(layer);
+  }
+  return model.description();
 }
 
 ModelSpec runtime_model(const std::string& spec, const std::string& linear, bool linear_bias) {

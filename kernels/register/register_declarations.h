@@ -7,8 +7,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/epilogue_scalar.h"
 #include "kernels/math/model.h"
@@ -46,31 +48,88 @@ ChainKernels chain_kernels_at(int index) {
   return kernels;
 }
 
-// Declaration M's model.
+// What a declaration's layer may add (model.h): a gate of its own, the half of its Linear that
+// its chain takes (the other gating it); and whether a layered declaration adds its input.
+template <class L, class = void>
+struct GateOf {
+  static constexpr const char* value = "";
+};
+template <class L>
+struct GateOf<L, std::void_t<decltype(L::kGate)>> {
+  static constexpr const char* value = L::kGate;
+};
+template <class L, class = void>
+struct HalfOf {
+  static constexpr int value = -1;
+};
+template <class L>
+struct HalfOf<L, std::void_t<decltype(L::kHalf)>> {
+  static constexpr int value = L::kHalf;
+};
+template <class M, class = void>
+struct ResidualOf : std::false_type {};
 template <class M>
-ModelSpec model_spec_of() {
+struct ResidualOf<M, std::void_t<decltype(M::kResidual)>> : std::bool_constant<M::kResidual> {};
+
+// Layer L, its chain compiled under `chain_name`: a one-Linear model.
+template <class L>
+ModelSpec layer_spec(const std::string& chain_name) {
   ModelSpec spec;
-  spec.name = M::kName;
-  spec.linear = M::kLinear;
-  spec.chain = chain_of(M::kChain).to_string();
+  spec.name = chain_name;
+  spec.linear = L::kLinear;
+  spec.chain = chain_of(L::kChain).to_string();
   spec.compiled = true;
+  spec.half = HalfOf<L>::value;
+  spec.gate = spec.half >= 0 ? L::kLinear : GateOf<L>::value;
   return spec;
 }
 
-// Declaration M, the index-th of List: its model and its compiled chain, under its name.
-template <class List, size_t I>
-void register_declaration() {
+// How many chains the declarations of List before the I-th compile (ModelList's order).
+template <class List, size_t... J>
+constexpr size_t chains_before(std::index_sequence<J...>) {
+  return (size_t{0} + ... +
+          std::tuple_size_v<typename LayersOf<std::tuple_element_t<J, List>>::type>);
+}
+
+// The I-th declaration of List: its model and its layers' compiled chains (a one-Linear
+// declaration's under its name, a layered one's each under "<name>.<linear>"). Layer K's kernels
+// are those of ModelList's chain kFirst + K.
+template <class List, size_t I, size_t... K>
+void register_declaration(std::index_sequence<K...>) {
   using M = std::tuple_element_t<I, List>;
-  ChainEntry chain;
-  chain.name = M::kName;
-  chain.chain = chain_of(M::kChain);
-  chain.kernels = chain_kernels_at<List>(int(I));
-  register_model(model_spec_of<M>(), {chain});
+  using Layers = typename LayersOf<M>::type;
+  constexpr bool kLayered = !std::is_same_v<Layers, std::tuple<M>>;
+  constexpr size_t kFirst = chains_before<List>(std::make_index_sequence<I>{});
+  const std::string name = M::kName;
+  std::vector<ChainEntry> chains;
+  std::vector<ModelSpec> layers;
+  const auto add_layer = [&](auto layer, size_t chain_index) {
+    using L = decltype(layer);
+    ChainEntry chain;
+    chain.name = kLayered ? name + "." + L::kLinear : name;
+    chain.chain = chain_of(L::kChain);
+    chain.kernels = chain_kernels_at<typename ModelList<List>::type>(int(chain_index));
+    chains.push_back(chain);
+    layers.push_back(layer_spec<L>(chain.name));
+  };
+  (add_layer(std::tuple_element_t<K, Layers>{}, kFirst + K), ...);
+  ModelSpec model;
+  if (kLayered) {
+    model.name = name;
+    model.layers = layers;
+    model.residual = ResidualOf<M>::value;
+  } else {
+    model = layers.front();
+  }
+  register_model(model, chains);
 }
 
 template <class List, size_t... I>
 void register_each(std::index_sequence<I...>) {
-  (register_declaration<List, I>(), ...);
+  (register_declaration<List, I>(
+       std::make_index_sequence<
+           std::tuple_size_v<typename LayersOf<std::tuple_element_t<I, List>>::type>>{}),
+   ...);
 }
 
 // Registers every declaration of List (a tuple of them, or one); RuntimeChain registers the
@@ -78,12 +137,12 @@ void register_each(std::index_sequence<I...>) {
 // this runs before main, where an exception could not be caught.
 template <class List>
 bool register_declarations() {
-  using Models = typename ModelList<List>::type;
+  using Declarations = typename DeclarationList<List>::type;
   try {
-    if constexpr (std::is_same_v<Models, std::tuple<RuntimeChain>>) {
-      register_runtime_kernels(chain_kernels_at<Models>(0));
+    if constexpr (std::is_same_v<Declarations, std::tuple<RuntimeChain>>) {
+      register_runtime_kernels(chain_kernels_at<Declarations>(0));
     } else {
-      register_each<Models>(std::make_index_sequence<std::tuple_size_v<Models>>{});
+      register_each<Declarations>(std::make_index_sequence<std::tuple_size_v<Declarations>>{});
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fusedlinear: error: %s\n", e.what());
