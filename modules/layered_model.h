@@ -1,5 +1,5 @@
-// LayeredModel: a torch::nn::Module for a model of layers (modules/registry.h's ModelSpec: one
-// Linear and its chain, or several layers, gated pairs and a residual among them), with the
+// LayeredModel: a torch::nn::Module for a model of layers (kernels/ops/model_spec.h's ModelSpec:
+// one Linear and its chain, or several layers, gated pairs and a residual among them), with the
 // Python model's state-dict keys. Each Linear runs as a LinearChain (linear_chain.h): its fused
 // forward on every path (the CPU loops; cuBLAS and the fused epilogue, the small-batch kernels
 // and the Hopper GEMM on a GPU), in the model's precision. A gated pair runs both Linears' fused
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops/chain_registry.h"
 #include "modules/linear_chain.h"
-#include "modules/registry.h"
 
 namespace fusedlinear {
 

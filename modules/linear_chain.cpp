@@ -7,6 +7,7 @@
 
 #include "kernels/ops/linear_forward.h"
 #include "kernels/ops/ops.h"
+#include "modules/layered_model.h"
 #include "modules/loader/state_dict.h"
 
 namespace fusedlinear {
@@ -83,6 +84,11 @@ std::string last_component(const std::string& path) {
 LinearChainImpl::LinearChainImpl(ModelSpec spec, int64_t in_features, int64_t out_features,
                                  at::Generator generator, const std::set<std::string>& bound)
     : spec_(std::move(spec)), chain_(spec_.parsed_chain()), chain_name_(spec_.op_chain()) {
+  if (spec_.layered()) {
+    throw std::invalid_argument("model '" + spec_.name + "' has " +
+                                std::to_string(spec_.layers.size()) +
+                                " layers; a LinearChain is one Linear (a LayeredModel takes it)");
+  }
   // As the Python constructors draw: the Linear first, then the chain's parameters.
   torch::nn::Linear linear = make_linear(in_features, out_features, spec_.linear_bias, generator);
   std::vector<std::pair<std::string, torch::Tensor>> drawn;
@@ -325,6 +331,7 @@ std::shared_ptr<LinearChainImpl> make_model(const ModelSpec& spec, int64_t in_fe
 }
 
 std::vector<std::string> model_keys(const ModelSpec& spec) {
+  if (spec.layered()) return layered_model_keys(spec);
   LinearChainImpl model(spec, 1, 1, at::detail::createCPUGenerator(0));
   return state_dict_keys(model);
 }

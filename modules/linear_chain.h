@@ -1,6 +1,6 @@
 // LinearChain: a torch::nn::Module for any Linear -> activation-chain model, built from its
-// ModelSpec (modules/registry.h: a registered declaration, or a chain spec given at run time),
-// with the Python model's state-dict keys.
+// ModelSpec (kernels/ops/model_spec.h: a registered declaration, or a chain spec given at run
+// time), with the Python model's state-dict keys.
 //
 // It has two forwards:
 //   forward        the GEMM without bias, in the model's precision (float32 by libtorch, or from
@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops/chain_registry.h"
 #include "kernels/ops/chain_spec.h"
 #include "kernels/ops/linear_forward.h"
-#include "modules/registry.h"
 
 namespace fusedlinear {
 

@@ -1,15 +1,21 @@
 // Layered models (kernels/ops/model_spec.h, modules/layered_model.h): the grammar, its canonical
 // form and refusals; the module's state-dict keys (Python's); and 200 seeded random layered models
 // (plain, gated, chunked and residual layers) whose fused forward is checked against the eager
-// model of the same spec and against float64, on the CPU and, where there is one, on CUDA.
+// model of the same spec and against float64, on the CPU and, where there is one, on CUDA; and
+// layered declarations (tests/layered_declarations.h) against the interpreter.
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <cmath>
+#include <cxxopts.hpp>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
+#include "app/model_setup.h"
 #include "kernels/ops/ops.h"
 #include "modules/layered_model.h"
 #include "modules/loader/state_dict.h"
@@ -312,6 +318,61 @@ TEST(LayeredModels, PrecisionsThroughEveryLayer) {
         << " (float32's error " << float32_error << ", output scale " << scale << ")";
     EXPECT_GT(model.split_weight_bytes(), 0);
   }
+}
+
+// A layered declaration is the model its spec describes, its layers' chains compiled: the same
+// keys and parameters, and on the CPU the same bits as the interpreter's kernels through the
+// module, the whole-model op (which takes the model's name for a spec) and the program's model
+// for `--model NAME` with a file of its keys.
+TEST(LayeredDeclarations, RunAsTheirSpecsWithCompiledChains) {
+  struct Case {
+    std::string name, spec;
+    std::vector<int64_t> widths;
+  };
+  const std::vector<Case> cases = {
+      {"test_mlp", "fc1:gelu|fc2:add(shift),gelu(tanh)|fc3", {12, 16, 8, 5}},
+      {"test_swiglu", "w1:silu*w3|w2:mish", {12, 16, 7}},
+      {"test_chunked_residual", "x+(w13[1]:silu*w13[0]|w2)", {12, 9, 12}},
+  };
+  testing_support::TempDir dir;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const ModelSpec declared = find_model(c.name);
+    ASSERT_TRUE(declared.layered());
+    for (const ModelSpec& layer : declared.layers) {
+      EXPECT_EQ(layer.op_chain(), c.name + "." + layer.linear);
+      EXPECT_TRUE(find_chain(layer.op_chain()).compiled);
+    }
+    const ModelSpec from_spec = layered_model(c.spec);
+    EXPECT_EQ(declared.description(), from_spec.description());
+    EXPECT_EQ(model_keys(declared), model_keys(from_spec));
+    LayeredModelImpl compiled(declared, c.widths, at::detail::createCPUGenerator(5));
+    LayeredModelImpl interpreted(from_spec, c.widths, at::detail::createCPUGenerator(5));
+    const auto ours = compiled.named_parameters(), theirs = interpreted.named_parameters();
+    ASSERT_EQ(ours.keys(), theirs.keys());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::equal(ours[i].value(), theirs[i].value())) << ours[i].key();
+    }
+    const torch::Tensor x = torch::randn({5, c.widths.front()}, at::detail::createCPUGenerator(6));
+    torch::NoGradGuard no_grad;
+    const torch::Tensor fused = compiled.forward(x);
+    EXPECT_TRUE(torch::equal(fused, interpreted.forward(x)));
+    EXPECT_TRUE(torch::equal(compiled.forward_op(x), fused));
+    EXPECT_TRUE(torch::allclose(fused, compiled.forward_eager(x), 1e-4, 1e-5));
+
+    c10::Dict<std::string, at::Tensor> file;
+    for (const auto& item : theirs) file.insert(item.key(), item.value().detach());
+    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(file));
+    Settings settings;
+    settings.command = "run";
+    settings.weights = dir.file(c.name + ".pt");
+    std::ofstream(settings.weights, std::ios::binary)
+        .write(bytes.data(), std::streamsize(bytes.size()));
+    const std::shared_ptr<LayeredModelImpl> loaded = build_model(find_model(c.name), settings);
+    EXPECT_TRUE(torch::equal(loaded->forward(x), fused));
+  }
+  // A layered declaration is no one-Linear model.
+  EXPECT_THROW(LinearChainImpl(find_model("test_mlp"), 4, 4), std::invalid_argument);
 }
 
 }  // namespace

@@ -9,13 +9,13 @@
 #include <tuple>
 
 #include FUSEDLINEAR_README_MODEL
-#include "modules/register_models.h"
+#include "kernels/register/register_declarations.h"
 
 namespace fusedlinear {
 namespace {
 
 TEST(Readme, OwnModelDeclarationCompilesAndIsTheModelItSays) {
-  const ModelSpec spec = model_spec_of<example::MyModel>();
+  const ModelSpec spec = layer_spec<example::MyModel>(example::MyModel::kName);
   EXPECT_EQ(spec.name, "my_model");
   EXPECT_EQ(spec.linear, "fc");
   EXPECT_NE(spec.chain.find("squared_relu"), std::string::npos) << spec.chain;

@@ -53,8 +53,8 @@ class MishMish(nn.Module):
         return x
 
 
-# The models by the names fusedlinear gives them (its registry, modules/registry.cpp; a test
-# checks that the two agree, names and state-dict keys).
+# The models by the names fusedlinear gives them (its registry, kernels/ops/chain_registry.cpp;
+# a test checks that the two agree, names and state-dict keys).
 MODELS = {
     "swish_chain": lambda in_features, out_features: SwishChain(in_features, out_features,
                                                                 (out_features,)),

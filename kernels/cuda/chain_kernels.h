@@ -1,7 +1,7 @@
 // The CUDA launchers of a registration's chains, type-erased: a table of function pointers per
-// kernel family, one entry per declaration (kernels/math/model.h), each defined by a file that
+// kernel family, one entry per compiled chain (kernels/math/model.h), each defined by a file that
 // instantiates that family for the registration's declarations (kernels/register/). The ops look
-// a chain's entry up by name (kernels/ops/chain_registry.h). Torch-free.
+// a chain's entry up by name in the registry, the layer above. Torch-free.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -16,12 +16,35 @@
 // A parameter of the chain (AddParam{"add_value"}, ...) is a tensor of the model under that
 // state-dict key, [out_features] or of one element, drawn from a standard normal at
 // initialisation (after the Linear's weight and bias, as `nn.Parameter(torch.randn(...))` in
-// the Python constructor). Registration: kernels/register/fusedlinear_models.cmake's
-// fusedlinear_add_models, which compiles each path for the declarations of a header.
+// the Python constructor).
+//
+// A layered declaration lists its layers, each a struct of its Linear and chain as above (and,
+// optionally, its own kHalfLaunch and kHalfForms), in the model's order; it says what a layered
+// spec says (docs/CHAINS.md, "Layered models"), here `fc1: gelu | fc2: gelu | fc3`:
+//
+//   struct Fc1 {
+//     static constexpr const char* kLinear = "fc1";
+//     static constexpr auto kChain = act::Chain(act::Gelu{});
+//   };
+//   ...                                                     // Fc2 likewise, Fc3 with act::Chain()
+//   struct Mlp {
+//     static constexpr const char* kName = "mlp";
+//     using Layers = std::tuple<Fc1, Fc2, Fc3>;
+//     static constexpr bool kResidual = false;              // optional: x + (...)
+//   };
+//
+// A gated layer (`w1: silu * w3`) also names its gate's Linear, `kGate = "w3"`; a layer of one
+// Linear's two halves (`w13[0]: silu * w13[1]`) says which half its chain takes, `kHalf = 0`.
+// Each layer's chain is compiled as a one-Linear declaration's and registered as
+// "<kName>.<kLinear>" ("mlp.fc1").
+//
+// Registration: kernels/register/fusedlinear_models.cmake's fusedlinear_add_models, which
+// compiles each path for the declarations of a header.
 #pragma once
 
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/math/chain.h"
 #include "kernels/math/program.h"
@@ -77,14 +100,35 @@ inline auto device_chain(const act::Program& program) {
   }
 }
 
-// The declarations of a registration: a tuple of them, or one.
-template <class M>
-struct ModelList {
+// A layered declaration's layers (its Layers), or a one-Linear declaration as its one layer.
+template <class M, class = void>
+struct LayersOf {
   using type = std::tuple<M>;
+};
+template <class M>
+struct LayersOf<M, std::void_t<typename M::Layers>> {
+  using type = typename M::Layers;
+};
+
+// The declarations of a registration: a tuple of them, or one.
+template <class List>
+struct DeclarationList {
+  using type = std::tuple<List>;
+};
+template <class... Ms>
+struct DeclarationList<std::tuple<Ms...>> {
+  using type = std::tuple<Ms...>;
+};
+
+// The chains a registration compiles, in order: each layer's of each declaration (LayersOf). The
+// kernels are instantiated for this list and indexed by a chain's place in it.
+template <class List>
+struct ModelList {
+  using type = typename ModelList<typename DeclarationList<List>::type>::type;
 };
 template <class... Ms>
 struct ModelList<std::tuple<Ms...>> {
-  using type = std::tuple<Ms...>;
+  using type = decltype(std::tuple_cat(std::declval<typename LayersOf<Ms>::type>()...));
 };
 
 }  // namespace fusedlinear

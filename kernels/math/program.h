@@ -1,4 +1,4 @@
-// A chain composed at run time: the op list of a parsed chain spec (kernels/ops/chain_spec.h),
+// A chain composed at run time: the op list of a parsed chain spec (the ops' ParsedChain),
 // interpreted by the same kernels that run compiled chains (chain.h), with the same functors. Each
 // op is applied to all of a thread's values before the next (one dispatch an op for 4-16 values),
 // its code the same for every thread, so the interpreter's branches never diverge.

@@ -1,4 +1,4 @@
-// The chains the ops know (chain_registry.h).
+// The registry of models and chains (chain_registry.h).
 #include "kernels/ops/chain_registry.h"
 
 #include <map>
@@ -11,6 +11,7 @@ namespace {
 
 struct Registry {
   std::mutex mutex;
+  std::vector<ModelSpec> models;
   std::map<std::string, std::shared_ptr<const ChainEntry>> by_name;  // names and specs as given
   std::vector<std::string> compiled;
   ChainKernels runtime;
@@ -22,27 +23,39 @@ Registry& registry() {
   return r;
 }
 
-}  // namespace
-
-void register_compiled_chain(const std::string& name, const ParsedChain& chain,
-                             const ChainKernels& kernels) {
+// Throws std::invalid_argument unless `name` may name a compiled chain: not an op of the
+// vocabulary, nor registered.
+void check_chain_name(const Registry& r, const std::string& name) {
   for (const OpInfo& op : vocabulary()) {
     if (op.name == name) {
       throw std::invalid_argument("fusedlinear: a model may not be named after the op '" + name +
                                   "'");
     }
   }
-  auto entry = std::make_shared<ChainEntry>();
-  entry->name = name;
-  entry->chain = chain;
-  entry->compiled = true;
-  entry->kernels = kernels;
-  Registry& r = registry();
-  const std::lock_guard<std::mutex> lock(r.mutex);
-  if (!r.by_name.emplace(name, entry).second) {
+  if (r.by_name.count(name) > 0) {
     throw std::invalid_argument("fusedlinear: a chain named '" + name + "' is registered twice");
   }
-  r.compiled.push_back(name);
+}
+
+}  // namespace
+
+void register_model(const ModelSpec& model, const std::vector<ChainEntry>& compiled_chains) {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  for (const ModelSpec& known : r.models) {
+    if (known.name == model.name) {
+      throw std::invalid_argument("fusedlinear: a model named '" + model.name +
+                                  "' is registered twice");
+    }
+  }
+  for (const ChainEntry& chain : compiled_chains) check_chain_name(r, chain.name);
+  for (const ChainEntry& chain : compiled_chains) {
+    auto entry = std::make_shared<ChainEntry>(chain);
+    entry->compiled = true;
+    r.by_name.emplace(chain.name, entry);
+    r.compiled.push_back(chain.name);
+  }
+  r.models.push_back(model);
 }
 
 void register_runtime_kernels(const ChainKernels& kernels) {
@@ -78,6 +91,27 @@ std::vector<std::string> compiled_chain_names() {
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
   return r.compiled;
+}
+
+std::vector<ModelSpec> registered_models() {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  return r.models;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelSpec& spec : registered_models()) names.push_back(spec.name);
+  return names;
+}
+
+ModelSpec find_model(const std::string& name) {
+  std::string known;
+  for (const ModelSpec& spec : registered_models()) {
+    if (spec.name == name) return spec;
+    known += (known.empty() ? "" : ", ") + spec.name;
+  }
+  throw std::invalid_argument("unknown model '" + name + "' (expected one of: " + known + ")");
 }
 
 }  // namespace fusedlinear

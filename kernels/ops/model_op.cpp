@@ -39,30 +39,38 @@ struct ModelLayout {
   size_t linears = 0, params = 0;
 };
 
-ModelLayout layout_of(const std::string& spec) {
+// The model `spec` names: a registered layered model (a layered declaration's, its chains
+// compiled), else a layered spec.
+ModelSpec model_of(const std::string& spec) {
+  for (const ModelSpec& model : registered_models()) {
+    if (model.name == spec && model.layered()) return model;
+  }
   TORCH_CHECK(is_layered_spec(spec),
               detail::text(kModel,
-                           ": expected a layered spec (e.g. 'fc1:gelu|fc2', docs/CHAINS.md), "
-                           "got '",
+                           ": expected a layered spec (e.g. 'fc1:gelu|fc2', docs/CHAINS.md) or a "
+                           "layered model's name, got '",
                            spec,
                            "'; a one-Linear model runs with epilogue, linear_epilogue or "
                            "gemm_epilogue"));
-  ParsedModel parsed;
   try {
-    parsed = parse_model_spec(spec);
+    return layered_model(spec);
   } catch (const ChainSpecError& e) {
     TORCH_CHECK(false, detail::text(kModel, ": ", e.what()));
   }
+}
+
+ModelLayout layout_of(const std::string& spec) {
+  const ModelSpec model = model_of(spec);
   ModelLayout layout;
-  layout.residual = parsed.residual;
-  for (const ParsedLayer& parsed_layer : parsed.layers) {
+  layout.residual = model.residual;
+  for (const ModelSpec& one : model.layers) {
     ModelLayout::Layer layer;
     layer.linear = layer.gate = layout.linears++;
-    layer.gated = parsed_layer.gated;
-    layer.half = parsed_layer.linear.half;
+    layer.gated = one.gated();
+    layer.half = one.half;
     if (layer.gated && layer.half < 0) layer.gate = layout.linears++;
-    layer.chain = parsed_layer.chain.to_string();
-    const ChainEntry& entry = detail::chain_for(kModel, layer.chain);  // refused here, once
+    layer.chain = one.op_chain();
+    const ChainEntry& entry = detail::chain_for(kModel, layer.chain);
     layer.compiled = entry.compiled;
     layer.params = entry.chain.slot_params().size();
     layer.first_param = layout.params;

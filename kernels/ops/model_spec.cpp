@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include "kernels/ops/chain_registry.h"
+
 namespace fusedlinear {
 namespace {
 
@@ -198,5 +200,61 @@ bool is_layered_spec(const std::string& spec) {
 }
 
 ParsedModel parse_model_spec(const std::string& spec) { return ModelParser(spec).parse(); }
+
+ParsedChain ModelSpec::parsed_chain() const {
+  return compiled ? find_chain(name).chain : parse_chain_or_empty(chain);
+}
+
+std::string ModelSpec::description() const {
+  if (!layered()) return parsed_chain().description();
+  // From the layers, not the name: a layered declaration's name is no spec.
+  ParsedModel model;
+  model.residual = residual;
+  for (const ModelSpec& one : layers) {
+    ParsedLayer layer;
+    layer.linear = {one.linear, one.half};
+    layer.chain = one.parsed_chain();
+    layer.gated = one.gated();
+    if (layer.gated) layer.gate = {one.gate, one.half < 0 ? -1 : 1 - one.half};
+    model.layers.push_back(layer);
+  }
+  return model.description();
+}
+
+ModelSpec runtime_model(const std::string& spec, const std::string& linear, bool linear_bias) {
+  const ParsedChain chain = parse_chain_or_empty(spec);
+  program_of(chain);  // refuses what the interpreter cannot run, now rather than at the first call
+  ModelSpec model;
+  model.name = chain.to_string();
+  model.linear = linear;
+  model.linear_bias = linear_bias;
+  model.chain = chain.to_string();
+  return model;
+}
+
+ModelSpec layered_model(const std::string& spec, const std::map<std::string, bool>& biases) {
+  const ParsedModel parsed = parse_model_spec(spec);
+  const auto has_bias = [&](const std::string& path) {
+    const auto it = biases.find(path);
+    return it == biases.end() || it->second;
+  };
+  ModelSpec model;
+  model.name = parsed.to_string();
+  model.residual = parsed.residual;
+  for (const ParsedLayer& layer : parsed.layers) {
+    program_of(layer.chain);  // refuses what the interpreter cannot run, now
+    ModelSpec one;
+    one.name = one.chain = layer.chain.to_string();
+    one.linear = layer.linear.path;
+    one.linear_bias = has_bias(one.linear);
+    if (layer.gated) {
+      one.gate = layer.gate.path;
+      one.gate_bias = has_bias(one.gate);
+      one.half = layer.linear.half;
+    }
+    model.layers.push_back(one);
+  }
+  return model;
+}
 
 }  // namespace fusedlinear

@@ -2,7 +2,7 @@
 #
 # Compiles every path for the model declarations (kernels/math/model.h) that <type> names: a
 # tuple of declarations, or one, defined in <header> (which must include
-# kernels/math/model.h). Into <target> go the CPU loops (scalar, and AVX2 and AVX-512 where this
+# kernels/math/model.h); for a layered declaration, each layer's chain. Into <target> go the CPU loops (scalar, and AVX2 and AVX-512 where this
 # build has them) and a file that registers the models at start-up (the ops' chain registry, the
 # model registry, hence the CLI, bench and the tests); into CUDA_TARGET (default: <target>) the
 # CUDA epilogue, the small-batch kernels and the Hopper GEMM, a kernel family a file so that they

@@ -1,4 +1,5 @@
-// CPU implementations of the split-precision linear ops: the split is the CUDA kernel's own
+// CPU implementations of the split-precision linear ops, beside the CUDA ones (ops_cuda.cpp); the
+// epilogue ops' are in ops.cpp, with their Meta twins. The split is the CUDA kernel's own
 // function (bf16_split.h), and the tensor-core products are emulated: products of bfloat16 (or
 // TF32) operands are exact in float32, so float32 matrix products of the parts, summed in the
 // order the GPU sums them, give what the tensor cores compute up to the order of accumulation.
