@@ -1,6 +1,8 @@
 // The chains the ops know, by name: each declaration's compiled kernels (registered by the files
 // kernels/register/fusedlinear_models.cmake writes), and any chain spec, run by the interpreter's
-// kernels (registered the same way, by the library). The ops' `chain` argument is looked up here.
+// kernels (registered the same way, by the library) or, on CUDA where NVRTC is, by the kernels of
+// a declaration of it compiled at run time (kernels/cuda/jit/). The ops' `chain` argument is
+// looked up here.
 #pragma once
 
 #include <string>
