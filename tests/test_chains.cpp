@@ -5,17 +5,27 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/epilogue.h"
+#include "kernels/math/reference_models.h"
 #include "kernels/ops/chain_registry.h"
+#include "kernels/ops/chain_source.h"
 #include "kernels/ops/model_spec.h"
 #include "kernels/ops/ops.h"
 #include "modules/linear_chain.h"
 #include "tests/test_support.h"
+
+#ifdef FUSEDLINEAR_TEST_NVRTC
+#include "kernels/cuda/jit/nvrtc_compile.h"
+#endif
 
 namespace fusedlinear {
 namespace {
@@ -140,6 +150,129 @@ TEST(ChainSpecs, GrammarTable) {
     EXPECT_TRUE(printable_ascii(got)) << got;
   }
 }
+
+// --- a run-time chain as a declaration writes it (kernels/ops/chain_source.h) ------------------
+
+// A C++ string literal of chain_expression's (printable ASCII, octal escapes) as its bytes.
+std::string string_literal_bytes(const std::string& literal) {
+  std::string out;
+  for (size_t i = 1; i + 1 < literal.size(); ++i) {
+    if (literal[i] == '\\') {
+      out += char(std::stoi(literal.substr(i + 1, 3), nullptr, 8));
+      i += 3;
+    } else {
+      out += literal[i];
+    }
+  }
+  return out;
+}
+
+// chain_expression read back: each functor's type, its arguments (hexadecimal literals or
+// INFINITY, as strtof reads them) and its parameter's key, against the chain's own.
+void expect_expression_is_the_chain(const std::string& expression, const ParsedChain& chain) {
+  static const std::map<std::string, int> code_of = {
+#define FUSEDLINEAR_CODE(F) {#F, act::op_code_of<act::F>()},
+      FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_CODE)
+#undef FUSEDLINEAR_CODE
+  };
+  ASSERT_EQ(expression.rfind("act::Chain(", 0), 0u) << expression;
+  ASSERT_EQ(expression.back(), ')') << expression;
+  const std::regex functor("act::(\\w+)\\{([^}]*)\\}(, |\\)$)");
+  size_t index = 0;
+  auto it = std::sregex_iterator(expression.begin() + 11, expression.end(), functor);
+  for (; it != std::sregex_iterator(); ++it, ++index) {
+    ASSERT_LT(index, chain.ops.size()) << expression;
+    const ChainOp& op = chain.ops[index];
+    const std::string name = (*it)[1], body = (*it)[2];
+    ASSERT_TRUE(code_of.count(name)) << name;
+    EXPECT_EQ(code_of.at(name), op.op->code) << expression;
+    if (op.op->takes_param) {
+      EXPECT_EQ(string_literal_bytes(body), op.param) << expression;
+      continue;
+    }
+    std::vector<float> args;
+    const char* at = body.c_str();
+    while (*at) {
+      char* end = nullptr;
+      args.push_back(std::strtof(at, &end));
+      ASSERT_NE(end, at) << body;
+      at = end;
+      if (*at == 'f') ++at;  // a literal's suffix (INFINITY has none)
+      if (*at == ',') at += 2;
+    }
+    ASSERT_EQ(args.size(), op.op->args.size()) << expression;
+    for (size_t a = 0; a < args.size(); ++a) {
+      EXPECT_EQ(std::memcmp(&args[a], &op.args[a], sizeof(float)), 0) << expression;
+    }
+  }
+  EXPECT_EQ(index, chain.ops.size()) << expression;
+}
+
+// Every chain of the grammar table, and the declarations' chains, written as a declaration writes
+// them: the same functors, their arguments bitwise, their keys byte for byte.
+TEST(ChainSpecs, WrittenAsADeclarationForNvrtc) {
+  int chains = 0;
+  for (const GrammarCase& c : grammar_cases()) {
+    if (c.columns.at(1) == "refused" || is_layered_spec(c.columns[0])) continue;
+    SCOPED_TRACE("tests/spec_grammar.tsv:" + std::to_string(c.line));
+    const ParsedChain chain = parse_chain(c.columns[0]);
+    expect_expression_is_the_chain(chain_expression(chain), chain);
+    ++chains;
+  }
+  EXPECT_GT(chains, 40);
+  EXPECT_EQ(chain_expression(chain_of(SwishChainModel::kChain)),
+            "act::Chain(act::AddParam{\"add_value\"}, act::Swish{0x1p+0f}, act::Tanh{}, "
+            "act::Gelu{}, act::Hardtanh{-0x1p+0f, 0x1p+0f})");
+  // A key is written byte for byte whatever it holds (a file's state-dict keys are any text).
+  ParsedChain odd = parse_chain("clamp(max=1e-3),gelu(tanh),mul(w)");
+  odd.ops[2].param = "w.\"q\\\x01";
+  EXPECT_EQ(chain_expression(odd),
+            "act::Chain(act::Clamp{-INFINITY, 0x1.0624dep-10f}, act::GeluTanh{}, "
+            "act::MulParam{\"w.\\042q\\134\\001\"})");
+  EXPECT_EQ(chain_expression(parse_chain_or_empty("")), "act::Chain()");
+  for (const OpInfo& op : vocabulary()) {
+    // Its arguments other than the defaults (a parameter, gelu's choice, numbers).
+    std::string args = op.takes_param ? "p" : op.choice;
+    for (size_t a = 0; a < op.args.size(); ++a) args += a == 0 ? "0.75" : ",1.5";
+    const ParsedChain chain = parse_chain(args.empty() ? op.name : op.name + "(" + args + ")");
+    expect_expression_is_the_chain(chain_expression(chain), chain);
+  }
+}
+
+#ifdef FUSEDLINEAR_TEST_NVRTC
+// Every chain of the grammar table as a declaration NVRTC compiles (its chain for each result
+// precision, as the kernels take it): one translation unit for all.
+TEST(ChainSpecs, WrittenAsADeclarationNvrtcCompiles) {
+  if (cuda::jit::cuda_include_directory().empty()) {
+    GTEST_SKIP() << "the CUDA Toolkit's headers are not on this machine (set CUDA_HOME)";
+  }
+  cuda::jit::NvrtcRequest request;
+  request.architecture = "sm_90a";
+  request.source = "#include \"kernels/cuda/jit/compiled_chain.cuh\"\nnamespace fusedlinear {\n";
+  int index = 0;
+  for (const GrammarCase& c : grammar_cases()) {
+    if (c.columns.at(1) == "refused" || is_layered_spec(c.columns[0])) continue;
+    try {
+      program_of(parse_chain(c.columns[0]));
+    } catch (const ChainSpecError&) {
+      continue;  // past the run-time chains' limits: never compiled
+    }
+    const std::string name = "Declaration" + std::to_string(index++);
+    request.source += "struct " + name +
+                      " : CompiledRuntimeChain {\n  static constexpr auto kChain = " +
+                      chain_expression(parse_chain(c.columns[0])) + ";\n};\n";
+    for (const char* precision : {"kFloat32", "kHalf"}) {
+      request.source +=
+          "static_assert(DeviceChain<" + name + ", act::ResultPrecision::" + precision +
+          ">::kTerms == " + std::to_string(parse_chain(c.columns[0]).slot_params().size()) + ");\n";
+    }
+  }
+  request.source += "}  // namespace fusedlinear\n";
+  cuda::jit::CompiledModule module;
+  std::string error;
+  EXPECT_TRUE(cuda::jit::compile_with_nvrtc(request, module, error)) << error;
+}
+#endif
 
 // A long spec shows in a message only around the error, with the error's place counted in the
 // whole spec.

@@ -4,13 +4,18 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+// Host code, which NVRTC (kernels/cuda/jit/) neither takes nor needs.
+#ifndef __CUDACC_RTC__
+#include <cuda_runtime.h>
+
 #include <map>
 #include <mutex>
-#include <type_traits>
+#endif
 
 #include "kernels/math/element.h"
 
@@ -122,6 +127,7 @@ __host__ __device__ inline bool aligned16(const void* p) {
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+#ifndef __CUDACC_RTC__
 // The current device: its number, multiprocessors, resident threads per multiprocessor (2048 on
 // sm_80 and sm_90, 1536 on sm_86 and sm_89), compute capability and the shared memory a block may
 // opt in to, asked of the runtime once per device.
@@ -161,6 +167,7 @@ inline cudaError_t current_device_limits(DeviceLimits& limits) {
   limits = it->second;
   return cudaSuccess;
 }
+#endif
 
 }  // namespace cuda
 }  // namespace fusedlinear

@@ -10,13 +10,19 @@
 // 16 bytes / sizeof(T) when every access is 16-byte aligned, otherwise 1.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/chain_kernels.h"
 #include "kernels/cuda/device.cuh"
 #include "kernels/math/model.h"
+
+// The launchers are host code, which NVRTC, compiling the kernels of a run-time chain
+// (kernels/cuda/jit/), neither takes nor needs.
+#ifndef __CUDACC_RTC__
+#include <algorithm>
+
+#include "kernels/cuda/chain_kernels.h"
+#endif
 
 namespace fusedlinear {
 namespace cuda {
@@ -32,6 +38,7 @@ struct ColumnEpilogue {
   int term_count = 0;
   ChainT chain;
 
+#ifndef __CUDACC_RTC__
   __host__ ColumnEpilogue(const void* bias_data, const ColumnTerms& column_terms, ChainT c)
       : bias(static_cast<const T*>(bias_data)),
         broadcast(column_terms.broadcast),
@@ -40,6 +47,7 @@ struct ColumnEpilogue {
     for (int j = 0; j < act::kMaxColumnTerms; ++j)
       terms[j] = static_cast<const T*>(column_terms.data[j]);
   }
+#endif
 
   // The epilogue of one total of column n (the small-batch kernels' outputs, one at a time).
   __device__ __forceinline__ T operator()(float sum, int64_t n) const {
@@ -217,11 +225,14 @@ constexpr auto fused_epilogue_kernel_for() {
   }
 }
 
+#ifndef __CUDACC_RTC__
 // Launch shape: Shape::kThreads threads; narrow rows get several rows of threads per block so
 // no block is mostly idle; the grid's y dimension is capped at 65535 (the loop covers the rest).
-template <typename T, int kVec, class Shape, class ChainT>
-cudaError_t launch_fused_epilogue_kernel(const T* y, const T* gate, T* out, int64_t rows,
-                                         int64_t cols, const ColumnEpilogue<T, ChainT>& epilogue,
+// `kernel`: an instance of fused_epilogue_kernel for T, kVec and Shape (a declaration's, or the
+// same compiled at run time, kernels/cuda/jit/), `epilogue` the ColumnEpilogue it takes.
+template <typename T, int kVec, class Shape>
+cudaError_t launch_fused_epilogue_kernel(const void* kernel, const T* y, const T* gate, T* out,
+                                         int64_t rows, int64_t cols, const void* epilogue,
                                          cudaStream_t stream) {
   constexpr int kThreads = Shape::kThreads;
   const int64_t vecs_per_row = ceil_div(cols, kVec);
@@ -240,17 +251,42 @@ cudaError_t launch_fused_epilogue_kernel(const T* y, const T* gate, T* out, int6
   }
   const dim3 block(threads_x, threads_y);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-  const auto launch = [&](auto kernel) {
-    kernel<<<grid, block, 0, stream>>>(y, gate, out, rows, cols, epilogue);
-    return cudaGetLastError();
-  };
-  if (gate) {
-    return epilogue.bias ? launch(fused_epilogue_kernel_for<T, kVec, Shape, true, true, ChainT>())
-                         : launch(fused_epilogue_kernel_for<T, kVec, Shape, false, true, ChainT>());
-  }
-  return epilogue.bias ? launch(fused_epilogue_kernel_for<T, kVec, Shape, true, false, ChainT>())
-                       : launch(fused_epilogue_kernel_for<T, kVec, Shape, false, false, ChainT>());
+  void* args[] = {&y, &gate, &out, &rows, &cols, const_cast<void*>(epilogue)};
+  return cudaLaunchKernel(kernel, grid, block, args, 0, stream);
 }
+
+// One chain's epilogue kernels for one element type and launch shape: by 16-byte vectors or one
+// element a thread, with a bias or without, with a gate or without.
+struct EpilogueKernels {
+  const void* kernel[2][2][2] = {};  // [vectorized][has bias][gated]
+};
+
+// A declaration's kernels for T, Shape and ChainT.
+template <typename T, class Shape, class ChainT>
+EpilogueKernels epilogue_kernels_of() {
+  constexpr int kVec = 16 / sizeof(T);
+  EpilogueKernels kernels;
+  const auto set = [&](auto vec, auto has_bias, auto gated) {
+    constexpr int kV = decltype(vec)::value;
+    constexpr bool kB = decltype(has_bias)::value, kG = decltype(gated)::value;
+    kernels.kernel[kV > 1][kB][kG] =
+        reinterpret_cast<const void*>(fused_epilogue_kernel_for<T, kV, Shape, kB, kG, ChainT>());
+  };
+  using False = std::false_type;
+  using True = std::true_type;
+  using One = std::integral_constant<int, 1>;
+  using Vec = std::integral_constant<int, kVec>;
+  set(One{}, False{}, False{});
+  set(One{}, False{}, True{});
+  set(One{}, True{}, False{});
+  set(One{}, True{}, True{});
+  set(Vec{}, False{}, False{});
+  set(Vec{}, False{}, True{});
+  set(Vec{}, True{}, False{});
+  set(Vec{}, True{}, True{});
+  return kernels;
+}
+#endif
 
 // The shape a model's chain is launched with: the fastest of epilogue_bench's sweep on an H200.
 // float32: one row per thread per step, 256 threads, two waves. float32 run-time chains: two rows
@@ -276,12 +312,16 @@ struct ProductionShapeOf<T, Model, kTerms, false> {
 template <typename T, class Model, class ChainT>
 using ProductionShape = typename ProductionShapeOf<T, Model, ChainT::kTerms>::type;
 
+#ifndef __CUDACC_RTC__
 // Picks the vector width: 16-byte accesses when every access would be 16-byte aligned (y and
 // out are, and a row is whole vectors; bias and the terms read per column, where given, are),
 // else 1. Decided here once rather than per thread, whose set-up would otherwise issue both paths.
+// `kernels` (a chain's, compiled ahead or at run time) take `epilogue`: its chain's type may be
+// one of the same layout that only they know (kernels/cuda/jit/).
 template <typename T, class Shape, class ChainT>
-cudaError_t launch_fused_epilogue_typed(const T* y, const T* gate, T* out, int64_t rows,
-                                        int64_t cols, const ColumnEpilogue<T, ChainT>& epilogue,
+cudaError_t launch_fused_epilogue_typed(const EpilogueKernels& kernels, const T* y, const T* gate,
+                                        T* out, int64_t rows, int64_t cols,
+                                        const ColumnEpilogue<T, ChainT>& epilogue,
                                         cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   if (rows == 0 || cols == 0) return cudaSuccess;
@@ -290,10 +330,20 @@ cudaError_t launch_fused_epilogue_typed(const T* y, const T* gate, T* out, int64
   for (int j = 0; j < epilogue.term_count; ++j) {
     aligned = aligned && ((epilogue.broadcast >> j) & 1 || aligned16(epilogue.terms[j]));
   }
+  const void* kernel = kernels.kernel[aligned ? 1 : 0][epilogue.bias ? 1 : 0][gate ? 1 : 0];
   if (aligned) {
-    return launch_fused_epilogue_kernel<T, kVec, Shape>(y, gate, out, rows, cols, epilogue, stream);
+    return launch_fused_epilogue_kernel<T, kVec, Shape>(kernel, y, gate, out, rows, cols, &epilogue,
+                                                        stream);
   }
-  return launch_fused_epilogue_kernel<T, 1, Shape>(y, gate, out, rows, cols, epilogue, stream);
+  return launch_fused_epilogue_kernel<T, 1, Shape>(kernel, y, gate, out, rows, cols, &epilogue,
+                                                   stream);
+}
+template <typename T, class Shape, class ChainT>
+cudaError_t launch_fused_epilogue_typed(const T* y, const T* gate, T* out, int64_t rows,
+                                        int64_t cols, const ColumnEpilogue<T, ChainT>& epilogue,
+                                        cudaStream_t stream) {
+  return launch_fused_epilogue_typed<T, Shape>(epilogue_kernels_of<T, Shape, ChainT>(), y, gate,
+                                               out, rows, cols, epilogue, stream);
 }
 
 // The epilogue of declaration Model (or, for RuntimeChain, of `program`, by the interpreter's
@@ -333,6 +383,8 @@ template <class List>
 CudaEpilogueFn cuda_epilogue_at(int index) {
   return EpilogueTable<typename ModelList<List>::type>::fn[index];
 }
+
+#endif
 
 }  // namespace cuda
 }  // namespace fusedlinear

@@ -86,11 +86,16 @@ struct RuntimeChain {};
 template <class M>
 inline constexpr bool kIsRuntimeChain = std::is_same_v<M, RuntimeChain>;
 
+// What a run-time chain compiled by NVRTC declares besides its kChain (kernels/cuda/jit/): nothing,
+// so that it takes the defaults (launch shape, the float32 forms for 16-bit results, as every
+// run-time chain); the host launches its kernels with the shapes of this.
+struct CompiledRuntimeChain {};
+
 // The chain the kernels run for declaration M with results of precision P: the declaration's
 // own, rewritten (chain.h); for RuntimeChain the interpreter of `program`, which compiled chains
 // ignore. Half forms only where M opts in (HalfFormsOf).
 template <class M, act::ResultPrecision P>
-inline auto device_chain(const act::Program& program) {
+constexpr auto device_chain(const act::Program& program) {
   if constexpr (kIsRuntimeChain<M>) {
     return act::ProgramChain<act::ResultPrecision::kFloat32>{program};
   } else if constexpr (P == act::ResultPrecision::kHalf && !HalfFormsOf<M>::value) {
@@ -99,6 +104,9 @@ inline auto device_chain(const act::Program& program) {
     return act::rewrite<P>(M::kChain);
   }
 }
+
+template <class M, act::ResultPrecision P>
+using DeviceChain = decltype(device_chain<M, P>(act::Program{}));
 
 // A layered declaration's layers (its Layers), or a one-Linear declaration as its one layer.
 template <class M, class = void>

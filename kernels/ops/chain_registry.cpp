@@ -6,6 +6,11 @@
 #include <mutex>
 #include <stdexcept>
 
+#ifdef FUSEDLINEAR_WITH_JIT
+#include "kernels/cuda/jit/compiled_chains.h"
+#include "kernels/ops/chain_source.h"
+#endif
+
 namespace fusedlinear {
 namespace {
 
@@ -82,6 +87,11 @@ const ChainEntry& find_chain(const std::string& name_or_spec) {
     throw ChainSpecError("chain '" + entry->name + "': this build has no run-time chain kernels");
   }
   entry->kernels = r.runtime;
+#ifdef FUSEDLINEAR_WITH_JIT
+  // The kernels a declaration of the chain gets, compiled at their first call where they can be.
+  entry->kernels.cuda = cuda::jit::compiled_chain_kernels(
+      entry->program, chain_expression(entry->chain), r.runtime.cuda);
+#endif
   const auto canonical = r.by_name.emplace(entry->name, entry).first;
   r.by_name.emplace(name_or_spec, canonical->second);
   return *canonical->second;

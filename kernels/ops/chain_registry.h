@@ -1,9 +1,11 @@
 // The registry: the models fusedlinear knows and the chains the ops know, in one table. A
 // declaration (kernels/math/model.h) registers its model and its compiled chains in one call (the
 // files kernels/register/fusedlinear_models.cmake writes); any chain spec is run by the
-// interpreter's kernels (registered the same way, by the library). The ops' `chain` argument is
-// looked up here; the CLI (--model, inferring a model from a file's keys), bench, the tests and,
-// checked against them by a test, weights/export.py take the models' names and keys from here.
+// interpreter's kernels (registered the same way, by the library) or, on CUDA where NVRTC is, by
+// the kernels of a declaration of it compiled at run time (kernels/cuda/jit/). The ops' `chain`
+// argument is looked up here; the CLI (--model, inferring a model from a file's keys), bench, the
+// tests and, checked against them by a test, weights/export.py take the models' names and keys
+// from here.
 #pragma once
 
 #include <string>

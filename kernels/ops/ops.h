@@ -187,7 +187,7 @@ std::vector<Size> linear_output_shape(c10::ArrayRef<Size> x_shape, Size out_feat
 // x [..., in] as a contiguous [rows, in] matrix (rows: the product of the leading dimensions).
 torch::Tensor linear_rows(const torch::Tensor& x);
 
-// The CPU implementations (kernels/cpu/linear.cpp).
+// The CPU implementations (kernels/ops/ops_cpu.cpp).
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_cpu(const torch::Tensor& v);
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cpu(
     const torch::Tensor& v);

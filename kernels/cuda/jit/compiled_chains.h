@@ -1,0 +1,39 @@
+// Run-time chains with kernels compiled by NVRTC: a chain spec's kernels are those a declaration of
+// the chain gets (its source written by kernels/ops/chain_source.h, compiled by nvrtc_compile.h),
+// compiled at the chain's first call on a GPU of each architecture, kept in memory for the process
+// and on disk (kernel_cache.h), and launched by the same host launchers as a declaration's. Where
+// compiling is off (FUSEDLINEAR_JIT=0), NVRTC or the toolkit's headers are missing or a compile
+// fails, the interpreter's kernels run the chain, after one notice line on stderr. Torch-free.
+#pragma once
+
+#include <string>
+
+#include "kernels/cuda/chain_kernels.h"
+
+namespace fusedlinear {
+namespace cuda {
+namespace jit {
+
+// Whether run-time chains are compiled: yes unless the environment sets FUSEDLINEAR_JIT=0.
+bool compiling_enabled();
+
+// The launchers of the run-time chain `program`, whose declaration's chain is `chain_expression`:
+// `interpreter`'s, the epilogue's compiled at its first call where compiling is enabled.
+// Chains of the same program share their compiled kernels (the ops they leave out,
+// act::without_identity_clamps, change no value).
+CudaChainKernels compiled_chain_kernels(const act::Program& program,
+                                        const std::string& chain_expression,
+                                        const CudaChainKernels& interpreter);
+
+// What the compiled chains have done in this process, for the tests: modules compiled by NVRTC,
+// read from the disk cache, and compiles or loads that failed (the interpreter ran instead).
+struct CompileCounts {
+  int compiled = 0;
+  int read_from_disk = 0;
+  int failed = 0;
+};
+CompileCounts compile_counts();
+
+}  // namespace jit
+}  // namespace cuda
+}  // namespace fusedlinear

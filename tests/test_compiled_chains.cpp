@@ -1,0 +1,134 @@
+// Run-time chains whose kernels NVRTC compiles (kernels/cuda/jit/): a chain spec's compiled
+// epilogue gives bitwise the output of a declaration of the same chain (compiled_chain_models.h,
+// registered for this test), in every dtype, with and without bias, aligned or not; its module is
+// compiled once and then found in memory, and written to the disk cache. GPU only: skipped, with
+// the reason, without a CUDA device or without NVRTC in the build.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "kernels/ops/chain_registry.h"
+#include "kernels/ops/ops.h"
+#include "tests/compiled_chain_models.h"
+#include "tests/test_support.h"
+
+#ifdef FUSEDLINEAR_WITH_JIT
+#include "kernels/cuda/jit/compiled_chains.h"
+#include "kernels/cuda/jit/kernel_cache.h"
+#endif
+
+namespace fusedlinear {
+namespace {
+
+class CompiledChainsGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef FUSEDLINEAR_WITH_JIT
+    GTEST_SKIP() << "this build has no CUDA kernels compiled at run time (no CUDA or no NVRTC)";
+#else
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU tests skipped";
+    if (!cuda::jit::compiling_enabled()) GTEST_SKIP() << "FUSEDLINEAR_JIT=0: compiling is off";
+#endif
+  }
+};
+
+#ifdef FUSEDLINEAR_WITH_JIT
+// The chain's parameters for `cols` features, one of them of one element.
+std::vector<torch::Tensor> params_for(const ParsedChain& chain, int64_t cols,
+                                      const torch::TensorOptions& options) {
+  std::vector<torch::Tensor> params;
+  for (const std::string& key : chain.slot_params()) {
+    params.push_back(key == "shift" ? torch::randn({1}, options) : torch::randn({cols}, options));
+  }
+  return params;
+}
+
+TEST_F(CompiledChainsGpu, SameBitsAsADeclarationOfTheChain) {
+  torch::manual_seed(3);
+  for (const char* name : {CompiledSwishChain::kName, CompiledMixedChain::kName}) {
+    const ChainEntry& declared = find_chain(name);
+    ASSERT_TRUE(declared.compiled);
+    const std::string spec = declared.chain.to_string();
+    const ChainEntry& runtime = find_chain(spec);
+    ASSERT_FALSE(runtime.compiled);
+    for (const auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+      const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+      // Aligned rows (the 16-byte kernels), odd ones (one element a thread), and a view whose
+      // base is off 16 bytes.
+      for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{257, 1024}, {33, 131}}) {
+        const torch::Tensor y = torch::randn({rows, cols}, options) * 3;
+        const torch::Tensor bias = torch::randn({cols}, options);
+        const std::vector<torch::Tensor> params = params_for(declared.chain, cols, options);
+        for (const bool with_bias : {true, false}) {
+          const c10::optional<torch::Tensor> b =
+              with_bias ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
+          const torch::Tensor expected = fused_epilogue(y, b, params, name);
+          const torch::Tensor got = fused_epilogue(y, b, params, spec);
+          EXPECT_TRUE(torch::equal(got, expected))
+              << spec << " " << dtype << " [" << rows << ", " << cols << "] bias " << with_bias
+              << ": max abs diff "
+              << (got.to(torch::kFloat64) - expected.to(torch::kFloat64))
+                     .abs()
+                     .max()
+                     .item<double>();
+        }
+        const torch::Tensor offset =
+            torch::randn({rows * cols + 1}, options).narrow(0, 1, rows * cols).view({rows, cols});
+        EXPECT_TRUE(torch::equal(fused_epilogue(offset, bias, params, spec),
+                                 fused_epilogue(offset, bias, params, name)))
+            << spec << " " << dtype << " misaligned";
+      }
+    }
+  }
+  const cuda::jit::CompileCounts counts = cuda::jit::compile_counts();
+  EXPECT_EQ(counts.failed, 0);
+  EXPECT_GT(counts.compiled + counts.read_from_disk, 0);
+}
+
+// A chain no other test runs: its first call compiles (or reads the disk cache, where an earlier
+// run left it), later calls find it in memory; the entry is on disk under FUSEDLINEAR_CACHE_DIR.
+TEST_F(CompiledChainsGpu, CompiledOnceThenFoundInMemoryAndOnDisk) {
+  const std::string directory = cuda::jit::kernel_cache_directory();
+  if (directory.empty()) GTEST_SKIP() << "no cache directory (HOME unset)";
+  const std::string spec = "softsign,mul(0.625),tanhshrink,add(0.375)";
+  const torch::Tensor y = torch::randn({64, 256}, torch::TensorOptions().device(torch::kCUDA));
+  const cuda::jit::CompileCounts before = cuda::jit::compile_counts();
+  const auto start = std::chrono::steady_clock::now();
+  fused_epilogue(y, c10::nullopt, {}, spec);
+  torch::cuda::synchronize();
+  const double first =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const cuda::jit::CompileCounts after_first = cuda::jit::compile_counts();
+  EXPECT_EQ(after_first.compiled + after_first.read_from_disk,
+            before.compiled + before.read_from_disk + 1);
+  const auto again = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) fused_epilogue(y, c10::nullopt, {}, spec);
+  torch::cuda::synchronize();
+  const double later =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - again).count();
+  const cuda::jit::CompileCounts after = cuda::jit::compile_counts();
+  EXPECT_EQ(after.compiled, after_first.compiled);
+  EXPECT_EQ(after.read_from_disk, after_first.read_from_disk);
+  std::cout << "first call " << first * 1e3 << " ms ("
+            << (after_first.compiled > before.compiled ? "compiled" : "read from the disk cache")
+            << "), three later calls " << later * 1e3 << " ms\n";
+  bool on_disk = false;
+  for (const std::string& file : testing_support::list_dir(directory)) {
+    on_disk = on_disk || (file.size() == 22 && file.substr(16) == ".entry");
+  }
+  EXPECT_TRUE(on_disk) << "no entry in " << directory;
+}
+
+#else
+// Listed, and skipped with SetUp's reason, in builds without compiled chains.
+TEST_F(CompiledChainsGpu, SameBitsAsADeclarationOfTheChain) {}
+TEST_F(CompiledChainsGpu, CompiledOnceThenFoundInMemoryAndOnDisk) {}
+#endif
+
+}  // namespace
+}  // namespace fusedlinear
