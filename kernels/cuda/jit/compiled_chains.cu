@@ -200,7 +200,7 @@ cudaError_t compiled_epilogue(const act::Program& program, const EpilogueCall& c
 
 bool compiling_enabled() {
   const char* setting = std::getenv("FUSEDLINEAR_JIT");
-  return !setting || std::strcmp(setting, "0") != 0;
+  return setting && std::strcmp(setting, "1") == 0;
 }
 
 CudaChainKernels compiled_chain_kernels(const act::Program& program,

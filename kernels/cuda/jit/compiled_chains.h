@@ -1,9 +1,10 @@
 // Run-time chains with kernels compiled by NVRTC: a chain spec's kernels are those a declaration of
 // the chain gets (its source written by kernels/ops/chain_source.h, compiled by nvrtc_compile.h),
 // compiled at the chain's first call on a GPU of each architecture, kept in memory for the process
-// and on disk (kernel_cache.h), and launched by the same host launchers as a declaration's. Where
-// compiling is off (FUSEDLINEAR_JIT=0), NVRTC or the toolkit's headers are missing or a compile
-// fails, the interpreter's kernels run the chain, after one notice line on stderr. Torch-free.
+// and on disk (kernel_cache.h), and launched by the same host launchers as a declaration's. Opt-in
+// (FUSEDLINEAR_JIT=1) until it is benched against the interpreter and a declaration; where it is
+// off, NVRTC or the toolkit's headers are missing or a compile fails, the interpreter's kernels
+// run the chain (the last two after one notice line on stderr). Torch-free.
 #pragma once
 
 #include <string>
@@ -14,7 +15,7 @@ namespace fusedlinear {
 namespace cuda {
 namespace jit {
 
-// Whether run-time chains are compiled: yes unless the environment sets FUSEDLINEAR_JIT=0.
+// Whether run-time chains are compiled: where the environment sets FUSEDLINEAR_JIT=1.
 bool compiling_enabled();
 
 // The launchers of the run-time chain `program`, whose declaration's chain is `chain_expression`:
