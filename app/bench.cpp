@@ -695,6 +695,19 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
   return results;
 }
 
+// The cells every whole-forward row ends with: errors against eager's output and float64, whether
+// it is allclose, and with --cuda-graph the graph replay's time and speedup.
+void add_outcome_cells(std::vector<std::string>& row, const FusedResult& f, const Figures& figures,
+                       const Plan& plan) {
+  row.push_back(scientific(f.vs_eager.max_abs, 1));
+  row.push_back(scientific(f.vs_float64.max_abs, 1));
+  row.push_back(f.vs_eager.allclose ? "yes" : (f.counted ? "NO" : "no (speed mode)"));
+  if (plan.cuda_graph) {
+    row.push_back(fixed(median_of(f.timings, "graph_replay"), 1));
+    row.push_back(fixed(figure(figures, "graph_speedup"), 2));
+  }
+}
+
 // Models of one Linear: two tables, the chains per configuration, then the forwards per
 // configuration and precision.
 void print_one_linear_tables(const std::vector<Result>& results, const Plan& plan) {
@@ -747,14 +760,8 @@ void print_one_linear_tables(const std::vector<Result>& results, const Plan& pla
               ? fixed(figure(figures, "forward_percent_of_bf16_gemm"), 1)
               : "-",
           fixed(figure(figures, "weight_gbps"), 0),
-          fixed(figure(figures, "weight_percent_of_copy"), 0),
-          scientific(f.vs_eager.max_abs, 1),
-          scientific(f.vs_float64.max_abs, 1),
-          f.vs_eager.allclose ? "yes" : (f.counted ? "NO" : "no (speed mode)")};
-      if (plan.cuda_graph) {
-        row.push_back(fixed(median_of(f.timings, "graph_replay"), 1));
-        row.push_back(fixed(figure(figures, "graph_speedup"), 2));
-      }
+          fixed(figure(figures, "weight_percent_of_copy"), 0)};
+      add_outcome_cells(row, f, figures, plan);
       forwards.add_row(row);
     }
   }
@@ -792,31 +799,24 @@ void print_layered_table(const std::vector<Result>& results, const Plan& plan) {
     const Figures shared = chain_figures(r);
     for (const auto& f : r.fused) {
       const Figures figures = fused_figures(r, f);
-      std::vector<std::string> row = {
-          r.model,
-          dtype_name(r.dtype),
-          std::to_string(r.batch),
-          std::to_string(r.linears),
-          f.gemm,
-          fixed(r.median("gemm_addmm"), 1),
-          fixed(figure(shared, "gemm_addmm_tflops") * 1e3, 1),
-          fixed(weight_read_us(r.timings.at("weight_copy")), 1),
-          fixed(r.median("forward_eager"), 1),
-          fixed(median_of(f.timings, "forward"), 1),
-          fixed(figure(figures, "forward_speedup"), 2),
-          std::isfinite(f.cublas_forward_us)
-              ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
-              : "-",
-          fixed(figure(shared, "forward_eager_x_eager_gemm"), 2),
-          fixed(figure(figures, "forward_x_eager_gemm"), 2),
-          fixed(figure(figures, "forward_x_weight_read"), 2),
-          scientific(f.vs_eager.max_abs, 1),
-          scientific(f.vs_float64.max_abs, 1),
-          f.vs_eager.allclose ? "yes" : (f.counted ? "NO" : "no (speed mode)")};
-      if (plan.cuda_graph) {
-        row.push_back(fixed(median_of(f.timings, "graph_replay"), 1));
-        row.push_back(fixed(figure(figures, "graph_speedup"), 2));
-      }
+      std::vector<std::string> row = {r.model,
+                                      dtype_name(r.dtype),
+                                      std::to_string(r.batch),
+                                      std::to_string(r.linears),
+                                      f.gemm,
+                                      fixed(r.median("gemm_addmm"), 1),
+                                      fixed(figure(shared, "gemm_addmm_tflops") * 1e3, 1),
+                                      fixed(weight_read_us(r.timings.at("weight_copy")), 1),
+                                      fixed(r.median("forward_eager"), 1),
+                                      fixed(median_of(f.timings, "forward"), 1),
+                                      fixed(figure(figures, "forward_speedup"), 2),
+                                      std::isfinite(f.cublas_forward_us)
+                                          ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
+                                          : "-",
+                                      fixed(figure(shared, "forward_eager_x_eager_gemm"), 2),
+                                      fixed(figure(figures, "forward_x_eager_gemm"), 2),
+                                      fixed(figure(figures, "forward_x_weight_read"), 2)};
+      add_outcome_cells(row, f, figures, plan);
       table.add_row(row);
     }
   }
