@@ -308,8 +308,9 @@ void check_carried_chain(const ModelSpec& model, const Settings& settings) {
   const auto carried = file.metadata.find("chain");
   if (carried == file.metadata.end()) return;
   const auto linear = file.metadata.find("linear");
-  const bool same_chain = canonical_model_spec(carried->second) ==
-                          canonical_model_spec(model.layered() ? model.name : model.chain);
+  // A layered declaration's name is no spec: its layers say what it computes.
+  const std::string spec = model.layered() ? model.parsed_model().to_string() : model.chain;
+  const bool same_chain = canonical_model_spec(carried->second) == canonical_model_spec(spec);
   const bool same_linear =
       model.layered() || linear == file.metadata.end() || linear->second == model.linear;
   if (same_chain && same_linear) return;
@@ -318,8 +319,8 @@ void check_carried_chain(const ModelSpec& model, const Settings& settings) {
                    (linear != file.metadata.end() && !linear->second.empty()
                         ? " after Linear " + linear->second
                         : std::string()) +
-                   ", not " + model.name + "'s '" + (model.layered() ? model.name : model.chain) +
-                   "'" + (model.layered() ? "" : " after Linear " + model.linear) +
+                   ", not " + model.name + "'s '" + spec + "'" +
+                   (model.layered() ? "" : " after Linear " + model.linear) +
                    "; leave out --model to run the file's chain");
 }
 

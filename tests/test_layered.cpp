@@ -19,6 +19,7 @@
 #include "kernels/ops/ops.h"
 #include "modules/layered_model.h"
 #include "modules/loader/state_dict.h"
+#include "tests/test_files.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {
@@ -370,6 +371,25 @@ TEST(LayeredDeclarations, RunAsTheirSpecsWithCompiledChains) {
         .write(bytes.data(), std::streamsize(bytes.size()));
     const std::shared_ptr<LayeredModelImpl> loaded = build_model(find_model(c.name), settings);
     EXPECT_TRUE(torch::equal(loaded->forward(x), fused));
+
+    // `--model NAME` with a file that carries a chain: taken where it is the declaration's spec
+    // (in any spelling), refused with both named otherwise.
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    for (const auto& item : theirs) tensors.emplace_back(item.key(), item.value().detach());
+    Settings carrying = settings;
+    carrying.weights = dir.file(c.name + "_same.safetensors");
+    testing_support::write_safetensors(carrying.weights, tensors,
+                                       testing_support::chain_metadata(c.spec, ""));
+    EXPECT_NO_THROW(check_carried_chain(declared, carrying));
+    carrying.weights = dir.file(c.name + "_other.safetensors");
+    const bool residual = c.spec.rfind("x+(", 0) == 0;
+    const std::string other = residual ? c.spec.substr(3, c.spec.size() - 4) : "x+(" + c.spec + ")";
+    testing_support::write_safetensors(carrying.weights, tensors,
+                                       testing_support::chain_metadata(other, ""));
+    const std::string refusal =
+        message_of<UsageError>([&] { check_carried_chain(declared, carrying); }, "none");
+    EXPECT_NE(refusal.find("carries the chain '" + other + "'"), std::string::npos) << refusal;
+    EXPECT_NE(refusal.find("not " + c.name + "'s '" + c.spec + "'"), std::string::npos) << refusal;
   }
   // A layered declaration is no one-Linear model.
   EXPECT_THROW(LinearChainImpl(find_model("test_mlp"), 4, 4), std::invalid_argument);

@@ -205,9 +205,7 @@ ParsedChain ModelSpec::parsed_chain() const {
   return compiled ? find_chain(name).chain : parse_chain_or_empty(chain);
 }
 
-std::string ModelSpec::description() const {
-  if (!layered()) return parsed_chain().description();
-  // From the layers, not the name: a layered declaration's name is no spec.
+ParsedModel ModelSpec::parsed_model() const {
   ParsedModel model;
   model.residual = residual;
   for (const ModelSpec& one : layers) {
@@ -218,7 +216,11 @@ std::string ModelSpec::description() const {
     if (layer.gated) layer.gate = {one.gate, one.half < 0 ? -1 : 1 - one.half};
     model.layers.push_back(layer);
   }
-  return model.description();
+  return model;
+}
+
+std::string ModelSpec::description() const {
+  return layered() ? parsed_model().description() : parsed_chain().description();
 }
 
 ModelSpec runtime_model(const std::string& spec, const std::string& linear, bool linear_bias) {

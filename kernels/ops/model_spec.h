@@ -85,6 +85,9 @@ struct ModelSpec {
   // What the chain computes: a compiled model's from its declaration (which may hold functors of
   // its own, outside the vocabulary the spec parser knows), a run-time chain's from its spec.
   ParsedChain parsed_chain() const;
+  // A layered model's layers as a spec says them (a declaration's from its layers, not its name,
+  // which is no spec).
+  ParsedModel parsed_model() const;
   // "Linear -> add(add_value) -> swish -> ...".
   std::string description() const;
   // The key the ops take as their chain argument: the name where compiled, else the spec.
