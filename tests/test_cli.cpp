@@ -144,9 +144,9 @@ TEST_F(Cli, HopperGemmAskedForOnTheCpuSaysWhatRanInstead) {
 // --gemm mlp where the fused-MLP kernel cannot run: each Linear as auto plans it, and the report
 // says why.
 TEST_F(Cli, FusedMlpAskedForOnTheCpuSaysWhatRanInstead) {
-  const Result r = run(
-      "compare --device cpu --chain 'fc1:relu|fc2' --batch 3 --in-features 16 --out-features 8 "
-      "--iters 1 --warmup 0 --gemm auto,mlp");
+  const Result r =
+      run("compare --device cpu --chain 'fc1:relu|fc2' --batch 3 --in-features 16 --out-features 8 "
+          "--iters 1 --warmup 0 --gemm auto,mlp");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("the fused MLP kernel was asked for, but it runs on a GPU only"),
             std::string::npos)
