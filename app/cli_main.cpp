@@ -175,8 +175,10 @@ void add_options(cxxopts::Options& options) {
       ("gemm", "the fused forward's kernel: auto (default: on a GPU the skinny kernel, which "
        "reads W once and fuses the chain, up to the batch where it measured faster; on sm_90 "
        "the Hopper GEMM for bf16x3 and bf16x6 at the batches where it measured faster; cuBLAS "
-       "elsewhere), cublas, skinny, or hopper (the Hopper GEMM with the chain in its epilogue, "
-       "on sm_90 for 16-bit models and the bf16, bf16x3 and bf16x6 modes; cuBLAS elsewhere); "
+       "elsewhere), cublas, skinny, hopper (the Hopper GEMM with the chain in its epilogue, "
+       "on sm_90 for 16-bit models and the bf16, bf16x3 and bf16x6 modes; cuBLAS elsewhere), "
+       "or mlp (a layered model's whole forward in one kernel, every layer at most 256 wide, "
+       "on a GPU, ieee float32 or 16-bit models; each Linear as auto plans it elsewhere); "
        "compare and bench: a comma-separated list or all",
        cxxopts::value<std::string>()->default_value("auto"))
       ("h,help", "this help")
@@ -235,9 +237,9 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   s.precisions = parse_list<Precision>(
       "--precision", "precision", parsed["precision"].as<std::string>(), s.command,
       all_precisions(), "ieee, bf16x3, bf16x6, tf32, bf16", parse_precision);
-  s.gemm_kernels =
-      parse_list<GemmKernel>("--gemm", "kernel", parsed["gemm"].as<std::string>(), s.command,
-                             all_gemm_kernels(), "auto, cublas, skinny, hopper", parse_gemm_kernel);
+  s.gemm_kernels = parse_list<GemmKernel>("--gemm", "kernel", parsed["gemm"].as<std::string>(),
+                                          s.command, all_gemm_kernels(),
+                                          "auto, cublas, skinny, hopper, mlp", parse_gemm_kernel);
   s.bf16x3_min_rows = count_option(parsed, "bf16x3-min-batch", kDefaultBf16x3MinRows, 1);
   if (s.precisions != std::vector<Precision>{Precision::kIeee} && s.dtype != torch::kFloat32 &&
       s.command != "bench") {

@@ -75,6 +75,10 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
       p.weight = choose_weight_layout(*fused_model, x);
       p.weight += split_memory(*fused_model);
       // A kernel asked for that cannot take this forward: what ran instead says why.
+      if (kernel == GemmKernel::kMlp) {
+        const std::string refused = fused_model->mlp_refusal(x);
+        if (!refused.empty()) p.weight += "; the fused MLP kernel was asked for, but " + refused;
+      }
       if (kernel == GemmKernel::kHopper) {
         for (LinearChainImpl* linear : fused_model->linears()) {
           const GemmPlan plan = linear->gemm_plan(x);

@@ -496,6 +496,9 @@ std::string choose_weight_layout(LinearChainImpl& model, const torch::Tensor& x)
 
 std::string choose_weight_layout(LayeredModelImpl& model, const torch::Tensor& x) {
   if (!x.is_cuda()) return choose_weight_layout(*model.linears().front(), x);
+  if (model.mlp_refusal(x).empty()) {
+    return "weight layouts kept (the fused MLP kernel reads W output-major)";
+  }
   std::string text;
   for (LinearChainImpl* linear : model.linears()) {
     // Each Linear timed on an input of its width and x's rows.

@@ -176,6 +176,7 @@ torch::Tensor with_terms(const LayerTerms& terms, Forward&& f) {
 }  // namespace
 
 torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
+  if (mlp_refusal(x).empty()) return forward_op(x);
   return evaluate(
       layers_, spec_.residual, x,
       [](LinearChainImpl& l, const torch::Tensor& h, const LayerTerms& terms) {
@@ -222,6 +223,7 @@ ModelOpArguments LayeredModelImpl::op_arguments() {
   arguments.spec = spec_.name;
   const Precision precision = layers_.front().linear->precision();
   arguments.precision = precision_name(precision);
+  arguments.gemm = gemm_kernel_name(layers_.front().linear->gemm_kernel());
   const auto add_linear = [&](LinearChainImpl& l) {
     const LinearWeights w = l.weights(precision);
     arguments.weights.push_back(w.weight);
@@ -241,7 +243,7 @@ ModelOpArguments LayeredModelImpl::op_arguments() {
 
 torch::Tensor LayeredModelImpl::forward_op(const torch::Tensor& x) {
   const ModelOpArguments a = op_arguments();
-  return fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision);
+  return fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision, a.gemm);
 }
 
 void LayeredModelImpl::run_gemms(const torch::Tensor& x) {
@@ -279,7 +281,28 @@ void LayeredModelImpl::set_gemm_kernel(GemmKernel kernel) {
   for (LinearChainImpl* linear : linears()) linear->set_gemm_kernel(kernel);
 }
 
+std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
+  for (LinearChainImpl* linear : linears()) {
+    if (linear->gemm_kernel() != GemmKernel::kMlp) return "not asked for";
+  }
+  if (!spec_.layered()) {
+    // A Linear on its own: the plan says why it runs as auto plans it.
+    MlpQuery one;
+    one.precision = layers_.front().linear->precision();
+    one.float32_model = x.scalar_type() == torch::kFloat32;
+    one.device = gemm_device_of(x);
+    one.widths = {in_features(), out_features()};
+    return fusedlinear::mlp_refusal(one);
+  }
+  const ModelOpArguments a = op_arguments();
+  return fused_model_mlp_refusal(x, a.weights, a.biases, a.params, a.spec, a.precision);
+}
+
 std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
+  if (mlp_refusal(x).empty()) {
+    const bool float32 = x.scalar_type() == torch::kFloat32;
+    return std::string("fused MLP, ") + (float32 ? "ieee, float32 FMAs" : "tensor cores");
+  }
   std::string text;
   std::string last;
   for (LinearChainImpl* linear : linears()) {

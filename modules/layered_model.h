@@ -20,13 +20,13 @@
 namespace fusedlinear {
 
 // A layered model as the whole-model op (ops.h: fused_model, torch.ops.fusedlinear.model) takes
-// it: each Linear's W and parts, its bias, the chains' parameters, the canonical spec and the
-// precision.
+// it: each Linear's W and parts, its bias, the chains' parameters, the canonical spec, the
+// precision and the kernel asked for.
 struct ModelOpArguments {
   std::vector<torch::Tensor> weights;
   std::vector<c10::optional<torch::Tensor>> biases;
   std::vector<torch::Tensor> params;
-  std::string spec, precision;
+  std::string spec, precision, gemm;
 };
 
 class LayeredModelImpl : public torch::nn::Module {
@@ -54,7 +54,9 @@ class LayeredModelImpl : public torch::nn::Module {
   // The one LinearChain of a one-Linear model; throws std::invalid_argument for any other.
   LinearChainImpl& single_linear() const;
 
-  // The fused forward, each Linear as its plan says.
+  // The fused forward: the whole model in the fused-MLP kernel where it was asked for
+  // (set_gemm_kernel(GemmKernel::kMlp)) and takes the model (mlp_refusal), else each Linear as
+  // its plan says.
   torch::Tensor forward(const torch::Tensor& x);
   // libtorch's ops, one per Python op, in the Python order: the baseline.
   torch::Tensor forward_eager(const torch::Tensor& x);
@@ -63,9 +65,9 @@ class LayeredModelImpl : public torch::nn::Module {
   torch::Tensor forward_eager_gemms(const torch::Tensor& x);
   // The Linears alone, as libtorch runs them, on inputs of their widths (for timing the GEMMs).
   void run_gemms(const torch::Tensor& x);
-  // The arguments of the whole-model op for this model in its precision (the split weights
-  // shared, not copied); forward_op(x) runs that op, which equals forward(x) under auto. Throws
-  // std::invalid_argument for a one-Linear model (the per-Linear ops run it).
+  // The arguments of the whole-model op for this model in its precision and kernel (the split
+  // weights shared, not copied); forward_op(x) runs that op, which equals forward(x) under auto
+  // and mlp. Throws std::invalid_argument for a one-Linear model (the per-Linear ops run it).
   ModelOpArguments op_arguments();
   torch::Tensor forward_op(const torch::Tensor& x);
   // The forward in float64 (the chains from the functors' float64 forms).
@@ -75,7 +77,11 @@ class LayeredModelImpl : public torch::nn::Module {
   void set_precision(Precision precision);
   void set_bf16x3_min_rows(int64_t rows);
   void set_gemm_kernel(GemmKernel kernel);
-  // What forward(x) runs: each Linear's plan, "; " between Linears ("ieee, CPU GEMM").
+  // Why forward(x) does not run the fused-MLP kernel: not asked for, or mlp_refusal's reason
+  // (gemm_plan.h); empty where it runs it.
+  std::string mlp_refusal(const torch::Tensor& x);
+  // What forward(x) runs: "fused MLP, ..." or each Linear's plan, "; " between Linears ("ieee, CPU
+  // GEMM").
   std::string gemm_description(const torch::Tensor& x);
   // Bytes the split weights take (0 for ieee and tf32).
   int64_t split_weight_bytes();

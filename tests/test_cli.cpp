@@ -141,6 +141,18 @@ TEST_F(Cli, HopperGemmAskedForOnTheCpuSaysWhatRanInstead) {
       << r.out;
 }
 
+// --gemm mlp where the fused-MLP kernel cannot run: each Linear as auto plans it, and the report
+// says why.
+TEST_F(Cli, FusedMlpAskedForOnTheCpuSaysWhatRanInstead) {
+  const Result r =
+      run("compare --device cpu --chain 'fc1:relu|fc2' --batch 3 --in-features 16 --out-features 8 "
+          "--iters 1 --warmup 0 --gemm auto,mlp");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("the fused MLP kernel was asked for, but it runs on a GPU only"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(Cli, RunInEachPrecisionMatchesPyTorch) {
   for (const std::string precision : {"bf16x3", "tf32", "bf16"}) {
     const std::string out = path(precision + ".pt");

@@ -73,7 +73,50 @@ std::string hopper_refusal(const GemmQuery& query) {
   return "";
 }
 
+std::string mlp_refusal(const MlpQuery& query) {
+  if (!query.device.gpu) return "it runs on a GPU only";
+  if (!query.float32_model && query.device.compute_major < 8) {
+    return "its 16-bit products take tensor cores of compute capability 8.0 or newer, not " +
+           std::to_string(query.device.compute_major) + "." +
+           std::to_string(query.device.compute_minor);
+  }
+  if (query.precision != Precision::kIeee) {
+    return std::string("it forms float32 products of float32 models (ieee), not ") +
+           precision_name(query.precision) + "'s";
+  }
+  const int64_t layers = int64_t(query.widths.size()) - 1;
+  if (layers < 2) return "it runs layered models whole; a Linear on its own runs as auto plans it";
+  if (layers > kMlpMaxLayers) {
+    return "the model has " + std::to_string(layers) + " layers; it takes at most " +
+           std::to_string(kMlpMaxLayers);
+  }
+  for (size_t i = 0; i < query.widths.size(); ++i) {
+    const int64_t width = query.widths[i];
+    if (width >= 1 && width <= kMlpMaxWidth) continue;
+    const std::string what = i == 0 ? "the input" : "layer " + std::to_string(i) + "'s output";
+    return what + " is " + std::to_string(width) + " wide; it takes 1 to " +
+           std::to_string(kMlpMaxWidth);
+  }
+  for (size_t i = 0; i < query.compiled_chains.size(); ++i) {
+    if (query.compiled_chains[i]) {
+      return "layer " + std::to_string(i + 1) +
+             "'s chain is a declaration's compiled chain; it runs run-time chains (the "
+             "interpreter)";
+    }
+  }
+  return "";
+}
+
 GemmPlan plan_gemm(const GemmQuery& query) {
+  if (query.kernel == GemmKernel::kMlp) {
+    // A Linear the fused-MLP kernel does not run (a model it refused, or one Linear): auto's plan.
+    GemmQuery as_auto = query;
+    as_auto.kernel = GemmKernel::kAuto;
+    GemmPlan plan = plan_gemm(as_auto);
+    plan.reason =
+        "the fused MLP kernel was asked for, a Linear runs as auto plans it; " + plan.reason;
+    return plan;
+  }
   const std::string gemm = query.device.gpu ? "cuBLAS" : "CPU GEMM";
   const std::string mode = precision_name(query.precision);
   GemmPlan plan;

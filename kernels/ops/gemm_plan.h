@@ -72,11 +72,16 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
 //           forward: a GPU of compute capability 9.0, in_features a multiple of 8, the bf16,
 //           bf16x3 and bf16x6 modes of float32 models or any mode of 16-bit ones (their own
 //           products); cuBLAS otherwise, the plan's reason says why.
-enum class GemmKernel { kAuto, kCublas, kSkinny, kHopper };
+//   mlp     a layered model's whole forward in one kernel (kernels/cuda/mlp/): every layer at most
+//           256 wide, at most 8 layers, run-time chains, on a GPU, float32 models in ieee (float32
+//           FMAs) and 16-bit models (tensor cores); where it cannot (mlp_refusal says why), and
+//           for a Linear on its own, each Linear as auto plans it. auto does not take it.
+enum class GemmKernel { kAuto, kCublas, kSkinny, kHopper, kMlp };
 
 inline const std::vector<GemmKernel>& all_gemm_kernels() {
   static const std::vector<GemmKernel> all = {GemmKernel::kAuto, GemmKernel::kCublas,
-                                              GemmKernel::kSkinny, GemmKernel::kHopper};
+                                              GemmKernel::kSkinny, GemmKernel::kHopper,
+                                              GemmKernel::kMlp};
   return all;
 }
 
@@ -90,11 +95,13 @@ inline const char* gemm_kernel_name(GemmKernel kernel) {
       return "skinny";
     case GemmKernel::kHopper:
       return "hopper";
+    case GemmKernel::kMlp:
+      return "mlp";
   }
   return "?";
 }
 
-// "auto", "cublas", "skinny", "hopper"; nothing for any other name.
+// "auto", "cublas", "skinny", "hopper", "mlp"; nothing for any other name.
 inline std::optional<GemmKernel> parse_gemm_kernel(const std::string& name) {
   for (const GemmKernel kernel : all_gemm_kernels()) {
     if (name == gemm_kernel_name(kernel)) return kernel;
@@ -176,6 +183,26 @@ GemmPlan plan_gemm(const GemmQuery& query);
 // Why the Hopper GEMM cannot take `query`'s forward ("it runs on compute capability 9.0 only,
 // not 8.0"); empty where it can.
 std::string hopper_refusal(const GemmQuery& query);
+
+// What the fused-MLP kernel (GemmKernel::kMlp) needs to know of a layered model to take it.
+struct MlpQuery {
+  Precision precision = Precision::kIeee;
+  bool float32_model = true;
+  GemmDevice device;
+  // The model's widths: its input's, then each layer's output (a chunked Linear's half).
+  std::vector<int64_t> widths;
+  // Whether each layer's chain is a declaration's compiled chain (the kernel runs the
+  // interpreter's op lists).
+  std::vector<bool> compiled_chains;
+};
+
+// The limits of the fused-MLP kernel (kernels/cuda/mlp/fused_mlp.h says why).
+constexpr int64_t kMlpMaxWidth = 256;
+constexpr int64_t kMlpMaxLayers = 8;
+
+// Why the fused-MLP kernel cannot run `query`'s model ("layer 2 is 512 wide; it takes at most
+// 256"); empty where it can.
+std::string mlp_refusal(const MlpQuery& query);
 
 // The most rows the small-batch kernels take under auto for `query`'s mode and model (the
 // override, or the table's; 0 off the GPU or where nothing was measured).

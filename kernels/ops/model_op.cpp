@@ -1,6 +1,8 @@
 // fusedlinear::model: a layered model's whole forward in one op (ops.h), each Linear run as
-// linear_forward runs it under auto; its CPU and CUDA implementations (one function: the ops it
-// calls pick the device) and its Meta implementation. The schema is declared in ops.cpp.
+// linear_forward runs it under the kernel asked for (auto by default), or under "mlp" the whole
+// model in one launch of the fused-MLP kernel where it takes the model (mlp_forward.h); its CPU
+// and CUDA implementations (one function: the ops it calls pick the device) and its Meta
+// implementation. The schema is declared in ops.cpp.
 #include <torch/library.h>
 
 #include <map>
@@ -11,6 +13,7 @@
 
 #include "kernels/ops/chain_registry.h"
 #include "kernels/ops/linear_forward.h"
+#include "kernels/ops/mlp_forward.h"
 #include "kernels/ops/model_spec.h"
 #include "kernels/ops/op_support.h"
 #include "kernels/ops/ops.h"
@@ -32,6 +35,7 @@ struct ModelLayout {
     int half = -1;
     std::string chain;
     bool compiled = false;  // a declaration's compiled kernels run the chain (else the interpreter)
+    const act::Program* program = nullptr;  // the chain's op list (the registry keeps it)
     size_t first_param = 0, params = 0;
   };
   std::vector<Layer> layers;
@@ -72,6 +76,7 @@ ModelLayout layout_of(const std::string& spec) {
     layer.chain = one.op_chain();
     const ChainEntry& entry = detail::chain_for(kModel, layer.chain);
     layer.compiled = entry.compiled;
+    layer.program = &entry.program;
     layer.params = entry.chain.slot_params().size();
     layer.first_param = layout.params;
     layout.params += layer.params;
@@ -91,13 +96,22 @@ const ModelLayout& layout_for(c10::string_view spec) {
   return *layouts.emplace(std::string(spec), std::move(layout)).first->second;
 }
 
+// The value an argument names, as `parse` reads it; else one line saying what was expected.
+template <class Parse>
+auto parsed_argument(c10::string_view name, Parse parse, const char* argument,
+                     const char* expected) {
+  const auto value = parse(std::string(name));
+  TORCH_CHECK(value.has_value(),
+              detail::text(kModel, ": expected ", argument, " ", expected, ", got '", name, "'"));
+  return *value;
+}
+
 Precision precision_for(c10::string_view name) {
-  const auto precision = parse_precision(std::string(name));
-  TORCH_CHECK(precision.has_value(), detail::text(kModel,
-                                                  ": expected precision ieee, bf16x3, bf16x6, "
-                                                  "tf32 or bf16, got '",
-                                                  name, "'"));
-  return *precision;
+  return parsed_argument(name, &parse_precision, "precision", "ieee, bf16x3, bf16x6, tf32 or bf16");
+}
+
+GemmKernel gemm_for(c10::string_view name) {
+  return parsed_argument(name, &parse_gemm_kernel, "gemm", "auto, cublas, skinny, hopper or mlp");
 }
 
 // The checks of every implementation (the Meta one's included): the counts of the lists, each
@@ -184,14 +198,65 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
   return width;
 }
 
+// The model as the fused-MLP kernel's plan sees it (gemm_plan.h: mlp_refusal); x and the
+// weights checked (check_model).
+MlpQuery mlp_query_of(const ModelLayout& layout, const torch::Tensor& x, at::TensorList weights,
+                      Precision precision) {
+  const size_t parts = 1 + size_t(split_weight_parts(precision));
+  MlpQuery query;
+  query.precision = precision;
+  query.float32_model = x.scalar_type() == torch::kFloat32;
+  query.device = gemm_device_of(x);
+  query.widths.push_back(x.size(-1));
+  for (const ModelLayout::Layer& layer : layout.layers) {
+    const int64_t out = weights[layer.linear * parts].size(0);
+    query.widths.push_back(layer.half >= 0 ? out / 2 : out);
+    query.compiled_chains.push_back(layer.compiled);
+  }
+  return query;
+}
+
+// The whole model in one launch of the fused-MLP kernel (a model mlp_refusal accepts; ieee, so
+// each Linear is its W alone).
+torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
+                           at::TensorList weights, const OptionalBiases& biases,
+                           at::TensorList params) {
+  std::vector<MlpLayerTensors> layers;
+  for (const ModelLayout::Layer& one : layout.layers) {
+    MlpLayerTensors layer;
+    layer.weight = weights[one.linear];
+    layer.bias = biases.get(one.linear);
+    if (one.gated && one.half < 0) {
+      layer.gate_weight = weights[one.gate];
+      layer.gate_bias = biases.get(one.gate);
+    }
+    layer.half = one.half;
+    layer.program = one.program;
+    layer.params.assign(params.begin() + long(one.first_param),
+                        params.begin() + long(one.first_param + one.params));
+    layers.push_back(layer);
+  }
+#ifdef FUSEDLINEAR_WITH_CUDA
+  return fused_mlp_forward(x, layers, layout.residual);
+#else
+  TORCH_CHECK(false, detail::text(kModel, ": this build has no CUDA kernels"));
+  return torch::Tensor();
+#endif
+}
+
 torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
                             const OptionalBiases& biases,
                             const detail::OptionalTensors& params_or_none, c10::string_view spec,
-                            c10::string_view precision_name_given) {
+                            c10::string_view precision_name_given, c10::string_view gemm) {
   const at::TensorList params = detail::listed(params_or_none);
   const ModelLayout& layout = layout_for(spec);
   const Precision precision = precision_for(precision_name_given);
+  const GemmKernel kernel = gemm_for(gemm);
   check_model(layout, x, weights, biases, params, precision);
+  if (kernel == GemmKernel::kMlp &&
+      mlp_refusal(mlp_query_of(layout, x, weights, precision)).empty()) {
+    return fused_mlp_of(layout, x, weights, biases, params);
+  }
   const size_t parts = 1 + size_t(split_weight_parts(precision));
   const auto weights_of = [&](size_t i) {
     // W, then its parts: bf16's hi; bf16x3's hi, lo; bf16x6's hi, mid, lo.
@@ -205,13 +270,15 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     }
     return w;
   };
-  // Linear i on h, with `chain` and its parameters, and a gate or the residual: as auto plans it.
+  // Linear i on h, with `chain` and its parameters, and a gate or the residual: as the plan for
+  // `kernel` says (a model the fused-MLP kernel refused: auto's).
   const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain, bool compiled,
                        const std::vector<torch::Tensor>& chain_params,
                        const LayerTerms& terms = {}) {
     const LinearWeights w = weights_of(i);
     GemmQuery query;
     query.precision = precision;
+    query.kernel = kernel;
     query.rows = rows_of(h);
     query.in_features = w.weight.size(1);
     query.float32_model = w.weight.scalar_type() == torch::kFloat32;
@@ -248,7 +315,8 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
 
 torch::Tensor model_meta(const torch::Tensor& x, at::TensorList weights,
                          const OptionalBiases& biases, const detail::OptionalTensors& params,
-                         c10::string_view spec, c10::string_view precision) {
+                         c10::string_view spec, c10::string_view precision, c10::string_view gemm) {
+  gemm_for(gemm);
   const c10::SymInt out = check_model(layout_for(spec), x, weights, biases, detail::listed(params),
                                       precision_for(precision));
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), out), x.options());
@@ -258,7 +326,7 @@ torch::Tensor model_meta(const torch::Tensor& x, at::TensorList weights,
 torch::Tensor model_elsewhere(const torch::Tensor& x, at::TensorList /*weights*/,
                               const OptionalBiases& /*biases*/,
                               const detail::OptionalTensors& /*params*/, c10::string_view /*spec*/,
-                              c10::string_view /*precision*/) {
+                              c10::string_view /*precision*/, c10::string_view /*gemm*/) {
   TORCH_CHECK(false, x.defined() ? detail::text(kModel, ": no implementation for x on ", x.device(),
                                                 " (CPU, CUDA and meta tensors)")
                                  : detail::text(kModel,
@@ -278,15 +346,29 @@ TORCH_LIBRARY_IMPL(fusedlinear, CompositeExplicitAutograd, m) { m.impl("model", 
 torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
-                          const std::string& precision) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow(kModel, "")
-                       .typed<torch::Tensor(const torch::Tensor&, at::TensorList,
-                                            const OptionalBiases&, const detail::OptionalTensors&,
-                                            c10::string_view, c10::string_view)>();
+                          const std::string& precision, const std::string& gemm) {
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow(kModel, "")
+          .typed<torch::Tensor(const torch::Tensor&, at::TensorList, const OptionalBiases&,
+                               const detail::OptionalTensors&, c10::string_view, c10::string_view,
+                               c10::string_view)>();
   OptionalBiases listed_biases;
   for (const auto& bias : biases) listed_biases.push_back(bias);
-  return op.call(x, weights, listed_biases, detail::OptionalTensors(params), spec, precision);
+  return op.call(x, weights, listed_biases, detail::OptionalTensors(params), spec, precision, gemm);
+}
+
+std::string fused_model_mlp_refusal(const torch::Tensor& x,
+                                    const std::vector<torch::Tensor>& weights,
+                                    const std::vector<c10::optional<torch::Tensor>>& biases,
+                                    const std::vector<torch::Tensor>& params,
+                                    const std::string& spec, const std::string& precision_name) {
+  const ModelLayout& layout = layout_for(spec);
+  const Precision precision = precision_for(precision_name);
+  OptionalBiases listed_biases;
+  for (const auto& bias : biases) listed_biases.push_back(bias);
+  check_model(layout, x, weights, listed_biases, params, precision);
+  return mlp_refusal(mlp_query_of(layout, x, weights, precision));
 }
 
 }  // namespace fusedlinear

@@ -441,10 +441,11 @@ TORCH_LIBRARY(fusedlinear, m) {
   m.def("linear_bf16(Tensor x, Tensor w_hi) -> Tensor");
   m.def("linear_tf32(Tensor x, Tensor w) -> Tensor");
   // A layered model's whole forward (model_op.cpp): each Linear's W then its parts, one bias per
-  // Linear (None where it has none), the layers' chain parameters in order.
+  // Linear (None where it has none), the layers' chain parameters in order; gemm last, with a
+  // default, so that calls written for the six arguments before it still match.
   m.def(
       "model(Tensor x, Tensor[] weights, Tensor?[] biases, Tensor[]? params, str spec, "
-      "str precision) -> Tensor");
+      "str precision, str gemm=\"auto\") -> Tensor");
 }
 
 // Inference ops (ops.h): run below autograd, so their outputs carry no grad_fn and never require

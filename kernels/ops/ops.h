@@ -79,18 +79,29 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
                                   const c10::optional<torch::Tensor>& w_third = c10::nullopt);
 
 // A layered model's whole forward (kernels/ops/model_spec.h's spec, e.g. "w1:silu*w3|w2"), each
-// Linear run as auto plans it for its input (linear_forward.h: the small-batch kernels, the
-// Hopper GEMM, or the products then the fused epilogue), as LayeredModel runs it. `weights`: each
+// Linear run as the plan for `gemm` says for its input (gemm_plan.h; linear_forward.h: the
+// small-batch kernels, the Hopper GEMM, or the products then the fused epilogue), as LayeredModel
+// runs it; under "mlp" the whole model in one launch of the fused-MLP kernel where it takes the
+// model (mlp_refusal), else each Linear as auto plans it. `weights`: each
 // Linear in the spec's order (a gate after its layer's Linear), its W [out, in] of x's dtype
 // followed by the bfloat16 parts `precision` takes (bf16: hi; bf16x3: hi, lo = split_bf16(W);
 // bf16x6: hi, mid, lo = split_bf16_three(W)); `biases`: one per Linear, nullopt where it has none;
 // `params`: each layer's chain parameters in its slot order, layer after layer. `precision`:
-// ieee, tf32, bf16, bf16x3 or bf16x6 (all but ieee for float32 x). Returns [..., out]. Every
-// count, shape, dtype and device is checked first, the Meta implementation included.
+// ieee, tf32, bf16, bf16x3 or bf16x6 (all but ieee for float32 x). `gemm`: auto, cublas, skinny,
+// hopper or mlp. Returns [..., out]. Every count, shape, dtype and device is checked first, the
+// Meta implementation included.
 torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
-                          const std::string& precision);
+                          const std::string& precision, const std::string& gemm = "auto");
+// Why fused_model with gemm "mlp" runs these arguments layer by layer rather than in the fused-MLP
+// kernel (gemm_plan.h: mlp_refusal); empty where the kernel takes them. Checks the arguments as
+// the op does.
+std::string fused_model_mlp_refusal(const torch::Tensor& x,
+                                    const std::vector<torch::Tensor>& weights,
+                                    const std::vector<c10::optional<torch::Tensor>>& biases,
+                                    const std::vector<torch::Tensor>& params,
+                                    const std::string& spec, const std::string& precision);
 
 // v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
 // hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,

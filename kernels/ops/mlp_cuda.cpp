@@ -1,0 +1,84 @@
+// fused_mlp_forward (mlp_forward.h): the layers' tensors as the fused-MLP kernel's call, launched
+// on the current CUDA stream under a guard for x's device.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/cuda/mlp/fused_mlp.h"
+#include "kernels/ops/mlp_forward.h"
+#include "kernels/ops/op_support.h"
+#include "kernels/ops/ops.h"
+
+namespace fusedlinear {
+
+torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
+                                bool residual) {
+  using detail::text;
+  constexpr const char* kOp = "fusedlinear::model (the fused MLP kernel)";
+  TORCH_CHECK(!layers.empty() && layers.size() <= size_t(cuda::kMaxMlpLayers),
+              text(kOp, ": takes 1 to ", cuda::kMaxMlpLayers, " layers, got ", layers.size()));
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const torch::Tensor x_rows = detail::linear_rows(x);
+  cuda::MlpCall call;
+  call.type = detail::element_type_of(x_rows);
+  call.x = x_rows.data_ptr();
+  call.rows = x_rows.size(0);
+  call.layers = int(layers.size());
+  call.residual = residual;
+  // What the call points to, alive until the launch has been issued (on the stream: libtorch's
+  // allocator keeps their memory for it).
+  std::vector<torch::Tensor> kept;
+  std::vector<detail::ColumnInputs> columns;
+  columns.reserve(layers.size() * 2);
+  const auto keep = [&](const torch::Tensor& t) {
+    kept.push_back(t.contiguous());
+    return kept.back();
+  };
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const MlpLayerTensors& in = layers[l];
+    cuda::MlpLayer& layer = call.layer[l];
+    const torch::Tensor weight = keep(in.weight);
+    layer.in = int(weight.size(1));
+    columns.push_back(detail::column_inputs(in.bias, in.params));
+    const detail::ColumnInputs& main = columns.back();
+    layer.terms = main.terms;
+    layer.chain.program = *in.program;
+    if (in.half >= 0) {
+      // The chunked Linear's halves: the chain's and the gate's rows of W and of its bias.
+      const int64_t width = weight.size(0) / 2;
+      const int64_t chain_half = in.half, gate_half = 1 - in.half;
+      layer.out = int(width);
+      layer.w = weight.narrow(0, chain_half * width, width).data_ptr();
+      layer.gate_w = weight.narrow(0, gate_half * width, width).data_ptr();
+      if (main.bias.defined()) {
+        layer.bias = main.bias.narrow(0, chain_half * width, width).data_ptr();
+        layer.gate_bias = main.bias.narrow(0, gate_half * width, width).data_ptr();
+      }
+      layer.round_before_chain = true;
+    } else {
+      layer.out = int(weight.size(0));
+      layer.w = weight.data_ptr();
+      layer.bias = main.bias_data;
+      if (in.gate_weight.defined()) {
+        layer.gate_w = keep(in.gate_weight).data_ptr();
+        columns.push_back(detail::column_inputs(in.gate_bias, {}));
+        layer.gate_bias = columns.back().bias_data;
+      }
+    }
+  }
+  const MlpLayerTensors& last = layers.back();
+  call.residual_in_product = residual && last.half < 0 && !last.gate_weight.defined() &&
+                             !(last.bias && last.bias->defined()) && last.program->count == 0;
+  const int64_t out_features = call.layer[call.layers - 1].out;
+  torch::Tensor out = torch::empty({call.rows, out_features}, x.options());
+  call.out = out.data_ptr();
+  const cudaError_t err = cuda::launch_fused_mlp(call, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err != cudaErrorNotSupported,
+              text(kOp, ": the kernel does not take this model (layers 1 to ", cuda::kMaxMlpWidth,
+                   " wide, at most ", cuda::kMaxMlpLayers,
+                   " of them, 16-bit models on compute capability 8.0 or newer)"));
+  TORCH_CHECK(err == cudaSuccess,
+              text(kOp, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
+  return out.view(detail::linear_output_shape(x.sizes(), out_features));
+}
+
+}  // namespace fusedlinear

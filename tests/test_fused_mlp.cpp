@@ -1,0 +1,314 @@
+// The fused-MLP kernel (GemmKernel::kMlp, kernels/cuda/mlp/): its plan's refusals and, on the CPU,
+// the per-layer path it falls back to; on a GPU, its results against float64 and against the
+// per-layer path, bitwise where every sum is exact, run to run and from a CUDA graph.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/ops/gemm_plan.h"
+#include "kernels/ops/ops.h"
+#include "modules/layered_model.h"
+
+#ifdef FUSEDLINEAR_WITH_CUDA
+#include "tests/cuda_graph_support.h"
+#endif
+
+namespace fusedlinear {
+namespace {
+
+MlpQuery fitting_query() {
+  MlpQuery query;
+  query.device = GemmDevice{true, 9, 0};
+  query.widths = {64, 256, 256, 256, 8};
+  query.compiled_chains = {false, false, false, false};
+  return query;
+}
+
+TEST(FusedMlpPlan, TakesAModelThatFits) {
+  EXPECT_EQ(mlp_refusal(fitting_query()), "");
+  MlpQuery sixteen_bit = fitting_query();
+  sixteen_bit.float32_model = false;
+  sixteen_bit.device = GemmDevice{true, 8, 0};
+  EXPECT_EQ(mlp_refusal(sixteen_bit), "");
+}
+
+TEST(FusedMlpPlan, RefusesWhatDoesNotFitWithItsReason) {
+  const auto refusal = [](auto change) {
+    MlpQuery query = fitting_query();
+    change(query);
+    return mlp_refusal(query);
+  };
+  EXPECT_EQ(refusal([](MlpQuery& q) { q.device = GemmDevice{}; }), "it runs on a GPU only");
+  EXPECT_EQ(refusal([](MlpQuery& q) { q.widths[2] = 512; }),
+            "layer 2's output is 512 wide; it takes 1 to 256");
+  EXPECT_EQ(refusal([](MlpQuery& q) { q.widths[0] = 300; }),
+            "the input is 300 wide; it takes 1 to 256");
+  EXPECT_EQ(refusal([](MlpQuery& q) {
+              q.widths.assign(10, 16);
+              q.compiled_chains.assign(9, false);
+            }),
+            "the model has 9 layers; it takes at most 8");
+  EXPECT_EQ(refusal([](MlpQuery& q) { q.precision = Precision::kBf16x3; }),
+            "it forms float32 products of float32 models (ieee), not bf16x3's");
+  EXPECT_EQ(refusal([](MlpQuery& q) {
+              q.float32_model = false;
+              q.device = GemmDevice{true, 7, 5};
+            }),
+            "its 16-bit products take tensor cores of compute capability 8.0 or newer, not 7.5");
+  EXPECT_EQ(refusal([](MlpQuery& q) { q.compiled_chains[1] = true; }),
+            "layer 2's chain is a declaration's compiled chain; it runs run-time chains (the "
+            "interpreter)");
+  EXPECT_EQ(refusal([](MlpQuery& q) {
+              q.widths = {64, 8};
+              q.compiled_chains = {false};
+            }),
+            "it runs layered models whole; a Linear on its own runs as auto plans it");
+}
+
+TEST(FusedMlpPlan, ItsNameParsesAndALinearOnItsOwnRunsAsAuto) {
+  EXPECT_EQ(parse_gemm_kernel("mlp"), GemmKernel::kMlp);
+  EXPECT_STREQ(gemm_kernel_name(GemmKernel::kMlp), "mlp");
+  for (const bool gpu : {false, true}) {
+    GemmQuery query;
+    query.device = GemmDevice{gpu, gpu ? 9 : 0, 0};
+    query.rows = 4;
+    query.in_features = 64;
+    const GemmPlan auto_plan = plan_gemm(query);
+    query.kernel = GemmKernel::kMlp;
+    const GemmPlan plan = plan_gemm(query);
+    EXPECT_EQ(plan.description, auto_plan.description);
+    EXPECT_EQ(plan.skinny, auto_plan.skinny);
+    EXPECT_NE(plan.reason.find("the fused MLP kernel was asked for"), std::string::npos)
+        << plan.reason;
+  }
+}
+
+// A model of every kind of layer the kernel takes: a chunked Linear's halves, a gated pair with a
+// gate Linear of its own, a chain with a parameter, and the residual.
+const char* const kEveryLayerSpec = "x+(w13[0]:silu*w13[1]|fc1:add(shift),tanh*g1|fc2:gelu|fc3)";
+
+TEST(FusedMlpPlan, OnTheCpuTheModelRunsLayerByLayerWithTheSameBits) {
+  torch::NoGradGuard no_grad;
+  LayeredModelImpl model(layered_model(kEveryLayerSpec), {32, 48, 48, 64, 32},
+                         at::detail::createCPUGenerator(7));
+  const torch::Tensor x = torch::randn({5, 32}, at::detail::createCPUGenerator(8));
+  const torch::Tensor per_layer = model.forward(x);
+  EXPECT_EQ(model.mlp_refusal(x), "not asked for");
+  model.set_gemm_kernel(GemmKernel::kMlp);
+  EXPECT_EQ(model.mlp_refusal(x), "it runs on a GPU only");
+  EXPECT_TRUE(torch::equal(model.forward(x), per_layer));
+  EXPECT_TRUE(torch::equal(model.forward_op(x), per_layer));
+  EXPECT_EQ(model.gemm_description(x).find("fused MLP"), std::string::npos);
+}
+
+TEST(FusedMlpPlan, TheOpRefusesAnUnknownKernelName) {
+  torch::NoGradGuard no_grad;
+  LayeredModelImpl model(layered_model("fc1:relu|fc2"), {8, 16, 4},
+                         at::detail::createCPUGenerator(1));
+  const ModelOpArguments a = model.op_arguments();
+  const torch::Tensor x = torch::randn({2, 8});
+  try {
+    fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision, "fused");
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "expected gemm auto, cublas, skinny, hopper or mlp, got 'fused'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The GPU's tests: skipped where no CUDA device is.
+bool has_cuda() { return torch::cuda::is_available(); }
+
+// Two models of the same parameters on the GPU in `dtype`: one run by the fused-MLP kernel, one
+// layer by layer (`per_layer_kernel`).
+struct ModelPair {
+  std::shared_ptr<LayeredModelImpl> fused, per_layer;
+};
+
+ModelPair model_pair(const std::string& spec, const std::vector<int64_t>& widths,
+                     torch::ScalarType dtype, uint64_t seed,
+                     GemmKernel per_layer_kernel = GemmKernel::kAuto,
+                     const std::map<std::string, bool>& biases = {}) {
+  ModelPair pair;
+  for (auto* model : {&pair.fused, &pair.per_layer}) {
+    *model = std::make_shared<LayeredModelImpl>(layered_model(spec, biases), widths,
+                                                at::detail::createCPUGenerator(seed));
+    (*model)->to(torch::kCUDA, dtype);
+  }
+  pair.fused->set_gemm_kernel(GemmKernel::kMlp);
+  pair.per_layer->set_gemm_kernel(per_layer_kernel);
+  return pair;
+}
+
+// How far from float64 a result of `dtype` may lie: float32's sums over at most 256 terms of
+// moderate size, or one rounding to the 16-bit type a layer (a few units in its last place).
+double tolerance_of(torch::ScalarType dtype) {
+  return dtype == torch::kFloat32 ? 2e-5 : dtype == torch::kFloat16 ? 1e-2 : 6e-2;
+}
+
+// max |a - b| / (1 + max |b|), in float64 on the CPU.
+double scaled_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor a64 = a.to(torch::kCPU, torch::kFloat64);
+  const torch::Tensor b64 = b.to(torch::kCPU, torch::kFloat64);
+  return (a64 - b64).abs().max().item<double>() / (1.0 + b64.abs().max().item<double>());
+}
+
+const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kFloat16, torch::kBFloat16};
+
+// Each width, a chain of each activation family, every dtype, batches 1, 255 and 257: within the
+// dtype's bound of float64 and of the per-layer path.
+TEST(FusedMlpCuda, MatchesFloat64AndThePerLayerPath) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const std::vector<std::string> chains = {"tanh",        "relu",      "gelu",
+                                           "silu",        "sigmoid",   "mish",
+                                           "softplus",    "elu(0.5)",  "leaky_relu(0.2)",
+                                           "gelu(tanh)",  "hardswish", "softsign",
+                                           "clamp(-2,2)", "selu"};
+  uint64_t seed = 0;
+  for (const int64_t width : {16, 32, 48, 64, 128, 200, 256}) {
+    for (const torch::ScalarType dtype : kDtypes) {
+      const std::string& chain = chains[size_t(seed) % chains.size()];
+      const std::string spec = "fc1:" + chain + "|fc2:add(shift)," + chain + "|fc3";
+      SCOPED_TRACE(spec + " width " + std::to_string(width) + " " + c10::toString(dtype));
+      const ModelPair pair = model_pair(spec, {width, width, width, 8}, dtype, ++seed);
+      for (const int64_t batch : {1, 255, 257}) {
+        const torch::Tensor x =
+            torch::randn({batch, width}, at::detail::createCPUGenerator(seed + 100))
+                .to(torch::kCUDA, dtype);
+        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+        const torch::Tensor fused = pair.fused->forward(x);
+        ASSERT_EQ(fused.sizes(), (std::vector<int64_t>{batch, 8}));
+        EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
+        EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+      }
+    }
+  }
+}
+
+// Gated pairs, chunked halves and the residual, uneven widths, every dtype.
+TEST(FusedMlpCuda, GatedChunkedAndResidualLayersMatchFloat64) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  uint64_t seed = 50;
+  for (const torch::ScalarType dtype : kDtypes) {
+    for (const int64_t batch : {1, 257}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " batch " + std::to_string(batch));
+      const ModelPair pair = model_pair(kEveryLayerSpec, {48, 200, 40, 256, 48}, dtype, ++seed);
+      const torch::Tensor x =
+          torch::randn({batch, 48}, at::detail::createCPUGenerator(seed)).to(torch::kCUDA, dtype);
+      ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+      const torch::Tensor fused = pair.fused->forward(x);
+      EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
+      EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+    }
+  }
+}
+
+// Parameters whose every sum is exact in float32 (and in 16-bit partial sums), whatever its
+// order: the first Linears' weights and x in {-1, 0, 1}, and every later Linear one power of two
+// a row. Then only the epilogue's roundings can differ, and the kernel must give the per-layer
+// path's bits (cuBLAS then the epilogue, which rounds where the kernel does).
+void make_sums_exact(LayeredModelImpl& model, const std::string& first_input_linears) {
+  auto generator = at::detail::createCPUGenerator(11);
+  for (LinearChainImpl* linear : model.linears()) {
+    torch::Tensor& w = linear->linear()->weight;
+    const bool first = first_input_linears.find(linear->spec().linear) != std::string::npos;
+    torch::Tensor values;
+    if (first) {
+      values = torch::randint(-1, 2, w.sizes(), generator, torch::kFloat32);
+    } else {
+      values = torch::zeros(w.sizes());
+      const torch::Tensor columns = torch::randint(0, w.size(1), {w.size(0)}, generator);
+      const torch::Tensor scales =
+          torch::pow(2.0, torch::randint(-1, 2, {w.size(0)}, generator, torch::kFloat64))
+              .to(torch::kFloat32);
+      for (int64_t n = 0; n < w.size(0); ++n) {
+        values[n][columns[n].item<int64_t>()] = scales[n].item<float>() * (n % 2 ? -1 : 1);
+      }
+    }
+    w.copy_(values.to(w.device(), w.scalar_type()));
+  }
+}
+
+TEST(FusedMlpCuda, GivesThePerLayerBitsWhereEverySumIsExact) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  // A spec, its Linears that read x, and the Linears without a bias: the last, where the residual
+  // is added, takes x in its product's one rounding (cuBLAS's beta = 1).
+  struct ExactCase {
+    std::string spec, first;
+    std::map<std::string, bool> biases;
+  };
+  const std::vector<ExactCase> cases = {
+      {"fc1:tanh|fc2:relu|fc3:gelu|fc4", "fc1", {}},           {kEveryLayerSpec, "w13", {}},
+      {"w1:silu*w3|w2:sigmoid", "w1 w3", {{"w3", false}}},     {"x+(fc1:mish|fc2)", "fc1", {}},
+      {"x+(fc1:hardtanh(-1,1)|fc2)", "fc1", {{"fc2", false}}},
+  };
+  uint64_t seed = 70;
+  for (const auto& [spec, first, biases] : cases) {
+    const int64_t in = 48;
+    const size_t layers = layered_model(spec).layers.size();
+    std::vector<int64_t> widths = {in};
+    for (size_t i = 0; i < layers; ++i) widths.push_back(i + 1 == layers ? in : 200 - 8 * i);
+    for (const torch::ScalarType dtype : kDtypes) {
+      SCOPED_TRACE(spec + " " + c10::toString(dtype));
+      const ModelPair pair = model_pair(spec, widths, dtype, ++seed, GemmKernel::kCublas, biases);
+      make_sums_exact(*pair.fused, first);
+      make_sums_exact(*pair.per_layer, first);
+      for (const int64_t batch : {1, 257}) {
+        const torch::Tensor x =
+            torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
+                .to(torch::kCUDA, dtype);
+        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+        const torch::Tensor fused = pair.fused->forward(x);
+        const torch::Tensor per_layer = pair.per_layer->forward(x);
+        EXPECT_TRUE(torch::equal(fused, per_layer))
+            << "batch " << batch << ": " << (fused - per_layer).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+// Many rows (tiles past the grid's first wave, a tail tile), repeatable to the bit, and the same
+// from a CUDA graph's replay.
+TEST(FusedMlpCuda, ManyRowsRepeatableAndCapturedInACudaGraph) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const std::string spec = "fc1:relu|fc2:relu|fc3:relu|fc4:relu|fc5";
+  for (const torch::ScalarType dtype : kDtypes) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const ModelPair pair = model_pair(spec, {32, 64, 64, 64, 64, 16}, dtype, 90);
+    const int64_t rows = (int64_t(1) << 20) + 3;
+    const torch::Tensor x =
+        torch::randn({rows, 32}, at::detail::createCPUGenerator(91)).to(torch::kCUDA, dtype);
+    const torch::Tensor fused = pair.fused->forward(x);
+    EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+    EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+#ifdef FUSEDLINEAR_WITH_CUDA
+    const torch::Tensor replayed =
+        testing_support::replayed_from_cuda_graph([&] { return pair.fused->forward(x); });
+    EXPECT_TRUE(torch::equal(replayed, fused));
+#endif
+  }
+}
+
+// A model the kernel does not take runs layer by layer, as auto, and says why.
+TEST(FusedMlpCuda, AModelThatDoesNotFitRunsAsAuto) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const ModelPair pair = model_pair("fc1:gelu|fc2", {64, 512, 8}, torch::kFloat32, 95);
+  const torch::Tensor x = torch::randn({4, 64}).to(torch::kCUDA);
+  EXPECT_EQ(pair.fused->mlp_refusal(x), "layer 1's output is 512 wide; it takes 1 to 256");
+  EXPECT_TRUE(torch::equal(pair.fused->forward(x), pair.per_layer->forward(x)));
+  EXPECT_EQ(pair.fused->gemm_description(x).find("fused MLP"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fusedlinear
