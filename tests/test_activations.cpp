@@ -271,7 +271,8 @@ TEST(Activations, SwishBetaAndSquareAsPyTorchOnTheGrid) {
   expect_as_pytorch("square", torch::pow(x, 2), /*bitwise=*/true);
 
   // swish with beta = 1, as a declaration writes it (Swish{}) and as a spec gives it, is silu's
-  // value bitwise, on floats and on vectors.
+  // value bitwise, on floats and on vectors (each against silu of the same form: the vectors' exp
+  // is their own, primitives_vec.h).
   const act::Program swish = program_of(parse_chain("swish"));
   int failures = 0;
   for (size_t i = 0; i < xs.size(); i += kLanes) {
@@ -282,7 +283,7 @@ TEST(Activations, SwishBetaAndSquareAsPyTorchOnTheGrid) {
       const float x_k = xs[i + k];
       const float silu_k = act::Silu{}(x_k);
       const float got[] = {act::Swish{}(x_k),
-                           run_program<act::ResultPrecision::kFloat32>(swish, x_k), swish_vec[k]};
+                           run_program<act::ResultPrecision::kFloat32>(swish, x_k)};
       for (const float g : got) {
         if (std::memcmp(&g, &silu_k, sizeof g) != 0 && ++failures <= 5) {
           ADD_FAILURE() << "swish(" << x_k << ") = " << g << ", silu gives " << silu_k;
@@ -460,6 +461,71 @@ TEST(Activations, VectorTanhWithinTwoUlpOfFloat64) {
   EXPECT_TRUE(std::isnan(t[4]));
   EXPECT_EQ(t[5], 1.0f);
   EXPECT_EQ(t[6], -1.0f);
+}
+
+// The CPU's vector exp, expm1 and erf (primitives_vec.h: computed inline, not Sleef's) on dense
+// grids over their whole range and near zero, where expm1 and erf must keep their relative
+// accuracy: within 2 ulp of float64 (subnormal results to the smallest subnormal); then +-0, +-inf,
+// NaN and huge values. Compiled here without SIMD flags, at::vec evaluates the same formulas lane
+// by lane.
+double ulps_off(float got, double want) {
+  if (std::isnan(want)) return std::isnan(got) ? 0 : kInf;
+  if (std::fabs(want) >= kRoundsToInf) {
+    return std::isinf(got) && std::signbit(got) == std::signbit(want) ? 0 : kInf;
+  }
+  const float rounded = std::fabs(float(want));
+  const double ulp = rounded < std::numeric_limits<float>::min()
+                         ? std::numeric_limits<float>::denorm_min()
+                         : std::nextafter(rounded, kInf) - rounded;
+  return std::fabs(double(got) - want) / ulp;
+}
+
+template <class VectorFn, class Float64Fn>
+double worst_ulps(VectorFn vector_fn, Float64Fn float64_fn, double lo, double hi, double step) {
+  using Vec = act::FloatVec;
+  constexpr int kLanes = Vec::size();
+  double worst = 0;
+  for (double start = lo; start < hi; start += step * kLanes) {
+    float x[kLanes], got[kLanes];
+    for (int k = 0; k < kLanes; ++k) x[k] = float(start + k * step);
+    vector_fn(Vec::loadu(x)).store(got);
+    for (int k = 0; k < kLanes; ++k) {
+      worst = std::max(worst, ulps_off(got[k], float64_fn(double(x[k]))));
+    }
+  }
+  return worst;
+}
+
+TEST(Activations, VectorExpExpm1AndErfWithinTwoUlpOfFloat64) {
+  using Vec = act::FloatVec;
+  const auto exp = [](Vec v) { return act::vector_exp(v); };
+  const auto expm1 = [](Vec v) { return act::vector_expm1(v); };
+  const auto erf = [](Vec v) { return act::vector_erf(v); };
+  const auto exp64 = [](double x) { return std::exp(x); };
+  const auto expm164 = [](double x) { return std::expm1(x); };
+  const auto erf64 = [](double x) { return std::erf(x); };
+  EXPECT_LE(worst_ulps(exp, exp64, -110, 92, 1e-3), 2.0) << "exp";
+  EXPECT_LE(worst_ulps(expm1, expm164, -110, 92, 1e-3), 2.0) << "expm1";
+  EXPECT_LE(worst_ulps(expm1, expm164, -1e-3, 1e-3, 1e-8), 2.0) << "expm1 near 0";
+  EXPECT_LE(worst_ulps(erf, erf64, -6, 6, 1e-5), 2.0) << "erf";
+  EXPECT_LE(worst_ulps(erf, erf64, -1e-3, 1e-3, 1e-8), 2.0) << "erf near 0";
+  const std::vector<float> specials = {0.0f, -0.0f, kInf, -kInf, kNan, 3e38f, -3e38f, 1e-40f};
+  for (const float x : specials) {
+    float lanes[Vec::size()];
+    std::fill(lanes, lanes + Vec::size(), x);
+    const auto at = [&](Vec v) {
+      v.store(lanes);
+      return lanes[0];
+    };
+    const float e = at(exp(Vec(x))), m = at(expm1(Vec(x))), r = at(erf(Vec(x)));
+    EXPECT_EQ(ulps_off(e, std::exp(double(x))), 0.0) << "exp(" << x << ") = " << e;
+    EXPECT_LE(ulps_off(m, std::expm1(double(x))), 1.0) << "expm1(" << x << ") = " << m;
+    EXPECT_LE(ulps_off(r, std::erf(double(x))), 1.0) << "erf(" << x << ") = " << r;
+    if (x == 0.0f) {
+      EXPECT_EQ(std::signbit(m), std::signbit(x)) << "expm1 keeps the zero's sign";
+      EXPECT_EQ(std::signbit(r), std::signbit(x)) << "erf keeps the zero's sign";
+    }
+  }
 }
 
 TEST(Activations, SignedZeroAndTinyInputs) {

@@ -3,10 +3,13 @@
 // primitives.h alone and stay free of torch.
 //
 // Compiled once per instruction set (kernels/cpu/epilogue_isa.h): with CPU_CAPABILITY_AVX2 or
-// CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats and its exp, expm1, log1p
-// and erf are Sleef's (1.0 ulp); tanh is computed from exp (tanh_from_exp, 1.7 ulp), where the
-// float forms use libm (host) or the GPU's instructions. Division is exact, as on the host;
-// comparisons and blends keep NaN where the float forms do.
+// CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats. exp, expm1 and erf are
+// computed here, inline (vector_exp, vector_expm1, vector_erf: about 1 ulp): Sleef's, which
+// at::vec calls, are out-of-line calls that cost more than the rest of most ops (its erf several
+// times libtorch's whole GELU), and every call spills the vector registers. log1p is Sleef's
+// (1.0 ulp); tanh is computed from exp (tanh_from_exp, 1.7 ulp). The float forms use libm (host)
+// or the GPU's instructions. Division is exact, as on the host; comparisons and blends keep NaN
+// where the float forms do.
 //
 // Always inlined (FL_HOST_DEVICE), as primitives.h's: a copy left out of line, which a large
 // caller such as the interpreter's loop gets from the compiler's own choice, would be a weak symbol
@@ -21,11 +24,6 @@ namespace fusedlinear {
 namespace act {
 
 using FloatVec = at::vec::Vectorized<float>;
-
-template <>
-FL_HOST_DEVICE FloatVec fast_exp(FloatVec x) {
-  return x.exp();
-}
 
 template <>
 FL_HOST_DEVICE FloatVec fast_div(FloatVec a, FloatVec b) {
@@ -65,14 +63,103 @@ FL_HOST_DEVICE FloatVec if_negative(FloatVec x, FloatVec then, FloatVec otherwis
   return FloatVec::blendv(otherwise, then, x < FloatVec(0.0f));
 }
 
+// 2^n lane by lane, for integer-valued n in [-126, 127]: n + 127 as the exponent's bits.
+FL_HOST_DEVICE FloatVec power_of_two(FloatVec n) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtps_epi32(n + FloatVec(127.0f)), 23));
+#elif defined(CPU_CAPABILITY_AVX2)
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtps_epi32(n + FloatVec(127.0f)), 23));
+#else
+  float lanes[FloatVec::size()];
+  n.store(lanes);
+  for (float& lane : lanes) lane = ::ldexpf(1.0f, int(lane));
+  return FloatVec::loadu(lanes);
+#endif
+}
+
+// x = n ln 2 + r with integer n and |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact to a few
+// float ulp).
+struct ExpReduced {
+  FloatVec n, r;
+};
+FL_HOST_DEVICE ExpReduced reduce_for_exp(FloatVec x) {
+  const FloatVec n = (x * FloatVec(1.44269504088896341f)).round();
+  const FloatVec r = at::vec::fmadd(n, FloatVec(-0.693145751953125f), x);
+  return {n, at::vec::fmadd(n, FloatVec(-1.42860682030941723e-6f), r)};
+}
+// The same for any x, clamped first to [-104, 89] (NaN kept): e^x is 0 below and infinite above.
+FL_HOST_DEVICE ExpReduced reduce_for_exp_clamped(FloatVec x) {
+  return reduce_for_exp(clamp_keep_nan(x, -104.0f, 89.0f));
+}
+
+// e^r - 1 for |r| <= ln 2 / 2: r + r^2 (1/2 + r/6 + ...), Taylor's terms to r^7 (the rest below
+// 0.2 ulp), so small r keep their relative accuracy.
+FL_HOST_DEVICE FloatVec expm1_reduced(FloatVec r) {
+  const FloatVec p =
+      polynomial(r, 1.0f / 2, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040);
+  return at::vec::fmadd(r * r, p, r);
+}
+
+// v 2^n for integer-valued n in [-150, 128], in two factors, each a normal float: results that
+// are subnormal round once, those past the float range become infinite.
+FL_HOST_DEVICE FloatVec times_power_of_two(FloatVec v, FloatVec n) {
+  const FloatVec half = (n * FloatVec(0.5f)).floor();
+  return v * power_of_two(half) * power_of_two(n - half);
+}
+
+// e^x: 2^n e^r, within about 1 ulp; 0 below -104, infinity above 89, NaN stays NaN.
+FL_HOST_DEVICE FloatVec vector_exp(FloatVec x) {
+  const ExpReduced e = reduce_for_exp_clamped(x);
+  return times_power_of_two(expm1_reduced(e.r) + FloatVec(1.0f), e.n);
+}
+
+// e^x - 1 = 2^n (e^r - 1) + (2^n - 1), one rounding where |n| <= 64 (n = 0: e^r - 1 itself, so
+// small x keep their relative accuracy); past that, e^x alone (-1 where n < -64, e^x where
+// n > 64, for which 1 is below the ulp); x = +-0 gives x.
+FL_HOST_DEVICE FloatVec vector_expm1(FloatVec x) {
+  const ExpReduced e = reduce_for_exp_clamped(x);
+  const FloatVec m = expm1_reduced(e.r);
+  const FloatVec scale = power_of_two(clamp_keep_nan(e.n, -64.0f, 64.0f));
+  const FloatVec near = at::vec::fmadd(scale, m, scale - FloatVec(1.0f));
+  const FloatVec result =
+      FloatVec::blendv(near, times_power_of_two(m + FloatVec(1.0f), e.n), e.n > FloatVec(64.0f));
+  return FloatVec::blendv(result, x, x == FloatVec(0.0f));  // -0 stays -0
+}
+
+// erf(x) within about 1 ulp: below |x| = 1, x + x T(x^2) (T fitted to erf(x) / x - 1 by least
+// squares reweighted toward the largest error); from there 1 - e^(R(|x|) - x^2), R fitted alike
+// to log(erfc(|x|)) + x^2 on [1, 4] (erf rounds to 1 from 3.92), with the sign of x. Both are
+// computed for every lane; NaN fails |x| >= 1 and takes the first, NaN.
+FL_HOST_DEVICE FloatVec vector_erf(FloatVec x) {
+  const FloatVec w = x * x;
+  const FloatVec t = polynomial(w, 0.128379167f, -0.376126289f, 0.112836249f, -0.0268553738f,
+                                0.00519117806f, -0.000803453266f, 7.93255458e-05f);
+  const FloatVec near_zero = at::vec::fmadd(x, t, x);
+  const FloatVec magnitude = x.abs();
+  const FloatVec a = min_or_bound(magnitude, 4.0f);
+  const FloatVec r =
+      polynomial(a, 0.000302909815f, -1.13016558f, 0.368061066f, -0.109976612f, 0.0263638478f,
+                 -0.00473993598f, 0.000592712313f, -4.55842637e-05f, 1.61375988e-06f);
+  // The exponent lies in [-16, -1]: no clamp, and e^ it one factor of 2^n.
+  const ExpReduced e = reduce_for_exp(r - a * a);
+  const FloatVec erfc = (expm1_reduced(e.r) + FloatVec(1.0f)) * power_of_two(e.n);
+  const FloatVec beyond = (FloatVec(1.0f) - erfc) | (x & FloatVec(-0.0f));
+  return FloatVec::blendv(near_zero, beyond, magnitude >= FloatVec(1.0f));
+}
+
+template <>
+FL_HOST_DEVICE FloatVec fast_exp(FloatVec x) {
+  return vector_exp(x);
+}
+
 template <>
 FL_HOST_DEVICE FloatVec accurate_exp(FloatVec x) {
-  return x.exp();
+  return vector_exp(x);
 }
 
 template <>
 FL_HOST_DEVICE FloatVec accurate_expm1(FloatVec x) {
-  return x.expm1();
+  return vector_expm1(x);
 }
 
 template <>
@@ -82,7 +169,7 @@ FL_HOST_DEVICE FloatVec accurate_log1p(FloatVec x) {
 
 template <>
 FL_HOST_DEVICE FloatVec accurate_erf(FloatVec x) {
-  return x.erf();
+  return vector_erf(x);
 }
 
 // tanh a vector at a time in about half the instructions of Sleef's (FloatVec::tanh, 1.0 ulp,
@@ -97,7 +184,7 @@ FL_HOST_DEVICE FloatVec tanh_from_exp(FloatVec x) {
   const FloatVec p = polynomial(w, -3.333333135e-01f, 1.333320588e-01f, -5.394676328e-02f,
                                 2.170070447e-02f, -8.177398704e-03f, 2.142962068e-03f);
   const FloatVec near_zero = a + a * w * p;
-  const FloatVec beyond = FloatVec(1.0f) - FloatVec(2.0f) / ((a + a).exp() + FloatVec(1.0f));
+  const FloatVec beyond = FloatVec(1.0f) - FloatVec(2.0f) / (vector_exp(a + a) + FloatVec(1.0f));
   return FloatVec::blendv(beyond, near_zero, a < FloatVec(0.625f)) ^ sign;
 }
 

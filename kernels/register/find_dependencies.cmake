@@ -20,7 +20,7 @@ macro(fusedlinear_find_torch)
   endif()
 endmacro()
 
-# Sleef, whose exp the CPU loops' SIMD vectors call: sleef.h comes with the PyTorch wheel
+# Sleef, whose log1p the CPU loops' SIMD vectors call: sleef.h comes with the PyTorch wheel
 # (torch/include) or, for Debian's libtorch, with libsleef-dev, whose functions are in
 # libsleef.so.3 (the wheel's libtorch_cpu.so exports them itself). Sets FUSEDLINEAR_SLEEF_INCLUDE
 # and FUSEDLINEAR_SLEEF_LIBRARY (NOTFOUND where there is none).
