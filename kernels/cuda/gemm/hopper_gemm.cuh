@@ -217,11 +217,11 @@ __device__ __forceinline__ void produce_tiles(const GemmMaps& maps,
 }
 
 // The epilogue of a consumer's 64 x kTileN accumulators (warpgroup_mma's layout): a split mode's
-// sums that are inf or NaN made eager's (split::eager_sum_if_not_finite; the tiles' zeros past the
-// matrix are finite, so no sum outside it reads x or W), the bias and the chain's terms of each
-// column, the chain, then 16-byte stores where vector_stores (n a multiple of a store's
-// elements), one element at a time otherwise. `row`: this thread's first row; n0: the tile's
-// first column.
+// sums inside the output that are inf or NaN made eager's (split::eager_sum_if_not_finite; past
+// the matrix the tiles' zeros meet x's or W's infinities too, and there is nothing to read), the
+// bias and the chain's terms of each column, the chain, then 16-byte stores where vector_stores
+// (n a multiple of a store's elements), one element at a time otherwise. `row`: this thread's
+// first row; n0: the tile's first column.
 template <int kTileN, typename Out, class ChainT>
 __device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64_t row, int64_t n0,
                                            int m, int n, bool vector_stores,
@@ -250,8 +250,10 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float sum = split::eager_sum_if_not_finite(split, row + 8 * (e / 2), n0 + c + e % 2,
-                                                         acc[4 * (j + g) + e]);
+        const int64_t r = row + 8 * (e / 2), col = n0 + c + e % 2;
+        const float total = acc[4 * (j + g) + e];
+        const float sum =
+            r < m && col < n ? split::eager_sum_if_not_finite(split, r, col, total) : total;
         v[g][e] = sum + (e % 2 ? bias.y : bias.x);
       }
       act::apply_chain(epilogue.chain, v[g], terms);
