@@ -167,6 +167,27 @@ TEST_F(Cli, RunInEachPrecisionMatchesPyTorch) {
   }
 }
 
+// An infinite input gives bf16x3's run eager's infinities, where its cross products alone would
+// give NaN (inf * 0, inf - inf): the same NaN and inf positions as ieee's run, some of them inf.
+TEST_F(Cli, RunWithAnInfiniteInputInBf16x3GivesInfNotNaN) {
+  torch::Tensor x = read_tensor(kFixtures + "mish_mish_input.pt").clone();
+  x[1][3] = std::numeric_limits<float>::infinity();
+  write_tensor(x, path("inf_input.pt"));
+  const auto run_in = [&](const std::string& precision) {
+    const std::string out = path(precision + "_inf.pt");
+    const Result r = run("run --device cpu --model mish_mish --weights " + kFixtures +
+                         "mish_mish.pt --input " + path("inf_input.pt") + " --output " + out +
+                         " --precision " + precision + " --bf16x3-min-batch 1");
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return read_tensor(out);
+  };
+  const torch::Tensor ieee = run_in("ieee"), bf16x3 = run_in("bf16x3");
+  EXPECT_TRUE(ieee.isposinf().any().item<bool>());
+  EXPECT_TRUE(torch::equal(bf16x3.isnan(), ieee.isnan())) << bf16x3[1];
+  EXPECT_TRUE(torch::equal(bf16x3.isposinf(), ieee.isposinf())) << bf16x3[1];
+  EXPECT_TRUE(torch::equal(bf16x3.isneginf(), ieee.isneginf())) << bf16x3[1];
+}
+
 TEST_F(Cli, CompareSaysEachLoaderNoteOnce) {
   // compare builds the model twice (eager's copy and the fused path's); the notes come once.
   const Result r =

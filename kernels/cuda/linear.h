@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/math/bf16_split.h"
+
 namespace fusedlinear {
 
 // hi[i], lo[i] = split::split_bf16(v[i]) for i < n (bfloat16 bits; lo may be null: hi only); with
@@ -39,6 +41,13 @@ enum class WeightMajor { kOutput, kInput };
 cublasStatus_t gemm_bf16_parts(cublasHandle_t handle, int m, int n, int k, int parts,
                                const void* const* x_parts, const void* const* w_parts,
                                WeightMajor w_major, float* y);
+
+// Each sum of y [m, n] (row-major, 16-byte aligned) that is inf or NaN, formed again as eager's
+// from `operands` (split::eager_sum_if_not_finite: the x and W parts the split products read);
+// finite sums are left as they are. One pass over y, after the products; nothing where operands
+// has fewer than two parts. Returns the launch's error.
+cudaError_t launch_eager_non_finite_sums(float* y, int64_t m, int64_t n,
+                                         const split::SplitOperands& operands, cudaStream_t stream);
 
 // y [m, n] = x W^T in float32 with TF32 tensor-core products (operands read as TF32, 10 explicit
 // significand bits; float32 accumulation).

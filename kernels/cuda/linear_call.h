@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/math/bf16_split.h"
 #include "kernels/math/element.h"
 
 namespace fusedlinear {
@@ -45,6 +46,16 @@ struct LinearCall {
   // (the same bits: for tests and comparisons).
   bool tile_copies = true;
 };
+
+// What the kernels read to give a split-mode sum that comes out inf or NaN eager's value
+// (bf16_split.h): float32 x and W's parts, for bf16x3 and bf16x6; nothing for the other products.
+inline split::SplitOperands split_operands_of(const LinearCall& call) {
+  const int parts = split_parts_of(call.products);
+  if (call.type != ElementType::kFloat32 || parts < 2) return {};
+  const void* const w[3] = {call.w, call.w_lo, call.w_third};
+  return split::split_operands(static_cast<const float*>(call.x), w, parts, call.in_features,
+                               call.out_features, /*w_input_major=*/false);
+}
 
 }  // namespace cuda
 }  // namespace fusedlinear

@@ -1,5 +1,6 @@
 // Splits float32 values into bfloat16 hi and lo parts, or hi, mid and lo (bf16_split.h), in one
-// pass: 8 values a thread, read as two 16-byte loads and written as one 16-byte store per part.
+// pass: 8 values a thread, read as two 16-byte loads and written as one 16-byte store per part;
+// and gives the split products' sums that come out inf or NaN eager's values.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,6 +67,31 @@ __global__ void split_bf16_one_kernel(const float* __restrict__ v, uint16_t* __r
   }
 }
 
+// y [m][n]: each sum that is inf or NaN as eager's (split::eager_sum_if_not_finite), 4 sums a
+// thread read with one 16-byte load where n allows, finite ones left as they are.
+__global__ void eager_non_finite_sums_kernel(float* __restrict__ y, int64_t m, int64_t n,
+                                             const split::SplitOperands operands) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const bool vector = n % 4 == 0;
+  const int64_t count = vector ? m * n / 4 : m * n;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    if (vector) {
+      const float4 four = reinterpret_cast<const float4*>(y)[i];
+      if (split::is_finite(four.x) && split::is_finite(four.y) && split::is_finite(four.z) &&
+          split::is_finite(four.w)) {
+        continue;
+      }
+      const float sums[4] = {four.x, four.y, four.z, four.w};
+      for (int j = 0; j < 4; ++j) {
+        const int64_t at = 4 * i + j;
+        y[at] = split::eager_sum_if_not_finite(operands, at / n, at % n, sums[j]);
+      }
+    } else {
+      y[i] = split::eager_sum_if_not_finite(operands, i / n, i % n, y[i]);
+    }
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // One thread per unit of work, up to 2^20 blocks (many waves on any GPU); the grid-stride loops
@@ -75,6 +101,16 @@ unsigned blocks_for(int64_t work) {
 }
 
 }  // namespace
+
+cudaError_t launch_eager_non_finite_sums(float* y, int64_t m, int64_t n,
+                                         const split::SplitOperands& operands,
+                                         cudaStream_t stream) {
+  if (m <= 0 || n <= 0 || operands.parts < 2) return cudaSuccess;
+  if (!aligned16(y)) return cudaErrorInvalidValue;
+  eager_non_finite_sums_kernel<<<blocks_for(n % 4 == 0 ? m * n / 4 : m * n), kThreads, 0, stream>>>(
+      y, m, n, operands);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_split_bf16_parts(const float* v, void* hi, void* lo, void* third, int64_t n,
                                     cudaStream_t stream) {

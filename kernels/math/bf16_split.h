@@ -13,6 +13,16 @@
 // Special values: +-inf and NaN keep hi = v and lo = 0; a finite v that would round to infinity
 // (|v| >= 0x1.fefp127) keeps the largest finite bfloat16 in hi and the rest in lo. Must not be
 // compiled with flush-to-zero (-ftz=true): v - hi can be subnormal.
+//
+// Non-finite operands in the split products (eager_sum_if_not_finite, below): every part of x
+// meets two parts of W and the other way round, so no placement of inf into the parts gives eager's
+// result in every case (x = inf, w = 1: x_hi w_lo = inf * 0 = NaN; x = 1, w = inf: x_lo w_hi =
+// 0 * inf = NaN, where eager gives inf). But a non-finite operand always makes its outputs'
+// sums non-finite (x_hi w_hi holds its term, and inf or NaN stays in a sum), so a sum that comes
+// out inf or NaN is formed again from x and W's parts, as eager's class of sum_k x_k w_k: NaN if a
+// term is NaN (a NaN operand, inf * 0) or terms of +inf and -inf meet, else the sign of the
+// infinite terms. Finite sums are left as they are (their bits do not change); a sum with no
+// infinite term, whose finite products overflowed, stands.
 #pragma once
 
 #include <stdint.h>
@@ -20,8 +30,10 @@
 
 #if defined(__CUDACC__)
 #define FL_SPLIT_HOST_DEVICE __host__ __device__ __forceinline__
+#define FL_SPLIT_HOST_DEVICE_COLD __host__ __device__ __noinline__
 #else
 #define FL_SPLIT_HOST_DEVICE inline
+#define FL_SPLIT_HOST_DEVICE_COLD inline
 #endif
 
 namespace fusedlinear {
@@ -84,6 +96,81 @@ FL_SPLIT_HOST_DEVICE Bf16Triple split_into_parts(float v, int parts) {
   if (parts == 3) return split_bf16_three(v);
   const Bf16Pair pair = split_bf16(v);
   return {pair.hi, parts == 2 ? pair.lo : uint16_t(0), 0};
+}
+
+FL_SPLIT_HOST_DEVICE bool is_finite(float v) { return (bits_of(v) & 0x7fffffffu) < 0x7f800000u; }
+
+// What a split-mode sum reads, for forming a non-finite sum again as eager would: x as given to
+// the split (float32) and W's bfloat16 parts (2: hi, lo; 3: hi, mid, lo), part p's value of
+// output n at k at w[p][n * w_n_stride + k * w_k_stride]. With fewer than two parts (no split, or
+// the bf16 mode's one product, which carries its terms' classes itself) nothing is restored.
+struct SplitOperands {
+  const float* x = nullptr;  // [rows][k], row-major
+  const uint16_t* w[3] = {nullptr, nullptr, nullptr};
+  int parts = 0;
+  int64_t k = 0;
+  int64_t w_n_stride = 0, w_k_stride = 1;
+};
+
+// x [rows][k] and `parts` parts of W (bfloat16 bits), W [n][k] laid out output-major ([n][k]
+// row-major) or input-major (the transpose of a row-major [k][n]).
+inline SplitOperands split_operands(const float* x, const void* const* w, int parts, int64_t k,
+                                    int64_t n, bool w_input_major) {
+  SplitOperands s;
+  s.x = x;
+  for (int p = 0; p < parts && p < 3; ++p) s.w[p] = static_cast<const uint16_t*>(w[p]);
+  s.parts = parts;
+  s.k = k;
+  s.w_n_stride = w_input_major ? 1 : k;
+  s.w_k_stride = w_input_major ? n : 1;
+  return s;
+}
+
+// The value W's parts hold at `index`: hi itself where it is inf or NaN (the parts after it are
+// 0), else their sum (v to 16 or 24 bits: the sign, whether it is 0, and its size for products
+// that overflow).
+FL_SPLIT_HOST_DEVICE float joined_parts(const SplitOperands& s, int64_t index) {
+  const float hi = from_bf16_bits(s.w[0][index]);
+  if (!is_finite(hi)) return hi;
+  float v = hi + from_bf16_bits(s.w[1][index]);
+  if (s.parts == 3) v += from_bf16_bits(s.w[2][index]);
+  return v;
+}
+
+// Eager's class of sum_k x[row, k] w[n, k] given that it is not finite (a term is NaN or
+// infinite): NaN, +inf or -inf; `total` where no term is (the finite products' sum overflowed).
+// Stops at the first term that settles it as NaN. Out of line: the kernels' sums take it only for
+// inf or NaN.
+FL_SPLIT_HOST_DEVICE_COLD float eager_sum_of_terms(const SplitOperands& s, int64_t row, int64_t n,
+                                                   float total) {
+  const float* x = s.x + row * s.k;
+  bool nan = false, positive = false, negative = false;
+  for (int64_t k = 0; k < s.k && !nan; ++k) {
+    const float term = x[k] * joined_parts(s, n * s.w_n_stride + k * s.w_k_stride);
+    const uint32_t magnitude = bits_of(term) & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) {
+      nan = true;
+    } else if (magnitude == 0x7f800000u) {
+      if (bits_of(term) >> 31) {
+        negative = true;
+      } else {
+        positive = true;
+      }
+      nan = positive && negative;  // inf - inf
+    }
+  }
+  if (nan) return float_of(0x7fc00000u);
+  if (positive) return float_of(0x7f800000u);
+  if (negative) return float_of(0xff800000u);
+  return total;
+}
+
+// A split-mode sum of output (row, n) as eager's: `total` where it is finite (bit for bit), else
+// eager_sum_of_terms.
+FL_SPLIT_HOST_DEVICE float eager_sum_if_not_finite(const SplitOperands& s, int64_t row, int64_t n,
+                                                   float total) {
+  if (s.parts < 2 || is_finite(total)) return total;
+  return eager_sum_of_terms(s, row, n, total);
 }
 
 }  // namespace split

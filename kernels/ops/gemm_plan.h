@@ -15,7 +15,9 @@
 //           errors ~1e-3 relative, outside 1e-4 at the reference shape.
 //   bf16    one bfloat16 product (8 significand bits), float32 accumulation and epilogue: errors
 //           ~1e-2 relative.
-// Only the GEMM changes: the epilogue stays float32, the state dict stays float32.
+// Only the GEMM changes: the epilogue stays float32, the state dict stays float32. Inputs and
+// weights that hold inf or NaN give eager's inf and NaN in every mode (bf16x3 and bf16x6 form such
+// sums again: kernels/math/bf16_split.h).
 #pragma once
 
 #include <cstdint>

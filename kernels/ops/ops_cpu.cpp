@@ -65,9 +65,34 @@ std::vector<torch::Tensor> split_parts_cpu(const char* op, const torch::Tensor& 
   return out;
 }
 
+// The sums of y [rows, out] that came out inf or NaN, formed again as eager's
+// (split::eager_sum_if_not_finite); finite ones are left as they are. x_rows contiguous.
+void restore_non_finite_sums(torch::Tensor& y, const torch::Tensor& x_rows,
+                             const std::vector<torch::Tensor>& w_parts) {
+  if (w_parts.size() < 2 || torch::isfinite(y).all().item<bool>()) return;
+  std::vector<torch::Tensor> contiguous_parts;
+  std::vector<const void*> parts;
+  for (const torch::Tensor& part : w_parts) {
+    contiguous_parts.push_back(part.contiguous());
+    parts.push_back(contiguous_parts.back().data_ptr());
+  }
+  const int64_t out_features = y.size(1);
+  const split::SplitOperands operands =
+      split::split_operands(x_rows.data_ptr<float>(), parts.data(), int(parts.size()),
+                            x_rows.size(1), out_features, /*w_input_major=*/false);
+  float* sums = y.data_ptr<float>();
+  at::parallel_for(0, y.numel(), int64_t{1} << 12, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      sums[i] =
+          split::eager_sum_if_not_finite(operands, i / out_features, i % out_features, sums[i]);
+    }
+  });
+}
+
 // x W^T from W's bfloat16 parts (1: hi; 2: hi, lo; 3: hi, mid, lo), x split into as many: the
 // products of gemm_bf16_parts in its order (parts i, j with i + j < parts, larger i + j first),
-// each on its own and then added, as the GPU's beta = 1 accumulation.
+// each on its own and then added, as the GPU's beta = 1 accumulation; sums that come out inf or
+// NaN then as eager's (restore_non_finite_sums).
 torch::Tensor linear_bf16_parts_cpu(const char* op, const torch::Tensor& x,
                                     const std::vector<torch::Tensor>& w_parts) {
   const int parts = int(w_parts.size());
@@ -95,6 +120,7 @@ torch::Tensor linear_bf16_parts_cpu(const char* op, const torch::Tensor& x,
       }
     }
   }
+  restore_non_finite_sums(y, x_rows, w_parts);
   return y.view(linear_output_shape(x.sizes(), w_parts[0].size(0)));
 }
 

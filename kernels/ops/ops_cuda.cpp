@@ -158,6 +158,14 @@ torch::Tensor linear_bf16_parts_cuda(const char* op, const torch::Tensor& x,
   check_cublas(op, gemm_bf16_parts(at::cuda::getCurrentCUDABlasHandle(), call.rows,
                                    call.out_features, call.in_features, parts, x_data, w_data,
                                    major, call.y.data_ptr<float>()));
+  // Sums made inf or NaN by an operand's inf or NaN as eager's (bf16_split.h says why the
+  // products alone cannot): a pass over y that writes only those.
+  const split::SplitOperands operands =
+      split::split_operands(call.x_rows.data_ptr<float>(), w_data, parts, call.in_features,
+                            call.out_features, major == WeightMajor::kInput);
+  check_launch(op,
+               launch_eager_non_finite_sums(call.y.data_ptr<float>(), call.rows, call.out_features,
+                                            operands, at::cuda::getCurrentCUDAStream()));
   return call.result();
 }
 

@@ -31,6 +31,7 @@
 #include "kernels/cuda/gemm/pipeline.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/math/bf16_split.h"
 
 namespace fusedlinear {
 namespace cuda {
@@ -215,15 +216,18 @@ __device__ __forceinline__ void produce_tiles(const GemmMaps& maps,
   }
 }
 
-// The epilogue of a consumer's 64 x kTileN accumulators (warpgroup_mma's layout): the bias and the
-// chain's terms of each column, the chain, then 16-byte stores where vector_stores (n a multiple
-// of a store's elements), one element at a time otherwise. `row`: this thread's first row; n0: the
-// tile's first column.
+// The epilogue of a consumer's 64 x kTileN accumulators (warpgroup_mma's layout): a split mode's
+// sums inside the output that are inf or NaN made eager's (split::eager_sum_if_not_finite; past
+// the matrix the tiles' zeros meet x's or W's infinities too, and there is nothing to read), the
+// bias and the chain's terms of each column, the chain, then 16-byte stores where vector_stores
+// (n a multiple of a store's elements), one element at a time otherwise. `row`: this thread's
+// first row; n0: the tile's first column.
 template <int kTileN, typename Out, class ChainT>
 __device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64_t row, int64_t n0,
                                            int m, int n, bool vector_stores,
                                            const ColumnEpilogue<Out, ChainT>& epilogue,
-                                           const float* columns, Out* __restrict__ out, int lane) {
+                                           const split::SplitOperands& split, const float* columns,
+                                           Out* __restrict__ out, int lane) {
   constexpr int kTerms = ChainT::kTerms;
   // 8-column groups a 16-byte store takes: 4 floats of one group's row, or 8 16-bit values of two.
   constexpr int kGroups = sizeof(Out) == 4 ? 1 : 2;
@@ -244,10 +248,14 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64
         terms[s][0] = terms[s][2] = term.x;
         terms[s][1] = terms[s][3] = term.y;
       }
-      v[g][0] = acc[4 * (j + g)] + bias.x;
-      v[g][1] = acc[4 * (j + g) + 1] + bias.y;
-      v[g][2] = acc[4 * (j + g) + 2] + bias.x;
-      v[g][3] = acc[4 * (j + g) + 3] + bias.y;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t r = row + 8 * (e / 2), col = n0 + c + e % 2;
+        const float total = acc[4 * (j + g) + e];
+        const float sum =
+            r < m && col < n ? split::eager_sum_if_not_finite(split, r, col, total) : total;
+        v[g][e] = sum + (e % 2 ? bias.y : bias.x);
+      }
       act::apply_chain(epilogue.chain, v[g], terms);
     }
     if (vector_stores) {
@@ -337,7 +345,8 @@ template <class Shape, typename In, typename Out, class ChainT>
 __global__ void __launch_bounds__(kGemmThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ GemmMaps maps, Out* __restrict__ out, int m, int n,
                        int k_tiles, TileOrder order, int vector_stores,
-                       const __grid_constant__ ColumnEpilogue<Out, ChainT> epilogue) {
+                       const __grid_constant__ ColumnEpilogue<Out, ChainT> epilogue,
+                       const __grid_constant__ split::SplitOperands split) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using RingT = typename Shape::RingT;
   constexpr int kTileN = Shape::kTileN;
@@ -594,7 +603,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
           for (int i = 0; i < kTileN / 2; ++i) acc[0][blk][i] += acc[1][blk][i];
         }
         store_tile<kTileN>(acc[0][blk], row + 64 * blk, int64_t(tn) * kTileN, m, n,
-                           vector_stores != 0, epilogue, columns, out, lane);
+                           vector_stores != 0, epilogue, split, columns, out, lane);
       }
     }
   }
@@ -705,7 +714,7 @@ template <class Shape, typename In, typename Out, class ChainT>
 cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[kMaxParts],
                          const void* const (&w)[kMaxParts], Out* out, int64_t m, int64_t n,
                          int64_t k, const ColumnEpilogue<Out, ChainT>& epilogue,
-                         cudaStream_t stream) {
+                         const split::SplitOperands& split, cudaStream_t stream) {
   GemmMaps maps{};
   for (int p = 0; p < Shape::kParts; ++p) {
     cudaError_t err = describe_matrix(maps.x[p], x[p], 2, m, k, Shape::kTileM);
@@ -726,7 +735,8 @@ cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[kMax
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
   if (err != cudaSuccess) return err;
   return launch_dependent(limits, kernel, dim3(grid), dim3(kGemmThreads), Shape::kSmemBytes, stream,
-                          maps, out, int(m), int(n), k_tiles, order, vector_stores, epilogue);
+                          maps, out, int(m), int(n), k_tiles, order, vector_stores, epilogue,
+                          split);
 }
 
 template <GemmProducts kProducts, typename In, TileSet kTiles = TileSet::kAll, typename Out,
@@ -734,7 +744,7 @@ template <GemmProducts kProducts, typename In, TileSet kTiles = TileSet::kAll, t
 cudaError_t launch_products(const void* const (&x)[kMaxParts], const void* const (&w)[kMaxParts],
                             Out* out, int64_t m, int64_t n, int64_t k,
                             const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
-                            GemmTile tile) {
+                            GemmTile tile, const split::SplitOperands& split) {
   constexpr int kParts = operand_parts(kProducts);
   if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
   // The TMA reads 16-byte aligned rows (k a multiple of 8), from 16-byte aligned bases.
@@ -758,7 +768,7 @@ cudaError_t launch_products(const void* const (&x)[kMaxParts], const void* const
         kTiles == TileSet::kAll ||
         auto_candidate(kProducts, {Shape::kConsumerRows, Shape::kTileN, Shape::kTurns});
     if constexpr (Shape::kFits && kBuilt) {
-      return launch_shape<Shape, In>(limits, x, w, out, m, n, k, epilogue, stream);
+      return launch_shape<Shape, In>(limits, x, w, out, m, n, k, epilogue, split, stream);
     } else {
       return cudaErrorNotSupported;  // more accumulators than a consumer's registers, or not built
     }
@@ -802,7 +812,7 @@ cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, in
   const void* const xs[kMaxParts] = {x, x, x};
   const void* const ws[kMaxParts] = {w, w, w};
   return detail::launch_products<GemmProducts::kOne, In, kTiles>(xs, ws, out, m, n, k, epilogue,
-                                                                 stream, tile);
+                                                                 stream, tile, {});
 }
 
 // bf16x3: out = chain(x W^T + bias) from x's and W's bfloat16 parts (x = x_hi + x_lo, W = w_hi +
@@ -811,36 +821,39 @@ cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, in
 // kBf16x3OneSum (GemmProducts says why not) or kBf16x3Promoted (each k-tile's sums added into
 // float32 totals; 128x128, 128x64 and 64x128 turns tiles only). Refuses as launch_hopper_gemm
 // does, and a tile whose accumulators would not fit a consumer's registers (tile_fits false:
-// cudaErrorNotSupported, nothing launched).
+// cudaErrorNotSupported, nothing launched). `split`: float32 x and W's parts, for sums that come
+// out inf or NaN to be given eager's value (split::eager_sum_if_not_finite); none: left as formed.
 template <GemmProducts kProducts = GemmProducts::kBf16x3, TileSet kTiles = TileSet::kAll,
           class ChainT>
 cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo,
                                       const __nv_bfloat16* w_hi, const __nv_bfloat16* w_lo,
                                       float* out, int64_t m, int64_t n, int64_t k,
                                       const ColumnEpilogue<float, ChainT>& epilogue,
-                                      cudaStream_t stream, GemmTile tile = GemmTile::kAuto) {
+                                      cudaStream_t stream, GemmTile tile = GemmTile::kAuto,
+                                      const split::SplitOperands& split = {}) {
   static_assert(operand_parts(kProducts) == 2);
   const void* const xs[kMaxParts] = {x_hi, x_lo, x_lo};
   const void* const ws[kMaxParts] = {w_hi, w_lo, w_lo};
   return detail::launch_products<kProducts, __nv_bfloat16, kTiles>(xs, ws, out, m, n, k, epilogue,
-                                                                   stream, tile);
+                                                                   stream, tile, split);
 }
 
 // bf16x6: out = chain(x W^T + bias) from x's and W's three bfloat16 parts (hi, mid, lo, as
 // split_bf16_three gives them; each [m][k] or [n][k] row-major), the six products of parts i and
 // j with i + j < 3, smallest first, each k-tile's sums promoted into float32 totals (GemmProducts);
 // out and the epilogue's terms float32. The promoted tiles only (128x128, 128x64, 64x128 turns);
-// refuses as launch_hopper_gemm_bf16x3 does.
+// refuses as launch_hopper_gemm_bf16x3 does; `split` as there.
 template <TileSet kTiles = TileSet::kAll, class ChainT>
 cudaError_t launch_hopper_gemm_bf16x6(const __nv_bfloat16* const (&x)[kMaxParts],
                                       const __nv_bfloat16* const (&w)[kMaxParts], float* out,
                                       int64_t m, int64_t n, int64_t k,
                                       const ColumnEpilogue<float, ChainT>& epilogue,
-                                      cudaStream_t stream, GemmTile tile = GemmTile::kAuto) {
+                                      cudaStream_t stream, GemmTile tile = GemmTile::kAuto,
+                                      const split::SplitOperands& split = {}) {
   const void* const xs[kMaxParts] = {x[0], x[1], x[2]};
   const void* const ws[kMaxParts] = {w[0], w[1], w[2]};
   return detail::launch_products<GemmProducts::kBf16x6Promoted, __nv_bfloat16, kTiles>(
-      xs, ws, out, m, n, k, epilogue, stream, tile);
+      xs, ws, out, m, n, k, epilogue, stream, tile, split);
 }
 
 }  // namespace gemm

@@ -39,14 +39,17 @@ cudaError_t launch_hopper_for(const act::Program& program, const LinearCall& cal
     const cudaError_t err = launch_split_bf16_parts(static_cast<const float*>(call.x), x_parts[0],
                                                     x_parts[1], x_parts[2], m * k, stream);
     if (err != cudaSuccess) return err;
+    // Sums that an operand's inf or NaN makes inf or NaN, as eager's (bf16_split.h).
+    const split::SplitOperands split = split_operands_of(call);
     if (parts == 3) {
       const __nv_bfloat16* const x_in[gemm::kMaxParts] = {x_parts[0], x_parts[1], x_parts[2]};
       return gemm::launch_hopper_gemm_bf16x6<gemm::TileSet::kAutoCandidates>(
-          x_in, w_parts, out, m, n, k, epilogue, stream);
+          x_in, w_parts, out, m, n, k, epilogue, stream, gemm::GemmTile::kAuto, split);
     }
     if (parts == 2) {
       return gemm::launch_hopper_gemm_bf16x3<kLibraryBf16x3, gemm::TileSet::kAutoCandidates>(
-          x_parts[0], x_parts[1], w_parts[0], w_parts[1], out, m, n, k, epilogue, stream);
+          x_parts[0], x_parts[1], w_parts[0], w_parts[1], out, m, n, k, epilogue, stream,
+          gemm::GemmTile::kAuto, split);
     }
     return gemm::launch_hopper_gemm<gemm::TileSet::kAutoCandidates>(
         static_cast<const __nv_bfloat16*>(x_parts[0]), w_parts[0], out, m, n, k, epilogue, stream);

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/math/bf16_split.h"
 
 namespace fusedlinear {
 namespace cuda {
@@ -44,13 +45,23 @@ struct KWalk {
   }
 };
 
+// The epilogue of output (row, n)'s total, a split-mode total that is inf or NaN first made
+// eager's (split::eager_sum_if_not_finite; `split` names no parts for the other products).
+template <class Epilogue>
+__device__ __forceinline__ auto epilogue_of_total(const Epilogue& epilogue,
+                                                  const split::SplitOperands& split, float total,
+                                                  int64_t row, int64_t n) {
+  return epilogue(split::eager_sum_if_not_finite(split, row, n, total), n);
+}
+
 // Stores a block's totals for rows m0... of x and n0... of W, total_of(m, r) that of rows m0 + m
-// and n0 + r: the epilogue and the output, or with several splits of k the partial sums of split
-// blockIdx.y. Consecutive threads take consecutive outputs.
+// and n0 + r: the epilogue and the output (epilogue_of_total), or with several splits of k the
+// partial sums of split blockIdx.y. Consecutive threads take consecutive outputs.
 template <int kRowsX, int kRowsW, int kThreads, typename T, class TotalOf, class Epilogue>
 __device__ __forceinline__ void store_totals(TotalOf&& total_of, int64_t m0, int64_t n0,
                                              int64_t rows, int64_t n_out, const Epilogue& epilogue,
-                                             T* out, float* partial) {
+                                             const split::SplitOperands& split, T* out,
+                                             float* partial) {
   for (int index = threadIdx.x; index < kRowsX * kRowsW; index += kThreads) {
     const int m = index / kRowsW, r = index % kRowsW;
     const int64_t row = m0 + m, n = n0 + r;
@@ -59,7 +70,7 @@ __device__ __forceinline__ void store_totals(TotalOf&& total_of, int64_t m0, int
     if (partial) {
       partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = total;
     } else {
-      out[row * n_out + n] = epilogue(total, n);
+      out[row * n_out + n] = epilogue_of_total(epilogue, split, total, row, n);
     }
   }
 }
@@ -162,18 +173,19 @@ struct NoTileSource {
   __device__ NoTileSource(int64_t, int64_t, int64_t) {}
 };
 
-// out[i] = epilogue(sum over the splits, in order, of partial[split][i]) for i < count. Launched
-// with launch_dependent after the kernel that writes partial.
+// out[i] = epilogue(sum over the splits, in order, of partial[split][i]) for i < count
+// (epilogue_of_total). Launched with launch_dependent after the kernel that writes partial.
 template <typename T, class ChainT>
 __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int splits,
                                      T* __restrict__ out, int64_t count, int64_t n_out,
-                                     const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
+                                     const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue,
+                                     const __grid_constant__ split::SplitOperands split) {
   wait_for_previous_kernel();  // launched as the skinny kernel's dependent: its partial sums
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     float sum = partial[i];
     for (int s = 1; s < splits; ++s) sum += partial[s * count + i];
-    out[i] = epilogue(sum, i % n_out);
+    out[i] = epilogue_of_total(epilogue, split, sum, i / n_out, i % n_out);
   }
 }
 

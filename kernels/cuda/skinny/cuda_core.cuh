@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
                             const __nv_bfloat16* __restrict__ w_lo, T* __restrict__ out,
                             float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
                             int64_t k_per_split,
-                            const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
+                            const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue,
+                            const __grid_constant__ split::SplitOperands split) {
   constexpr int kVec = Shape::kVec, kRows = Shape::kRows, kWarpRows = Shape::kWarpRows;
   constexpr int kSteps = Shape::kSteps, kChunk = Shape::kChunk;
   using Pack = Packed<WT, kVec>;
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
     if (partial) {
       partial[(int64_t(blockIdx.y) * rows + row) * n_out + n] = sums[j];
     } else {
-      out[row * n_out + n] = epilogue(sums[j], n);
+      out[row * n_out + n] = epilogue_of_total(epilogue, split, sums[j], row, n);
     }
   }
 }

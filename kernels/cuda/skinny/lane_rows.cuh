@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(Shape::kWarps * 32, Shape::kBlocks)
         for (int v = 1; v < kWarps; ++v) total += sums[v * kSums * 32 + at];
         return total;
       },
-      m0, n0, rows, n_out, epilogue, out, partial);
+      m0, n0, rows, n_out, epilogue, split::SplitOperands{}, out, partial);  // float32 W: no parts
 }
 
 }  // namespace skinny

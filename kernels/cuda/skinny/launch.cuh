@@ -42,7 +42,7 @@ cudaError_t launch_skinny_for(const act::Program& program, const LinearCall& cal
     err = launch_dependent(limits, skinny_reduce_kernel<T, std::decay_t<decltype(chain)>>,
                            unsigned(blocks), threads, 0, stream, static_cast<const float*>(partial),
                            plan.splits, static_cast<T*>(call.out), count, call.out_features,
-                           epilogue);
+                           epilogue, split_operands_of(call));
   };
   if constexpr (kFamily == SkinnyFamily::kHalf) {
     if (call.type == ElementType::kFloat16) launch(ElementConstant<ElementType::kFloat16>{});

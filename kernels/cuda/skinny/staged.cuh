@@ -103,7 +103,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
                          const __nv_bfloat16* __restrict__ w_lo, float* __restrict__ out,
                          float* __restrict__ partial, int64_t rows, int64_t n_out, int64_t k_in,
                          int64_t k_per_split, const __grid_constant__ StagedMaps maps,
-                         const __grid_constant__ ColumnEpilogue<float, ChainT> epilogue) {
+                         const __grid_constant__ ColumnEpilogue<float, ChainT> epilogue,
+                         const __grid_constant__ split::SplitOperands split) {
   constexpr int kTilesX = Shape::kTilesX, kRows = Shape::kRows, kStages = Shape::kStages;
   constexpr int kK = Shape::kK, kRowsW = Shape::kRowsW, kKGroups = Shape::kKGroups;
   // Warpgroup MMA where the GPU code has it and the tiles are its 128-byte swizzled rows: each
@@ -291,7 +292,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, Shape::kBlocksPerMultiproce
   }
   __syncthreads();
   store_totals<kRows, kRowsW, kStagedWarps * 32>([&](int m, int r) { return totals[m][r]; }, m0, n0,
-                                                 rows, n_out, epilogue, out, partial);
+                                                 rows, n_out, epilogue, split, out, partial);
 }
 
 }  // namespace skinny

@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
                               const __nv_bfloat16* __restrict__ w_lo, T* __restrict__ out,
                               float* __restrict__ partial, int64_t rows, int64_t n_out,
                               int64_t k_in, int64_t k_per_split,
-                              const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue) {
+                              const __grid_constant__ ColumnEpilogue<T, ChainT> epilogue,
+                              const __grid_constant__ split::SplitOperands split) {
   constexpr int kTilesX = Shape::kTilesX, kSteps = Shape::kSteps, kChunk = Shape::kChunk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;  // the fragment's row, and its 8 k of a step
@@ -232,8 +233,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
           totals[8 * j + 2 * quad + c % 2][16 * i + group + 8 * (c / 2)] = acc[i][j][c];
   }
   __syncthreads();
-  store_totals<Shape::kRows, kMmaRowsW, kMmaWarps * 32>(
-      [&](int m, int r) { return totals[m][r]; }, m0, n0, rows, n_out, epilogue, out, partial);
+  store_totals<Shape::kRows, kMmaRowsW, kMmaWarps * 32>([&](int m, int r) { return totals[m][r]; },
+                                                        m0, n0, rows, n_out, epilogue, split, out,
+                                                        partial);
 }
 
 }  // namespace skinny

@@ -69,14 +69,14 @@ inline dim3 grid_of(const SkinnyPlan& plan) {
 }
 
 // Launches a CUDA-core or tensor-core kernel (they take the same arguments) with the call's
-// pointers as its types.
+// pointers as its types, and what bf16x3's sums that come out inf or NaN read (split_operands_of).
 template <typename T, typename WT, class Kernel, class Epilogue>
 void launch_kernel(Kernel kernel, int threads, const SkinnyPlan& plan, const LinearCall& call,
                    float* partial, const Epilogue& epilogue, cudaStream_t stream) {
   kernel<<<grid_of(plan), threads, 0, stream>>>(
       static_cast<const T*>(call.x), static_cast<const WT*>(call.w),
       static_cast<const __nv_bfloat16*>(call.w_lo), static_cast<T*>(call.out), partial, call.rows,
-      call.out_features, call.in_features, plan.k_per_split, epilogue);
+      call.out_features, call.in_features, plan.k_per_split, epilogue, split_operands_of(call));
 }
 
 // One instantiation of the CUDA-core kernel: its element type, what its block covers, its launch.
@@ -185,11 +185,11 @@ struct StagedKernel {
     const cudaError_t err = allow_shared_bytes_once<kernel>(Shape::kSmemBytes, limits.device);
     if (err != cudaSuccess) return err;
     // Overlapping the split's tail: the kernel waits for it before it reads x's parts.
-    return launch_dependent(limits, kernel, grid_of(plan), kStagedWarps * 32, Shape::kSmemBytes,
-                            stream, x_hi, x_lo, static_cast<const __nv_bfloat16*>(call.w),
-                            static_cast<const __nv_bfloat16*>(call.w_lo),
-                            static_cast<float*>(call.out), partial, call.rows, call.out_features,
-                            call.in_features, plan.k_per_split, maps, epilogue);
+    return launch_dependent(
+        limits, kernel, grid_of(plan), kStagedWarps * 32, Shape::kSmemBytes, stream, x_hi, x_lo,
+        static_cast<const __nv_bfloat16*>(call.w), static_cast<const __nv_bfloat16*>(call.w_lo),
+        static_cast<float*>(call.out), partial, call.rows, call.out_features, call.in_features,
+        plan.k_per_split, maps, epilogue, split_operands_of(call));
   }
 };
 
