@@ -5,8 +5,9 @@
 Loads the ops library by its path and the package from the checkout (weights/fusedlinear), then
 for each model: the fused module's outputs against the model's (float32, ieee, within 1e-5, under
 no_grad and in grad mode), what the report says was fused and left (and why), that the fused
-stretches read the module's own parameters, and that something was fused. Exits non-zero on the
-first failure. The models are shared with tests/python/fuse_pytorch2.py.
+stretches read the module's own parameters, and that something was fused; every demo model of
+weights/fx_chain.py fused whole, as the exporter writes its spec; another precision; refusals.
+Exits non-zero on the first failure. The models are shared with tests/python/fuse_pytorch2.py.
 """
 import os
 import sys
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "weights"))
 import fusedlinear  # noqa: E402  (the checkout's: it loads no library)
+import fx_chain  # noqa: E402  (the exporter's demo models)
 
 
 class PreNormMLP(nn.Module):
@@ -177,6 +179,20 @@ def check_model(name, model, x, specs, left):
         check_close(name + " after its weights changed", fused(x), model(x), 1e-5)
 
 
+def check_demos():
+    """Every demo model of the exporter is one stretch: fused whole, with the exporter's spec."""
+    for name in fx_chain.DEMOS:
+        torch.manual_seed(0)
+        model = fx_chain.build_demo(name).eval()
+        x = torch.rand(5, fx_chain.model_in_features(model))
+        with torch.no_grad():
+            fused = fusedlinear.fuse(model)
+            report, spec = fused.fusion_report, str(fusedlinear.trace_model(model))
+            if [s for s, _ in report.fused] != [spec] or report.left:
+                fail("demo %s: expected %s fused whole, got\n%s" % (name, spec, report))
+            check_close("demo %s, %s" % (name, spec), fused(x), model(x), 1e-5)
+
+
 def check_precision():
     model, x = GatedFeedForward().eval(), torch.rand(16, 32)
     with torch.no_grad():
@@ -204,6 +220,7 @@ def main():
     torch.ops.load_library(sys.argv[1])
     for name, (model, x, specs, left) in models().items():
         check_model(name, model, x, specs, left)
+    check_demos()
     check_precision()
     check_refusals()
     print("fuse: every model fused and matched")

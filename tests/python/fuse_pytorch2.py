@@ -14,14 +14,16 @@ failed.
 """
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 
 import torch
 
+# The models (this folder), and the CUDA-event timing of the MLP measurements (.ci/).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".ci"))
 from fuse_models import PreNormMLP, fusedlinear, models  # noqa: E402
+from mlp_models import median_ms  # noqa: E402
 
 SKIP = 77
 failures = []
@@ -80,23 +82,9 @@ def check_model(name, model, x, out):
                   % (name, torch.__version__))
 
 
-def median_ms(run, warmup=10, repeats=50):
-    """The median of `repeats` timings of run() by CUDA events, after `warmup` calls."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def bench_vit_mlp():
     """The ViT-B MLP block at 8192 tokens: each way's time and error against float64."""
+    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default: float32 GEMMs
     torch.manual_seed(0)
     block = PreNormMLP(768, 3072).cuda().eval()
     x = torch.randn(8, 1024, 768, device="cuda")
@@ -113,7 +101,7 @@ def bench_vit_mlp():
         rows = []
         for name, run in ways:
             error = (run(x).double() - reference).abs().max().item()
-            rows.append((name, median_ms(lambda: run(x)), error))
+            rows.append((name, median_ms(lambda: run(x), 50, warmup=10), error))
     base = rows[1][1]
     print("\nViT-B MLP block, x + fc2(gelu(fc1(norm(x)))), [8, 1024, 768] float32, %s, torch %s"
           % (torch.cuda.get_device_name(), torch.__version__))
@@ -134,6 +122,7 @@ def main():
     if int(torch.__version__.split(".")[0]) < 2:
         print("skipped: torch %s; torch.compile and torch.export need torch 2" % torch.__version__)
         return SKIP
+    import torch._inductor  # noqa: F401  (aoti_compile_and_package and aoti_load_package)
     torch.ops.load_library(args.library)
     with tempfile.TemporaryDirectory(prefix="fuse-pt2-") as temporary:
         out = args.out or temporary

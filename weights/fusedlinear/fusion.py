@@ -243,8 +243,9 @@ def _replace(graph, keys, stretch, source, precision):
                 parts = graph.call_function(getattr(torch.ops.fusedlinear, name), (w,))
                 operands += [graph.call_function(operator.getitem, (parts, i))
                              for i in range(count)]
-        fused = graph.call_function(torch.ops.fusedlinear.model,
-                                    (source, operands, biases, params, spec, precision))
+        fused = graph.create_node("call_function", torch.ops.fusedlinear.model,
+                                  (source, operands, biases, params, spec, precision),
+                                  name="fused")
     output.replace_all_uses_with(fused)
     read = {n for node in stretch.nodes for n in node.all_input_nodes if n.op == "get_attr"}
     for node in reversed(stretch.nodes):
