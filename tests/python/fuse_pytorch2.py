@@ -13,6 +13,7 @@ as a table. Every check runs; a failure is one FAIL line, and the exit code is n
 failed.
 """
 import argparse
+import importlib
 import os
 import sys
 import tempfile
@@ -122,7 +123,7 @@ def main():
     if int(torch.__version__.split(".")[0]) < 2:
         print("skipped: torch %s; torch.compile and torch.export need torch 2" % torch.__version__)
         return SKIP
-    import torch._inductor  # noqa: F401  (aoti_compile_and_package and aoti_load_package)
+    importlib.import_module("torch._inductor")  # aoti_compile_and_package, aoti_load_package
     torch.ops.load_library(args.library)
     with tempfile.TemporaryDirectory(prefix="fuse-pt2-") as temporary:
         out = args.out or temporary
