@@ -104,8 +104,8 @@ def bench_vit_mlp():
             error = (run(x).double() - reference).abs().max().item()
             rows.append((name, median_ms(lambda: run(x), 50, warmup=10), error))
     base = rows[1][1]
-    print("\nViT-B MLP block, x + fc2(gelu(fc1(norm(x)))), [8, 1024, 768] float32, %s, torch %s"
-          % (torch.cuda.get_device_name(), torch.__version__))
+    print("\nViT-B MLP block, x + fc2(gelu(fc1(norm(x)))), x %s float32, %s, torch %s"
+          % (list(x.shape), torch.cuda.get_device_name(), torch.__version__))
     print("| way | median ms | vs torch.compile | max abs error vs float64 |")
     print("| --- | --- | --- | --- |")
     for name, ms, error in rows:
