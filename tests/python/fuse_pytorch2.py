@@ -1,0 +1,140 @@
+"""fusedlinear.fuse on PyTorch 2's deployment path (torch 2.x; on 1.x it says so and exits 77,
+which ctest counts as skipped):
+
+    python3 tests/python/fuse_pytorch2.py LIBRARY [--device cpu|cuda] [--out DIR] [--no-bench]
+
+For each model of tests/python/fuse_models.py, fused (float32, ieee): torch.compile(fullgraph=True),
+torch.export and, from torch 2.6, an AOTInductor package (in DIR, or a temporary folder) loaded
+back, each within 1e-5 of the model. Then on CUDA, unless --no-bench, a ViT-B MLP block
+(x + fc2(gelu(fc1(norm(x)))), 768 -> 3072 -> 768, 8192 tokens, float32) timed with CUDA events
+(warm-up, median of 50): eager, torch.compile of the block, fuse in ieee and bf16x3, and
+torch.compile of the bf16x3-fused block; each one's largest error against float64 and its time,
+as a table. Every check runs; a failure is one FAIL line, and the exit code is non-zero if any
+failed.
+"""
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+
+import torch
+
+# The models (this folder), and the CUDA-event timing of the MLP measurements (.ci/).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".ci"))
+from fuse_models import PreNormMLP, fusedlinear, models  # noqa: E402
+from mlp_models import median_ms  # noqa: E402
+
+SKIP = 77
+failures = []
+
+
+def check_close(what, got, want, tolerance=1e-5):
+    difference = (got.double() - want.double()).abs().max().item()
+    ok = difference <= tolerance + tolerance * want.double().abs().max().item()
+    print("%s  %s: max abs difference %.3g" % ("ok  " if ok else "FAIL", what, difference))
+    if not ok:
+        failures.append(what)
+
+
+def step(what, run):
+    """Runs one check; an exception is a FAIL line naming it, and the next check runs."""
+    try:
+        run()
+    except Exception as error:  # any failure of the path under test, reported in one line
+        line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print("FAIL  %s: %s: %s" % (what, type(error).__name__, line))
+        failures.append(what)
+
+
+def aoti_available():
+    return hasattr(torch._inductor, "aoti_compile_and_package") and \
+        hasattr(torch._inductor, "aoti_load_package")
+
+
+def check_model(name, model, x, out):
+    model.eval()
+    with torch.no_grad():
+        want = model(x)
+        fused = fusedlinear.fuse(model)
+        if not fused.fusion_report.fused:
+            failures.append(name + ": nothing fused")
+            print("FAIL  %s: nothing fused" % name)
+        torch._dynamo.reset()
+        step(name + " torch.compile(fullgraph=True)", lambda: check_close(
+            name + " torch.compile(fullgraph=True)", torch.compile(fused, fullgraph=True)(x),
+            want))
+        exported = []
+        step(name + " torch.export", lambda: exported.append(torch.export.export(fused, (x,))))
+        if exported:
+            step(name + " torch.export, run", lambda: check_close(
+                name + " torch.export", exported[0].module()(x), want))
+        if exported and aoti_available():
+            path = os.path.join(out, name + ".pt2")
+
+            def package():
+                torch._inductor.aoti_compile_and_package(exported[0], package_path=path)
+                check_close(name + " AOTInductor package", torch._inductor.aoti_load_package(
+                    path)(x), want)
+            step(name + " AOTInductor", package)
+        elif exported:
+            print("skip  %s AOTInductor: torch %s has no aoti_compile_and_package (2.6+)"
+                  % (name, torch.__version__))
+
+
+def bench_vit_mlp():
+    """The ViT-B MLP block at 8192 tokens: each way's time and error against float64."""
+    torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default: float32 GEMMs
+    torch.manual_seed(0)
+    block = PreNormMLP(768, 3072).cuda().eval()
+    x = torch.randn(8, 1024, 768, device="cuda")
+    with torch.no_grad():
+        reference = block.double()(x.double())
+        block.float()
+        torch._dynamo.reset()
+        fused_bf16x3 = fusedlinear.fuse(block, precision="bf16x3")
+        ways = [("eager (PyTorch, float32)", block),
+                ("torch.compile(block)", torch.compile(block)),
+                ("fuse(block, ieee)", fusedlinear.fuse(block)),
+                ("fuse(block, bf16x3)", fused_bf16x3),
+                ("torch.compile(fuse(block, bf16x3))", torch.compile(fused_bf16x3))]
+        rows = []
+        for name, run in ways:
+            error = (run(x).double() - reference).abs().max().item()
+            rows.append((name, median_ms(lambda: run(x), 50, warmup=10), error))
+    base = rows[1][1]
+    print("\nViT-B MLP block, x + fc2(gelu(fc1(norm(x)))), x %s float32, %s, torch %s"
+          % (list(x.shape), torch.cuda.get_device_name(), torch.__version__))
+    print("| way | median ms | vs torch.compile | max abs error vs float64 |")
+    print("| --- | --- | --- | --- |")
+    for name, ms, error in rows:
+        print("| %s | %.3f | %.2fx | %.2g |" % (name, ms, base / ms, error))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("library", help="libfusedlinear_ops.so")
+    parser.add_argument("--device", choices=("cpu", "cuda"),
+                        default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", help="folder for the AOTInductor packages (default: temporary)")
+    parser.add_argument("--no-bench", action="store_true", help="skip the ViT-B MLP timing")
+    args = parser.parse_args()
+    if int(torch.__version__.split(".")[0]) < 2:
+        print("skipped: torch %s; torch.compile and torch.export need torch 2" % torch.__version__)
+        return SKIP
+    importlib.import_module("torch._inductor")  # aoti_compile_and_package, aoti_load_package
+    torch.ops.load_library(args.library)
+    with tempfile.TemporaryDirectory(prefix="fuse-pt2-") as temporary:
+        out = args.out or temporary
+        os.makedirs(out, exist_ok=True)
+        for name, (model, x, _, _) in models().items():
+            check_model(name, model.to(args.device), x.to(args.device), out)
+    if args.device == "cuda" and not args.no_bench:
+        step("ViT-B MLP bench", bench_vit_mlp)
+    print("%d failed" % len(failures) if failures else "fuse on PyTorch 2: every check passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
