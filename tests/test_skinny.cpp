@@ -404,6 +404,11 @@ TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
     EXPECT_EQ(plan_gemm(compiled).description,
               std::string(precision_name(precision)) + ", Hopper GEMM, chain compiled at run time");
     EXPECT_NE(plan_gemm(compiled).reason.find("compiled as a declaration"), std::string::npos);
+    // The small-batch kernels interpret it either way.
+    compiled.rows = 4;  // ieee's small-batch kernel, in both modes
+    ASSERT_TRUE(plan_gemm(compiled).skinny) << precision_name(precision);
+    EXPECT_NE(plan_gemm(compiled).description.find(", chain by the interpreter"),
+              std::string::npos);
     spec.kernel = GemmKernel::kHopper;  // asked for: it runs
     EXPECT_TRUE(plan_gemm(spec).hopper) << precision_name(precision);
   }
