@@ -176,7 +176,7 @@ GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
   query.weight_output_major = linear_->weight.is_contiguous();
   query.skinny_max_rows = skinny_max_rows_;
   query.bf16x3_min_rows = bf16x3_min_rows_;
-  query.compiled_chain = spec_.compiled;
+  query.chain_kernels = gpu_chain_kernels(find_chain(chain_name_));
   return query;
 }
 
@@ -214,7 +214,7 @@ torch::Tensor LinearChainImpl::forward_with(const torch::Tensor& x, const LayerT
 
 torch::Tensor LinearChainImpl::forward_without_chain(const torch::Tensor& x) {
   GemmQuery query = gemm_query(x);
-  query.compiled_chain = false;  // the empty chain is the interpreter's
+  query.chain_kernels = gpu_chain_kernels(find_chain(""));
   const GemmPlan plan = plan_gemm(query);
   return linear_forward(plan, x, weights(plan.products), linear_->bias, {}, "");
 }

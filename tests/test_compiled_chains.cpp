@@ -1,8 +1,10 @@
 // Run-time chains whose kernels NVRTC compiles (kernels/cuda/jit/): a chain spec's compiled
-// epilogue gives bitwise the output of a declaration of the same chain (compiled_chain_models.h,
-// registered for this test), in every dtype, with and without bias, aligned or not; its module is
-// compiled once and then found in memory, and written to the disk cache. GPU only: skipped, with
-// the reason, without a CUDA device or without NVRTC in the build.
+// epilogue, and its whole forward on the Hopper GEMM in every mode, give bitwise the output of a
+// declaration of the same chain (compiled_chain_models.h, registered for this test), in every
+// dtype, with and without bias (the epilogue aligned or not); each module is compiled once and
+// then found in memory, and written to the disk cache, which a later run reads. GPU only:
+// skipped, with the reason, without a CUDA device or without NVRTC in the build (the Hopper
+// GEMM's without a GPU of compute capability 9.0).
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -18,6 +20,8 @@
 #include "tests/test_support.h"
 
 #ifdef FUSEDLINEAR_WITH_JIT
+#include <ATen/cuda/CUDAContext.h>
+
 #include "kernels/cuda/jit/compiled_chains.h"
 #include "kernels/cuda/jit/kernel_cache.h"
 #endif
@@ -125,10 +129,132 @@ TEST_F(CompiledChainsGpu, CompiledOnceThenFoundInMemoryAndOnDisk) {
   EXPECT_TRUE(on_disk) << "no entry in " << directory;
 }
 
+// A Hopper GEMM forward (the gemm_epilogue op) of `chain` in `precision`, W split as it takes it.
+torch::Tensor hopper_forward(const torch::Tensor& x, const torch::Tensor& w,
+                             const c10::optional<torch::Tensor>& bias,
+                             const std::vector<torch::Tensor>& params, const std::string& chain,
+                             const std::string& precision) {
+  if (precision == "ieee") {
+    return fused_gemm_epilogue(x, w, c10::nullopt, bias, params, chain, precision);
+  }
+  if (precision == "bf16x6") {
+    const auto [hi, mid, lo] = split_bf16_three(w);
+    return fused_gemm_epilogue(x, hi, mid, bias, params, chain, precision, lo);
+  }
+  const auto [hi, lo] = split_bf16(w);
+  return fused_gemm_epilogue(
+      x, hi, precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt, bias, params,
+      chain, precision);
+}
+
+// Skips a test of the Hopper GEMM on another GPU.
+#define SKIP_UNLESS_HOPPER()                                                          \
+  do {                                                                                \
+    const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();             \
+    if (props->major != 9 || props->minor != 0) {                                     \
+      GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0, this GPU has " \
+                   << props->major << "." << props->minor;                            \
+    }                                                                                 \
+  } while (0)
+
+// The Hopper GEMM's whole forward of a chain spec, its kernels compiled at run time: bitwise the
+// declaration's, in every mode the Hopper GEMM takes (float32 x: bf16, bf16x3, bf16x6; 16-bit x:
+// its own products), with bias and without, on rows and columns that are not multiples of the
+// tiles. Each kernel instance a forward picks is compiled once (or read from the disk cache),
+// then found in memory.
+TEST_F(CompiledChainsGpu, HopperGemmSameBitsAsADeclarationOfTheChain) {
+  SKIP_UNLESS_HOPPER();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  const cuda::jit::CompileCounts before = cuda::jit::compile_counts();
+  const int64_t rows = 300, out = 520, in = 256;
+  int instances = 0;
+  for (const std::string name : {CompiledSwishChain::kName, CompiledMixedChain::kName}) {
+    const ChainEntry& declared = find_chain(name);
+    const std::string spec = declared.chain.to_string();
+    ASSERT_EQ(gpu_chain_kernels(find_chain(spec)), ChainKernelKind::kCompiledAtRunTime);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
+      const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+      const torch::Tensor x = torch::rand({rows, in}, options);
+      const torch::Tensor w = (torch::rand({out, in}, options) * 2 - 1) * 0.0625;
+      const torch::Tensor bias = torch::randn({out}, options) * 0.1;
+      const std::vector<torch::Tensor> params = params_for(declared.chain, out, options);
+      const std::vector<std::string> precisions =
+          dtype == torch::kFloat32 ? std::vector<std::string>{"bf16", "bf16x3", "bf16x6"}
+                                   : std::vector<std::string>{"ieee"};
+      for (const std::string& precision : precisions) {
+        ++instances;  // one kernel a mode and dtype at this shape
+        for (const bool with_bias : {true, false}) {
+          const c10::optional<torch::Tensor> b =
+              with_bias ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
+          const torch::Tensor expected = hopper_forward(x, w, b, params, name, precision);
+          const torch::Tensor got = hopper_forward(x, w, b, params, spec, precision);
+          EXPECT_TRUE(torch::equal(got, expected))
+              << spec << " " << dtype << " " << precision << " bias " << with_bias
+              << ": max abs diff "
+              << (got.to(torch::kFloat64) - expected.to(torch::kFloat64))
+                     .abs()
+                     .max()
+                     .item<double>();
+        }
+      }
+    }
+  }
+  const cuda::jit::CompileCounts after = cuda::jit::compile_counts();
+  EXPECT_EQ(after.failed, before.failed);
+  EXPECT_EQ(after.compiled + after.read_from_disk,
+            before.compiled + before.read_from_disk + instances);
+}
+
+// A chain no other test runs, in a cache of its own: its first forward compiles its kernel, and
+// once the process's modules are unloaded, the next forward reads it from the disk cache instead
+// of compiling it again, with the same bits.
+TEST_F(CompiledChainsGpu, HopperGemmKernelReadFromTheDiskCacheOnTheSecondRun) {
+  SKIP_UNLESS_HOPPER();
+  torch::NoGradGuard no_grad;
+  const testing_support::TempDir cache;
+  const char* saved = std::getenv("FUSEDLINEAR_CACHE_DIR");
+  const std::string kept = saved ? saved : "";
+  setenv("FUSEDLINEAR_CACHE_DIR", cache.path().c_str(), 1);
+  const std::string spec = "selu,mul(0.75),softsign";
+  const auto options = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor x = torch::rand({256, 512}, options);
+  const torch::Tensor w = torch::rand({384, 512}, options) * 0.05;
+  const auto timed_forward = [&](double& seconds) {
+    const auto start = std::chrono::steady_clock::now();
+    const torch::Tensor y = hopper_forward(x, w, c10::nullopt, {}, spec, "bf16x3");
+    torch::cuda::synchronize();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return y;
+  };
+  const cuda::jit::CompileCounts before = cuda::jit::compile_counts();
+  double first = 0, second = 0;
+  const torch::Tensor compiled = timed_forward(first);
+  const cuda::jit::CompileCounts after_first = cuda::jit::compile_counts();
+  EXPECT_EQ(after_first.compiled, before.compiled + 1);
+  EXPECT_EQ(testing_support::list_dir(cache.path()).size(), 1u);
+  cuda::jit::unload_compiled_modules();
+  const torch::Tensor read = timed_forward(second);
+  const cuda::jit::CompileCounts after = cuda::jit::compile_counts();
+  EXPECT_EQ(after.compiled, after_first.compiled);
+  EXPECT_EQ(after.read_from_disk, after_first.read_from_disk + 1);
+  EXPECT_EQ(after.failed, before.failed);
+  EXPECT_TRUE(torch::equal(read, compiled));
+  std::cout << "the Hopper GEMM's bf16x3 kernel: first forward " << first * 1e3
+            << " ms (compiled), after unloading " << second * 1e3 << " ms (read from disk)\n";
+  if (saved) {
+    setenv("FUSEDLINEAR_CACHE_DIR", kept.c_str(), 1);
+  } else {
+    unsetenv("FUSEDLINEAR_CACHE_DIR");
+  }
+}
+
 #else
 // Listed, and skipped with SetUp's reason, in builds without compiled chains.
 TEST_F(CompiledChainsGpu, SameBitsAsADeclarationOfTheChain) {}
 TEST_F(CompiledChainsGpu, CompiledOnceThenFoundInMemoryAndOnDisk) {}
+TEST_F(CompiledChainsGpu, HopperGemmSameBitsAsADeclarationOfTheChain) {}
+TEST_F(CompiledChainsGpu, HopperGemmKernelReadFromTheDiskCacheOnTheSecondRun) {}
 #endif
 
 }  // namespace

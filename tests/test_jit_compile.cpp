@@ -1,5 +1,6 @@
 // The compile step and the disk cache of run-time chains (kernels/cuda/jit/), which need no GPU:
-// NVRTC compiles chains covering the whole vocabulary for sm_90a; the cache finds what it stored,
+// NVRTC compiles chains covering the whole vocabulary for sm_90a, and kernels of the Hopper GEMM
+// with a chain in their epilogue; the cache finds what it stored,
 // and a missing, read-only or corrupt cache, or two writers of one entry, leave a run correct.
 // Torch-free: built wherever NVRTC is.
 #include <gtest/gtest.h>
@@ -8,9 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -97,6 +100,45 @@ TEST(NvrtcCompile, OtherArchitecturesCompile) {
         module, error))
         << architecture << "\n"
         << error;
+  }
+}
+
+// One kernel of the Hopper GEMM with a chain in its epilogue, as the library compiles it at a
+// run-time chain's first forward on such a GPU: bf16x3's promoted products on the 128 x 128 tile,
+// float32 x; and a bfloat16 model's. The time each takes is printed: the library compiles each
+// kernel at its first use, not all of them at the chain's first call.
+TEST(NvrtcCompile, HopperGemmKernelsCompileForHopper) {
+  SKIP_WITHOUT_TOOLKIT_HEADERS();
+  HopperInstance promoted;
+  promoted.type = ElementType::kFloat32;
+  promoted.products = "kBf16x3Promoted";
+  promoted.tile_n = 128;
+  promoted.consumer_rows = 64;
+  HopperInstance half_model;
+  half_model.type = ElementType::kBFloat16;
+  half_model.products = "kOne";
+  half_model.tile_n = 256;
+  half_model.consumer_rows = 64;
+  for (const HopperInstance& instance : {promoted, half_model}) {
+    CompiledModule module;
+    std::string error;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(compile_with_nvrtc(
+        hopper_unit(chains_of_the_whole_vocabulary()[0], instance, "sm_90a"), module, error))
+        << instance.products << "\n"
+        << error;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "the Hopper GEMM's " << instance.products << " kernel on " << instance.tile_n
+              << " columns, " << (instance.type == ElementType::kFloat32 ? "float32" : "bfloat16")
+              << " x: compiled by NVRTC for sm_90a in " << seconds << " s\n";
+    EXPECT_EQ(module.image.substr(0, 4),
+              "\x7f"
+              "ELF");
+    ASSERT_EQ(module.lowered_names.size(), size_t(kHopperUnitChainValue + 1));
+    for (const std::string& name : module.lowered_names) EXPECT_EQ(name.substr(0, 2), "_Z");
+    // The kernel is in the image under its lowered name, which the library loads it by.
+    EXPECT_NE(module.image.find(module.lowered_names[0]), std::string::npos);
   }
 }
 

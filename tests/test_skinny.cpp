@@ -392,9 +392,23 @@ TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
     GemmQuery spec = q;
     spec.precision = precision;
     spec.rows = 256;  // where both modes take the Hopper GEMM
-    spec.compiled_chain = false;
+    spec.chain_kernels = ChainKernelKind::kInterpreter;
     EXPECT_FALSE(plan_gemm(spec).hopper) << precision_name(precision);
     EXPECT_NE(plan_gemm(spec).reason.find("a run-time chain"), std::string::npos);
+    EXPECT_EQ(plan_gemm(spec).description,
+              std::string(precision_name(precision)) + ", cuBLAS, chain by the interpreter");
+    // Compiled at run time: what a declaration gets.
+    GemmQuery compiled = spec;
+    compiled.chain_kernels = ChainKernelKind::kCompiledAtRunTime;
+    EXPECT_TRUE(plan_gemm(compiled).hopper) << precision_name(precision);
+    EXPECT_EQ(plan_gemm(compiled).description,
+              std::string(precision_name(precision)) + ", Hopper GEMM, chain compiled at run time");
+    EXPECT_NE(plan_gemm(compiled).reason.find("compiled as a declaration"), std::string::npos);
+    // The small-batch kernels interpret it either way.
+    compiled.rows = 4;  // ieee's small-batch kernel, in both modes
+    ASSERT_TRUE(plan_gemm(compiled).skinny) << precision_name(precision);
+    EXPECT_NE(plan_gemm(compiled).description.find(", chain by the interpreter"),
+              std::string::npos);
     spec.kernel = GemmKernel::kHopper;  // asked for: it runs
     EXPECT_TRUE(plan_gemm(spec).hopper) << precision_name(precision);
   }

@@ -3,9 +3,14 @@
 // memory that kernel does not write, overlap that kernel's tail.
 #pragma once
 
+#include "kernels/cuda/device.cuh"
+
+// The launchers are host code, which NVRTC (kernels/cuda/jit/) neither takes nor needs.
+#ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/device.cuh"
+#include <tuple>
+#endif
 
 namespace fusedlinear {
 namespace cuda {
@@ -27,12 +32,15 @@ __device__ __forceinline__ void allow_next_kernel_start() {
 #endif
 }
 
-// kernel<<<grid, threads, shared_bytes, stream>>>(args...) on the device `limits` describes (the
-// current one), as a programmatic dependent of the kernel before it on the stream where the GPU
-// has them (sm_90 on), an ordinary launch before.
-template <typename... Params, typename... Args>
-cudaError_t launch_dependent(const DeviceLimits& limits, void (*kernel)(Params...), dim3 grid,
-                             dim3 threads, size_t shared_bytes, cudaStream_t stream, Args... args) {
+#ifndef __CUDACC_RTC__
+// `kernel` (a __global__ function, or a kernel handle that cudaLibraryGetKernel gave, as a
+// pointer) launched as kernel<<<grid, threads, shared_bytes, stream>>>, each of `args` pointing to
+// a parameter's value, on the device `limits` describes (the current one): as a programmatic
+// dependent of the kernel before it on the stream where the GPU has them (sm_90 on), an ordinary
+// launch before.
+inline cudaError_t launch_dependent_kernel(const DeviceLimits& limits, const void* kernel,
+                                           dim3 grid, dim3 threads, size_t shared_bytes,
+                                           cudaStream_t stream, void** args) {
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
@@ -43,8 +51,23 @@ cudaError_t launch_dependent(const DeviceLimits& limits, void (*kernel)(Params..
   config.stream = stream;
   config.attrs = &overlap;
   config.numAttrs = limits.compute_major >= 9 ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, args...);
+  return cudaLaunchKernelExC(&config, kernel, args);
 }
+
+// The same for a __global__ function: args... converted to its parameters' types first.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(const DeviceLimits& limits, void (*kernel)(Params...), dim3 grid,
+                             dim3 threads, size_t shared_bytes, cudaStream_t stream, Args... args) {
+  std::tuple<Params...> values(args...);
+  return std::apply(
+      [&](auto&... value) {
+        void* pointers[] = {&value...};
+        return launch_dependent_kernel(limits, reinterpret_cast<const void*>(kernel), grid, threads,
+                                       shared_bytes, stream, pointers);
+      },
+      values);
+}
+#endif
 
 }  // namespace cuda
 }  // namespace fusedlinear

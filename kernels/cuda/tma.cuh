@@ -3,11 +3,20 @@
 // where the tile reaches past the matrix; an mbarrier counts its bytes in.
 #pragma once
 
+#include <cstdint>
+
+// Host code, which NVRTC (kernels/cuda/jit/) neither takes nor needs: the descriptions are built on
+// the host. NVRTC has no cuda.h, so its kernels see the description's type as the driver lays it
+// out (sixteen 64-bit words, 64-byte aligned at least, as the TMA reads it).
+#ifndef __CUDACC_RTC__
 #include <cuda.h>          // CUtensorMap: the TMA's description of a matrix, built on the host
 #include <cudaTypedefs.h>  // the driver's encoder's type
 #include <cuda_runtime.h>
-
-#include <cstdint>
+#else
+typedef struct alignas(64) CUtensorMap_st {
+  unsigned long long opaque[16];
+} CUtensorMap;
+#endif
 
 namespace fusedlinear {
 namespace cuda {
@@ -23,6 +32,7 @@ constexpr bool kHasTensorCopies = true;
 // Bytes in one row of a tile: the TMA's 128-byte swizzle takes rows of up to 128 bytes.
 constexpr int kTileRowBytes = 128;
 
+#ifndef __CUDACC_RTC__
 // Describes the row-major matrix [rows][cols] of `element_bytes`-byte elements (2: bfloat16, 4:
 // float32) at `base` for tiles of box_rows x 128 bytes: where a tile lands, its 16-byte pieces are
 // swizzled (piece p of row r at piece p ^ (r % 8)), and what lies past the matrix is read as
@@ -60,6 +70,7 @@ inline cudaError_t describe_matrix(CUtensorMap& map, const void* base, int eleme
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // "none": zeros, not NaN, past the matrix
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
 }
+#endif
 
 // The tile of box_rows x (128 / element bytes) at (row, col) of the matrix `map` describes,
 // copied to shared memory at `dst` (1024-byte aligned), its bytes counted on the mbarrier at

@@ -91,10 +91,17 @@ const ChainEntry& find_chain(const std::string& name_or_spec) {
   // The kernels a declaration of the chain gets, compiled at their first call where they can be.
   entry->kernels.cuda = cuda::jit::compiled_chain_kernels(
       entry->program, chain_expression(entry->chain), r.runtime.cuda);
+  entry->compiled_at_run_time = cuda::jit::compiling_enabled();
 #endif
   const auto canonical = r.by_name.emplace(entry->name, entry).first;
   r.by_name.emplace(name_or_spec, canonical->second);
   return *canonical->second;
+}
+
+ChainKernelKind gpu_chain_kernels(const ChainEntry& entry) {
+  return entry.compiled               ? ChainKernelKind::kDeclaration
+         : entry.compiled_at_run_time ? ChainKernelKind::kCompiledAtRunTime
+                                      : ChainKernelKind::kInterpreter;
 }
 
 std::vector<std::string> compiled_chain_names() {

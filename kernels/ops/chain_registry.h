@@ -14,6 +14,7 @@
 #include "kernels/cpu/epilogue.h"
 #include "kernels/math/program.h"
 #include "kernels/ops/chain_spec.h"
+#include "kernels/ops/gemm_plan.h"
 #include "kernels/ops/model_spec.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -34,9 +35,14 @@ struct ChainEntry {
   std::string name;       // a declaration's chain's name; for a run-time chain, its canonical spec
   ParsedChain chain;      // what it computes (the eager and float64 forms come from it)
   act::Program program;   // the op list the kernels take (compiled chains ignore it)
-  bool compiled = false;  // a declaration's own kernels, or the interpreter's
+  bool compiled = false;  // a declaration's own kernels, or a run-time chain's
+  // A run-time chain whose CUDA kernels NVRTC compiles at their first call (kernels/cuda/jit/).
+  bool compiled_at_run_time = false;
   ChainKernels kernels;
 };
+
+// Whose kernels run `entry`'s chain on a GPU, as plan_gemm weighs them.
+ChainKernelKind gpu_chain_kernels(const ChainEntry& entry);
 
 // Registers a declaration: its model and the compiled chains its layers name (a ModelSpec's
 // op_chain()). Throws std::invalid_argument when a name is taken or a chain is named after an
@@ -46,7 +52,8 @@ void register_model(const ModelSpec& model, const std::vector<ChainEntry>& compi
 void register_runtime_kernels(const ChainKernels& kernels);
 
 // The chain `name_or_spec` names: a declaration's compiled chain, else a chain spec (parsed once
-// and kept), run by the interpreter. Throws ChainSpecError naming what is wrong with the spec.
+// and kept), run by the interpreter or compiled at run time. Throws ChainSpecError naming what is
+// wrong with the spec.
 const ChainEntry& find_chain(const std::string& name_or_spec);
 
 // The names of the compiled chains, in registration order.

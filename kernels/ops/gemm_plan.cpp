@@ -137,6 +137,11 @@ GemmPlan plan_gemm(const GemmQuery& query) {
                           (from_rows > 0 ? " from " + std::to_string(from_rows) + " rows)"
                                          : " runs ieee's kernel)");
     }
+    if (query.device.gpu && query.chain_kernels != ChainKernelKind::kDeclaration) {
+      const bool compiled =
+          query.chain_kernels == ChainKernelKind::kCompiledAtRunTime && !plan.skinny;
+      plan.description += compiled ? ", chain compiled at run time" : ", chain by the interpreter";
+    }
     return plan;
   };
   const auto finish = [&](Precision products, bool skinny, const std::string& reason,
@@ -208,14 +213,18 @@ GemmPlan plan_gemm(const GemmQuery& query) {
     const int64_t to = six ? table->bf16x6_hopper_max : table->bf16x3_hopper_max;
     const std::string rows = std::to_string(from) + "-" + std::to_string(to) + " rows";
     if (query.rows >= from && query.rows <= to && hopper_refusal(query).empty()) {
-      if (!query.compiled_chain) {
+      if (query.chain_kernels == ChainKernelKind::kInterpreter) {
         return library("auto: a run-time chain: at " + rows + " the Hopper GEMM takes " + mode +
                        ", but the chain's interpreter in its epilogue measured slower than cuBLAS "
-                       "and the chain's own kernel");
+                       "and the chain's own kernel (FUSEDLINEAR_JIT=1 compiles the chain where "
+                       "NVRTC is)");
       }
       return finish_on(GemmKernel::kHopper, query.precision,
                        "auto: at " + rows + " the Hopper GEMM's " + mode +
-                           " measured faster than cuBLAS's, and closer to float64",
+                           " measured faster than cuBLAS's, and closer to float64" +
+                           (query.chain_kernels == ChainKernelKind::kCompiledAtRunTime
+                                ? "; the run-time chain compiled as a declaration of it"
+                                : ""),
                        0);
     }
   }

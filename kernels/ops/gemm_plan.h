@@ -64,8 +64,9 @@ inline std::optional<Precision> parse_precision(const std::string& name) {
 //           measured faster: it reads W once and fuses the epilogue); above them bf16x3 and bf16x6
 //           on the Hopper GEMM where it takes the forward, at the rows where it measured faster
 //           (SkinnyThresholds::bf16x3_hopper_min to _max, bf16x6_hopper_min to _max), for a
-//           declaration's compiled chain (a run-time chain's interpreter in its epilogue measured
-//           slower than cuBLAS and the chain's own kernel); cuBLAS otherwise;
+//           compiled chain, a declaration's or one compiled at run time (a run-time chain's
+//           interpreter in its epilogue measured slower than cuBLAS and the chain's own kernel);
+//           cuBLAS otherwise;
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
 //   skinny  always the skinny kernel (any number of rows, W then read once per tile of x's rows:
 //           16 for float32 W, 64 on the tensor cores; on the CPU its twin: the same products in
@@ -124,6 +125,12 @@ inline bool sums_split_products(Precision precision) {
   return precision == Precision::kBf16x3 || precision == Precision::kBf16x6;
 }
 
+// Whose kernels run a Linear's chain on a GPU: a declaration's (compiled with the library), a
+// run-time chain's compiled by NVRTC at their first call (kernels/cuda/jit/: the epilogue and the
+// Hopper GEMM; its small-batch kernels stay the interpreter's), or the interpreter's (a run-time
+// chain's where compiling is off or NVRTC is missing).
+enum class ChainKernelKind { kDeclaration, kCompiledAtRunTime, kInterpreter };
+
 // The device a forward runs on, as the plan needs it.
 struct GemmDevice {
   bool gpu = false;
@@ -165,8 +172,7 @@ struct GemmQuery {
   int64_t skinny_max_rows = -1;  // an override of the table for every mode (auto then leaves the
                                  // Hopper GEMM out); -1: the table's
   int64_t bf16x3_min_rows = kDefaultBf16x3MinRows;
-  // A declaration's compiled chain, or a run-time chain (the interpreter's kernels).
-  bool compiled_chain = true;
+  ChainKernelKind chain_kernels = ChainKernelKind::kDeclaration;
 };
 
 // What the forward runs: the products (bf16x3 may run ieee's), the kernel (the small-batch
@@ -176,7 +182,9 @@ struct GemmPlan {
   bool skinny = false;
   bool hopper = false;
   std::string reason;
-  // "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 9 rows)", "ieee, CPU GEMM", "bf16, Hopper GEMM".
+  // "bf16x3, cuBLAS", "ieee, skinny (bf16x3 from 9 rows)", "ieee, CPU GEMM", "bf16, Hopper GEMM";
+  // on a GPU, for a run-time chain, whose kernels run it: "bf16x3, Hopper GEMM, chain compiled at
+  // run time", "bf16x3, cuBLAS, chain by the interpreter".
   std::string description;
 };
 

@@ -272,7 +272,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
   };
   // Linear i on h, with `chain` and its parameters, and a gate or the residual: as the plan for
   // `kernel` says (a model the fused-MLP kernel refused: auto's).
-  const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain, bool compiled,
+  const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain,
                        const std::vector<torch::Tensor>& chain_params,
                        const LayerTerms& terms = {}) {
     const LinearWeights w = weights_of(i);
@@ -284,7 +284,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     query.float32_model = w.weight.scalar_type() == torch::kFloat32;
     query.device = gemm_device_of(h);
     query.weight_output_major = w.weight.is_contiguous();
-    query.compiled_chain = compiled;
+    query.chain_kernels = gpu_chain_kernels(detail::chain_for(kModel, chain));
     return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain, terms);
   };
   torch::Tensor h = x;
@@ -294,20 +294,20 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
         params.begin() + long(layer.first_param + layer.params));
     if (layer.half >= 0) {
       // One GEMM, then the chain on one half times the other (chunk(2, -1)).
-      const torch::Tensor y = run(layer.linear, h, "", false, {});
+      const torch::Tensor y = run(layer.linear, h, "", {});
       const int64_t width = y.size(-1) / 2;
       const torch::Tensor main = y.narrow(-1, layer.half * width, width).contiguous();
       const torch::Tensor other = y.narrow(-1, (1 - layer.half) * width, width);
       h = fused_epilogue(main, c10::nullopt, chain_params, layer.chain) * other;
     } else if (layer.gated) {
-      const torch::Tensor gate = run(layer.gate, h, "", false, {});
-      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params, {gate, c10::nullopt});
+      const torch::Tensor gate = run(layer.gate, h, "", {});
+      h = run(layer.linear, h, layer.chain, chain_params, {gate, c10::nullopt});
     } else if (layout.residual && &layer == &layout.layers.back()) {
       // The residual given to the last Linear, as LayeredModel gives it (bitwise the same).
-      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params, {c10::nullopt, x});
+      h = run(layer.linear, h, layer.chain, chain_params, {c10::nullopt, x});
       return h;
     } else {
-      h = run(layer.linear, h, layer.chain, layer.compiled, chain_params);
+      h = run(layer.linear, h, layer.chain, chain_params);
     }
   }
   return layout.residual ? x + h : h;

@@ -16,14 +16,20 @@
 // The TMA writes zeros past the matrix (tails of m, n and k), and the stores are masked.
 #pragma once
 
-#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+// The launchers are host code, which NVRTC, compiling a run-time chain's kernels
+// (kernels/cuda/jit/), neither takes nor needs.
+#ifndef __CUDACC_RTC__
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <type_traits>
+#endif
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device.cuh"
@@ -120,8 +126,9 @@ constexpr int stage_bytes(GemmProducts products, int tile_m, int cols) {
 // The stages of the ring that fit beside the column values (1024: room to align the ring; 16 a
 // stage: its barriers).
 constexpr int ring_stages(GemmProducts products, int tile_m, int cols) {
-  return std::min(kMaxStages, (kGemmSmemBytes - 1024 - 16 * kMaxStages - column_bytes(cols)) /
-                                  stage_bytes(products, tile_m, cols));
+  const int fit = (kGemmSmemBytes - 1024 - 16 * kMaxStages - column_bytes(cols)) /
+                  stage_bytes(products, tile_m, cols);
+  return fit < kMaxStages ? fit : kMaxStages;
 }
 // Whether a tile can be built: a consumer's accumulators fit its registers, and two stages at
 // least fit shared memory (bf16x6's three parts a stage leave its widest tiles one).
@@ -612,6 +619,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
 #endif
 }
 
+#ifndef __CUDACC_RTC__
 // A tile's shape: rows of x each consumer takes, rows of W, and whether the consumers take tiles
 // in turns (their own) or share one.
 struct TileShape {
@@ -708,12 +716,37 @@ inline GemmTile choose_tile(GemmProducts products, int64_t m, int64_t n, int mul
 // compile, for the library).
 enum class TileSet { kAll, kAutoCandidates };
 
+// A kernel of hopper_gemm_kernel's and the ColumnEpilogue it takes, for one GemmShape: a
+// declaration's instance, or the same compiled at run time (kernels/cuda/jit/), whose chain's type
+// only the kernel knows (the epilogue is then one of the same layout). A null kernel: none.
+struct GemmKernelHandle {
+  const void* kernel = nullptr;
+  const void* epilogue = nullptr;
+};
+
+// The enumerator's name, as a run-time chain's translation unit names the kernel's shape.
+constexpr const char* products_name(GemmProducts products) {
+  switch (products) {
+    case GemmProducts::kOne:
+      return "kOne";
+    case GemmProducts::kBf16x3:
+      return "kBf16x3";
+    case GemmProducts::kBf16x3OneSum:
+      return "kBf16x3OneSum";
+    case GemmProducts::kBf16x3Promoted:
+      return "kBf16x3Promoted";
+    case GemmProducts::kBf16x6Promoted:
+      return "kBf16x6Promoted";
+  }
+  return "";
+}
+
 namespace detail {
 
-template <class Shape, typename In, typename Out, class ChainT>
-cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[kMaxParts],
-                         const void* const (&w)[kMaxParts], Out* out, int64_t m, int64_t n,
-                         int64_t k, const ColumnEpilogue<Out, ChainT>& epilogue,
+template <class Shape, typename Out>
+cudaError_t launch_shape(const GemmKernelHandle& handle, const DeviceLimits& limits,
+                         const void* const (&x)[kMaxParts], const void* const (&w)[kMaxParts],
+                         Out* out, int64_t m, int64_t n, int64_t k,
                          const split::SplitOperands& split, cudaStream_t stream) {
   GemmMaps maps{};
   for (int p = 0; p < Shape::kParts; ++p) {
@@ -728,22 +761,34 @@ cudaError_t launch_shape(const DeviceLimits& limits, const void* const (&x)[kMax
   order.tiles_n = int(tiles_n);
   order.group_m = int(std::min<int64_t>(tiles_m, kGroupRows));
   const int grid = int(std::min<int64_t>(tiles_m * tiles_n, limits.multiprocessors));
-  const int k_tiles = int(ceil_div(k, Shape::kTileK));
-  const int vector_stores = n % (16 / int(sizeof(Out))) == 0 ? 1 : 0;
-  const auto kernel = hopper_gemm_kernel<Shape, In, Out, ChainT>;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
+  int rows = int(m), cols = int(n);
+  int k_tiles = int(ceil_div(k, Shape::kTileK));
+  int vector_stores = n % (16 / int(sizeof(Out))) == 0 ? 1 : 0;
+  const cudaError_t err = cudaFuncSetAttribute(
+      handle.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
   if (err != cudaSuccess) return err;
-  return launch_dependent(limits, kernel, dim3(grid), dim3(kGemmThreads), Shape::kSmemBytes, stream,
-                          maps, out, int(m), int(n), k_tiles, order, vector_stores, epilogue,
-                          split);
+  // hopper_gemm_kernel's parameters, in order.
+  void* args[] = {&maps,
+                  &out,
+                  &rows,
+                  &cols,
+                  &k_tiles,
+                  &order,
+                  &vector_stores,
+                  const_cast<void*>(handle.epilogue),
+                  const_cast<split::SplitOperands*>(&split)};
+  return launch_dependent_kernel(limits, handle.kernel, dim3(grid), dim3(kGemmThreads),
+                                 Shape::kSmemBytes, stream, args);
 }
 
-template <GemmProducts kProducts, typename In, TileSet kTiles = TileSet::kAll, typename Out,
-          class ChainT>
-cudaError_t launch_products(const void* const (&x)[kMaxParts], const void* const (&w)[kMaxParts],
-                            Out* out, int64_t m, int64_t n, int64_t k,
-                            const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
+// `kernel_of(Shape{})`: the GemmKernelHandle of the tile's shape, asked once every check has
+// passed (a run-time chain's is compiled then); `prepare()`: what the stream must run before the
+// kernel (x's split), launched once the kernel is known; `split`: the operands from which a sum
+// that is not finite is recomputed as eager's (kernels/math/bf16_split.h).
+template <GemmProducts kProducts, TileSet kTiles, typename Out, class KernelOf, class Prepare>
+cudaError_t launch_products(const KernelOf& kernel_of, const Prepare& prepare,
+                            const void* const (&x)[kMaxParts], const void* const (&w)[kMaxParts],
+                            Out* out, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
                             GemmTile tile, const split::SplitOperands& split) {
   constexpr int kParts = operand_parts(kProducts);
   if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
@@ -768,7 +813,11 @@ cudaError_t launch_products(const void* const (&x)[kMaxParts], const void* const
         kTiles == TileSet::kAll ||
         auto_candidate(kProducts, {Shape::kConsumerRows, Shape::kTileN, Shape::kTurns});
     if constexpr (Shape::kFits && kBuilt) {
-      return launch_shape<Shape, In>(limits, x, w, out, m, n, k, epilogue, split, stream);
+      const GemmKernelHandle handle = kernel_of(shape);
+      if (!handle.kernel) return cudaErrorNotSupported;
+      const cudaError_t prepared = prepare();
+      if (prepared != cudaSuccess) return prepared;
+      return launch_shape<Shape>(handle, limits, x, w, out, m, n, k, split, stream);
     } else {
       return cudaErrorNotSupported;  // more accumulators than a consumer's registers, or not built
     }
@@ -795,7 +844,21 @@ cudaError_t launch_products(const void* const (&x)[kMaxParts], const void* const
   return cudaErrorInvalidValue;
 }
 
+// Nothing to run before the kernel.
+inline cudaError_t nothing_before() { return cudaSuccess; }
+
 }  // namespace detail
+
+// The kernels compiled with the library for a ColumnEpilogue<Out, ChainT>: kernel_of for
+// detail::launch_products, its x and W of In.
+template <typename In, typename Out, class ChainT>
+auto declared_kernels(const ColumnEpilogue<Out, ChainT>& epilogue) {
+  return [&epilogue](auto shape) {
+    using Shape = decltype(shape);
+    return GemmKernelHandle{
+        reinterpret_cast<const void*>(&hopper_gemm_kernel<Shape, In, Out, ChainT>), &epilogue};
+  };
+}
 
 // out = chain(x W^T + bias): x [m][k] and w [n][k] row-major of In (__nv_bfloat16 or __half), out
 // [m][n] row-major of Out (float or In); the epilogue's bias and terms of Out, per column (n).
@@ -811,8 +874,9 @@ cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, in
   static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, In>);
   const void* const xs[kMaxParts] = {x, x, x};
   const void* const ws[kMaxParts] = {w, w, w};
-  return detail::launch_products<GemmProducts::kOne, In, kTiles>(xs, ws, out, m, n, k, epilogue,
-                                                                 stream, tile, {});
+  return detail::launch_products<GemmProducts::kOne, kTiles>(declared_kernels<In>(epilogue),
+                                                             detail::nothing_before, xs, ws, out, m,
+                                                             n, k, stream, tile, {});
 }
 
 // bf16x3: out = chain(x W^T + bias) from x's and W's bfloat16 parts (x = x_hi + x_lo, W = w_hi +
@@ -834,8 +898,9 @@ cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bflo
   static_assert(operand_parts(kProducts) == 2);
   const void* const xs[kMaxParts] = {x_hi, x_lo, x_lo};
   const void* const ws[kMaxParts] = {w_hi, w_lo, w_lo};
-  return detail::launch_products<kProducts, __nv_bfloat16, kTiles>(xs, ws, out, m, n, k, epilogue,
-                                                                   stream, tile, split);
+  return detail::launch_products<kProducts, kTiles>(declared_kernels<__nv_bfloat16>(epilogue),
+                                                    detail::nothing_before, xs, ws, out, m, n, k,
+                                                    stream, tile, split);
 }
 
 // bf16x6: out = chain(x W^T + bias) from x's and W's three bfloat16 parts (hi, mid, lo, as
@@ -852,9 +917,12 @@ cudaError_t launch_hopper_gemm_bf16x6(const __nv_bfloat16* const (&x)[kMaxParts]
                                       const split::SplitOperands& split = {}) {
   const void* const xs[kMaxParts] = {x[0], x[1], x[2]};
   const void* const ws[kMaxParts] = {w[0], w[1], w[2]};
-  return detail::launch_products<GemmProducts::kBf16x6Promoted, __nv_bfloat16, kTiles>(
-      xs, ws, out, m, n, k, epilogue, stream, tile, split);
+  return detail::launch_products<GemmProducts::kBf16x6Promoted, kTiles>(
+      declared_kernels<__nv_bfloat16>(epilogue), detail::nothing_before, xs, ws, out, m, n, k,
+      stream, tile, split);
 }
+
+#endif  // __CUDACC_RTC__
 
 }  // namespace gemm
 }  // namespace cuda

@@ -18,12 +18,28 @@ const char* element_name(ElementType type) {
   return "";
 }
 
-// The chain's declaration, as a header of declarations writes one (kernels/math/model.h).
-std::string declaration_unit(const std::string& header, const std::string& chain_expression) {
-  return "#include \"" + header +
-         "\"\n\nnamespace fusedlinear {\nnamespace compiled {\n\n"
+// The chain's declaration, as a header of declarations writes one (kernels/math/model.h), after
+// the headers of the kernels it instantiates.
+std::string declaration_unit(const std::vector<std::string>& headers,
+                             const std::string& chain_expression) {
+  std::string unit;
+  for (const std::string& header : headers) unit += "#include \"" + header + "\"\n";
+  return unit +
+         "\nnamespace fusedlinear {\nnamespace compiled {\n\n"
          "struct Declaration : CompiledRuntimeChain {\n  static constexpr auto kChain = " +
          chain_expression + ";\n};\n\n}  // namespace compiled\n}  // namespace fusedlinear\n";
+}
+
+// CompiledEpilogue (compiled_chain.cuh) of the declaration for results of `type`.
+std::string compiled_epilogue(ElementType type) {
+  return std::string("fusedlinear::cuda::CompiledEpilogue<fusedlinear::compiled::Declaration, ") +
+         element_name(type) + ">";
+}
+
+// The chain's value for results of `type`, as the kernels take it.
+std::string chain_value(ElementType type) {
+  return std::string("&fusedlinear::cuda::kCompiledChain<fusedlinear::compiled::Declaration, ") +
+         element_name(type) + ">";
 }
 
 }  // namespace
@@ -31,9 +47,9 @@ std::string declaration_unit(const std::string& header, const std::string& chain
 NvrtcRequest epilogue_unit(const std::string& chain_expression, ElementType type,
                            const std::string& architecture) {
   NvrtcRequest request;
-  request.source = declaration_unit("kernels/cuda/jit/compiled_chain.cuh", chain_expression);
-  const std::string epilogue = std::string("fusedlinear::cuda::CompiledEpilogue<") +
-                               "fusedlinear::compiled::Declaration, " + element_name(type) + ">";
+  request.family = "epilogue";
+  request.source = declaration_unit({"kernels/cuda/jit/compiled_chain.cuh"}, chain_expression);
+  const std::string epilogue = compiled_epilogue(type);
   for (const bool vectorized : {false, true}) {
     for (const bool has_bias : {false, true}) {
       for (const bool gated : {false, true}) {
@@ -45,13 +61,32 @@ NvrtcRequest epilogue_unit(const std::string& chain_expression, ElementType type
       }
     }
   }
-  request.name_expressions.push_back(
-      "&fusedlinear::cuda::kCompiledChain<"
-      "fusedlinear::compiled::Declaration, " +
-      std::string(element_name(type)) + ">");
+  request.name_expressions.push_back(chain_value(type));
   // As the declarations' epilogue files are compiled (kernels/register/fusedlinear_models.cmake).
   request.options = {"-ftz=true"};
   request.architecture = architecture;
+  return request;
+}
+
+NvrtcRequest hopper_unit(const std::string& chain_expression, const HopperInstance& instance,
+                         const std::string& architecture) {
+  NvrtcRequest request;
+  request.family = "hopper";
+  request.source =
+      declaration_unit({"kernels/cuda/jit/compiled_chain.cuh", "kernels/cuda/gemm/hopper_gemm.cuh"},
+                       chain_expression);
+  // float32 x: its bfloat16 parts' products, float32 out (kernels/cuda/gemm/launch.cuh).
+  const std::string in = instance.type == ElementType::kFloat16 ? "__half" : "__nv_bfloat16";
+  const std::string out =
+      std::string("fusedlinear::cuda::DeviceElement<") + element_name(instance.type) + ">";
+  request.name_expressions.push_back(
+      "&fusedlinear::cuda::gemm::hopper_gemm_kernel<fusedlinear::cuda::gemm::GemmShape<"
+      "fusedlinear::cuda::gemm::GemmProducts::" +
+      instance.products + ", " + std::to_string(instance.tile_n) + ", " +
+      std::to_string(instance.consumer_rows) + ", " + (instance.turns ? "true" : "false") + ">, " +
+      in + ", " + out + ", " + compiled_epilogue(instance.type) + "::ChainT>");
+  request.name_expressions.push_back(chain_value(instance.type));
+  request.architecture = architecture;  // no options of its own, as the declarations' files
   return request;
 }
 

@@ -1,7 +1,8 @@
-// The translation units NVRTC compiles for a run-time chain, a kernel family and element type a
-// unit: the chain's declaration (its kChain as a declaration writes it, kernels/ops/chain_source.h)
-// and the name expressions of what the host takes from the module (compiled_chain.cuh). Torch-free
-// and GPU-free: the CPU test compiles the units the library compiles.
+// The translation units NVRTC compiles for a run-time chain, a kernel family and element type (and
+// for the Hopper GEMM, a kernel instance) a unit: the chain's declaration (its kChain as a
+// declaration writes it, kernels/ops/chain_source.h) and the name expressions of what the host
+// takes from the module (compiled_chain.cuh). Torch-free and GPU-free: the CPU test compiles the
+// units the library compiles.
 #pragma once
 
 #include <string>
@@ -20,6 +21,23 @@ namespace jit {
 NvrtcRequest epilogue_unit(const std::string& chain_expression, ElementType type,
                            const std::string& architecture);
 constexpr int kEpilogueUnitChainValue = 8;  // the index of the chain's value in its names
+
+// One kernel of the Hopper GEMM (kernels/cuda/gemm/hopper_gemm.cuh: hopper_gemm_kernel), as its
+// launcher picks one for a call: x's type (float32: x's bfloat16 parts, float32 out; a 16-bit type:
+// x, W and out of it), the products (a GemmProducts enumerator's name) and the tile (GemmShape's
+// other arguments).
+struct HopperInstance {
+  ElementType type = ElementType::kFloat32;
+  std::string products;  // "kOne", "kBf16x3Promoted", "kBf16x6Promoted"
+  int tile_n = 0, consumer_rows = 0;
+  bool turns = false;
+};
+
+// The Hopper GEMM's kernel `instance` with the chain in its epilogue: its name expressions are
+// the kernel, then the chain's value.
+NvrtcRequest hopper_unit(const std::string& chain_expression, const HopperInstance& instance,
+                         const std::string& architecture);
+constexpr int kHopperUnitChainValue = 1;  // the index of the chain's value in its names
 
 }  // namespace jit
 }  // namespace cuda

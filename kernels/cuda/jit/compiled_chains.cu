@@ -6,8 +6,10 @@
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/gemm/launch.cuh"
 #include "kernels/cuda/jit/chain_units.h"
 #include "kernels/cuda/jit/compiled_chain.cuh"
 #include "kernels/cuda/jit/compiled_chains.h"
@@ -19,20 +21,21 @@ namespace cuda {
 namespace jit {
 namespace {
 
-// A chain's epilogue for one architecture and element type, loaded, or not (`ready` false: the
-// interpreter runs it).
-struct LoadedEpilogue {
+// A module of a chain's kernels (a translation unit of chain_units.h) loaded, or not (`ready`
+// false: the interpreter runs what it holds).
+struct LoadedModule {
   bool ready = false;
   cudaLibrary_t library = nullptr;
-  EpilogueKernels kernels;
-  CompiledChainBytes chain = {};
+  std::vector<const void*> kernels;  // the unit's kernels, in the order its names ask for them
+  CompiledChainBytes chain = {};     // the chain's value, as they take it
 };
 
 struct CompiledChain {
   std::string expression;
-  CudaEpilogueFn interpreter_epilogue = nullptr;
+  CudaChainKernels interpreter;
   std::mutex mutex;  // held while a module is compiled and loaded: its other callers wait for it
-  std::map<std::pair<std::string, ElementType>, LoadedEpilogue> epilogues;
+  // By architecture and the unit's name expressions (its family, element type and instance).
+  std::map<std::string, LoadedModule> modules;
 };
 
 struct Registry {
@@ -90,25 +93,26 @@ std::string versions() {
          "; runtime " + std::to_string(runtime);
 }
 
-// Loads an epilogue unit's module (chain_units.h: the kernels, then the chain's value).
-bool load_epilogue(const CompiledModule& module, LoadedEpilogue& loaded, std::string& error) {
-  if (module.lowered_names.size() != kEpilogueUnitChainValue + 1) {
+// Loads a unit's module: its names are its kernels, then the chain's value.
+bool load_module(const CompiledModule& module, size_t names, LoadedModule& loaded,
+                 std::string& error) {
+  if (module.lowered_names.size() != names || names < 2) {
     error = "the module lacks names";
     return false;
   }
   cudaLibrary_t library = nullptr;
   cudaError_t err =
       cudaLibraryLoadData(&library, module.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
-  for (int i = 0; err == cudaSuccess && i < kEpilogueUnitChainValue; ++i) {
+  std::vector<const void*> kernels;
+  for (size_t i = 0; err == cudaSuccess && i + 1 < names; ++i) {
     cudaKernel_t kernel = nullptr;
     err = cudaLibraryGetKernel(&kernel, library, module.lowered_names[i].c_str());
-    loaded.kernels.kernel[i / 4][i / 2 % 2][i % 2] = reinterpret_cast<const void*>(kernel);
+    kernels.push_back(reinterpret_cast<const void*>(kernel));
   }
   void* chain = nullptr;
   size_t chain_bytes = 0;
   if (err == cudaSuccess) {
-    err = cudaLibraryGetGlobal(&chain, &chain_bytes, library,
-                               module.lowered_names[kEpilogueUnitChainValue].c_str());
+    err = cudaLibraryGetGlobal(&chain, &chain_bytes, library, module.lowered_names.back().c_str());
   }
   if (err == cudaSuccess && chain_bytes > sizeof loaded.chain.bytes) err = cudaErrorInvalidValue;
   if (err == cudaSuccess) {
@@ -120,6 +124,7 @@ bool load_epilogue(const CompiledModule& module, LoadedEpilogue& loaded, std::st
     return false;
   }
   loaded.library = library;
+  loaded.kernels = std::move(kernels);
   loaded.ready = true;
   return true;
 }
@@ -130,38 +135,42 @@ const char* element_name(ElementType type) {
                                          : "bfloat16";
 }
 
-// The chain's epilogue for `architecture` and `type`: from memory, else from the disk cache,
-// else compiled (and stored); not ready, after a notice, where none of that works.
-const LoadedEpilogue& epilogue_of(CompiledChain& chain, const std::string& architecture,
-                                  ElementType type) {
+// The module of `request`, a unit of the chain's: from memory, else from the disk cache, else
+// compiled (and stored); not ready, after a notice saying `what` it holds, where none of that
+// works.
+const LoadedModule& module_of(CompiledChain& chain, const NvrtcRequest& request,
+                              const std::string& what) {
+  std::string names;
+  for (const std::string& name : request.name_expressions) names += name + "\n";
   const std::lock_guard<std::mutex> lock(chain.mutex);
-  const auto found = chain.epilogues.find({architecture, type});
-  if (found != chain.epilogues.end()) return found->second;
-  LoadedEpilogue& loaded = chain.epilogues[{architecture, type}];
-  const NvrtcRequest request = epilogue_unit(chain.expression, type, architecture);
+  const std::string memory_key = request.architecture + "\n" + names;
+  const auto found = chain.modules.find(memory_key);
+  if (found != chain.modules.end()) return found->second;
+  LoadedModule& loaded = chain.modules[memory_key];
   KernelCacheKey key;
+  key.family = request.family;
   key.source = request.source;
-  for (const std::string& name : request.name_expressions) key.kernels += name + "\n";
+  key.kernels = names;
   for (const std::string& option : nvrtc_options(request)) key.kernels += option + "\n";
-  key.architecture = architecture;
+  key.architecture = request.architecture;
   key.versions = versions();
   const KernelCache cache(kernel_cache_directory());
+  const size_t count = request.name_expressions.size();
   CompiledModule module;
   std::string error;
-  if (cache.load(key, module) && load_epilogue(module, loaded, error)) {
+  if (cache.load(key, module) && load_module(module, count, loaded, error)) {
     const std::lock_guard<std::mutex> count_lock(registry().mutex);
     ++registry().counts.read_from_disk;
     return loaded;
   }
   const bool compiled = compile_with_nvrtc(request, module, error);
   if (compiled) cache.store(key, module);
-  const bool ready = compiled && load_epilogue(module, loaded, error);
+  const bool ready = compiled && load_module(module, count, loaded, error);
   const std::lock_guard<std::mutex> count_lock(registry().mutex);
   ++(ready ? registry().counts.compiled : registry().counts.failed);
   if (!ready) {
-    notice(std::string("the ") + element_name(type) + " epilogue of " + chain.expression +
-           " was not compiled for " + architecture + " (" + first_line(error) +
-           "): the interpreter runs it");
+    notice(what + " of " + chain.expression + " was not compiled for " + request.architecture +
+           " (" + first_line(error) + "): the interpreter runs it");
   }
   return loaded;
 }
@@ -182,17 +191,65 @@ cudaError_t compiled_epilogue(const act::Program& program, const EpilogueCall& c
   std::string architecture;
   cudaError_t err = current_architecture(architecture);
   if (err != cudaSuccess) return err;
-  const LoadedEpilogue& loaded = epilogue_of(*chain, architecture, call.type);
-  if (!loaded.ready) return chain->interpreter_epilogue(program, call, stream);
+  const LoadedModule& loaded =
+      module_of(*chain, epilogue_unit(chain->expression, call.type, architecture),
+                std::string("the ") + element_name(call.type) + " epilogue");
+  if (!loaded.ready) return chain->interpreter.epilogue(program, call, stream);
+  EpilogueKernels kernels;
+  for (int i = 0; i < kEpilogueUnitChainValue; ++i) {
+    kernels.kernel[i / 4][i / 2 % 2][i % 2] = loaded.kernels[i];
+  }
   err = cudaErrorInvalidValue;
   dispatch_element(call.type, [&](auto element) {
     using T = DeviceElement<decltype(element)::value>;
     using Shape = ProductionShape<T, CompiledRuntimeChain, CompiledChainBytes>;
     const ColumnEpilogue<T, CompiledChainBytes> epilogue(call.bias, call.terms, loaded.chain);
     err = launch_fused_epilogue_typed<T, Shape>(
-        loaded.kernels, static_cast<const T*>(call.y), static_cast<const T*>(call.gate),
+        kernels, static_cast<const T*>(call.y), static_cast<const T*>(call.gate),
         static_cast<T*>(call.out), call.rows, call.cols, epilogue, stream);
   });
+  return err;
+}
+
+// The whole forward of a compiled chain on the Hopper GEMM (a CudaHopperFn): each kernel the
+// launcher picks compiled at its first use (a GEMM's compile takes seconds: a forward compiles the
+// one it runs, not every tile and mode), launched as a declaration's are; where one is not
+// compiled, the interpreter's launcher runs the call (nothing was launched yet).
+template <HopperFamily kFamily>
+cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call, float* workspace,
+                            cudaStream_t stream) {
+  using Types = HopperTypes<kFamily>;
+  const std::shared_ptr<CompiledChain> chain = chain_of(program);
+  if (!chain) return cudaErrorInvalidValue;
+  std::string architecture;
+  cudaError_t err = current_architecture(architecture);
+  if (err != cudaSuccess) return err;
+  ColumnEpilogue<typename Types::Out, CompiledChainBytes> epilogue(call.bias, call.terms,
+                                                                   CompiledChainBytes{});
+  bool interpret = false;
+  const auto kernel_of = [&](auto shape) {
+    using Shape = decltype(shape);
+    HopperInstance instance;
+    instance.type = Types::kOut;
+    instance.products = gemm::products_name(Shape::kProducts);
+    instance.tile_n = Shape::kTileN;
+    instance.consumer_rows = Shape::kConsumerRows;
+    instance.turns = Shape::kTurns;
+    const std::string tile = std::to_string(Shape::kTileM) + " x " + std::to_string(Shape::kTileN) +
+                             (Shape::kTurns ? " in turns" : "");
+    const LoadedModule& loaded =
+        module_of(*chain, hopper_unit(chain->expression, instance, architecture),
+                  std::string("the Hopper GEMM's ") + element_name(Types::kOut) + " " +
+                      instance.products + " kernel on " + tile + " tiles");
+    if (!loaded.ready) {
+      interpret = true;
+      return gemm::GemmKernelHandle{};
+    }
+    epilogue.chain = loaded.chain;
+    return gemm::GemmKernelHandle{loaded.kernels[0], &epilogue};
+  };
+  err = launch_hopper_family<kFamily>(kernel_of, call, workspace, stream);
+  if (interpret) return chain->interpreter.hopper[int(kFamily)](program, call, workspace, stream);
   return err;
 }
 
@@ -214,11 +271,14 @@ CudaChainKernels compiled_chain_kernels(const act::Program& program,
     if (!chain) {
       chain = std::make_shared<CompiledChain>();
       chain->expression = chain_expression;
-      chain->interpreter_epilogue = interpreter.epilogue;
+      chain->interpreter = interpreter;
     }
   }
   CudaChainKernels kernels = interpreter;
   kernels.epilogue = &compiled_epilogue;
+  kernels.hopper[int(HopperFamily::kFloat32)] = &compiled_hopper<HopperFamily::kFloat32>;
+  kernels.hopper[int(HopperFamily::kBf16)] = &compiled_hopper<HopperFamily::kBf16>;
+  kernels.hopper[int(HopperFamily::kHalf)] = &compiled_hopper<HopperFamily::kHalf>;
   return kernels;
 }
 
@@ -226,6 +286,23 @@ CompileCounts compile_counts() {
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
   return r.counts;
+}
+
+void unload_compiled_modules() {
+  Registry& r = registry();
+  std::vector<std::shared_ptr<CompiledChain>> chains;
+  {
+    // Not held below: a chain's lock is taken before the registry's (module_of's counts).
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    for (const auto& entry : r.by_program) chains.push_back(entry.second);
+  }
+  for (const std::shared_ptr<CompiledChain>& chain : chains) {
+    const std::lock_guard<std::mutex> chain_lock(chain->mutex);
+    for (auto& [name, module] : chain->modules) {
+      if (module.library) cudaLibraryUnload(module.library);
+    }
+    chain->modules.clear();
+  }
 }
 
 }  // namespace jit

@@ -116,6 +116,7 @@ std::string fnv1a_hex(const std::string& bytes) {
 
 std::string KernelCacheKey::text() const {
   std::string out;
+  put_field(out, family);
   put_field(out, source);
   put_field(out, kernels);
   put_field(out, architecture);

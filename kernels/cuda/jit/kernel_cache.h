@@ -1,11 +1,12 @@
 // The disk cache of kernels compiled at run time (kernels/cuda/jit/): an entry a compiled module,
-// under a name hashed from everything that made it (the source, the kernels asked for, the GPU's
-// architecture, the versions of the library, NVRTC and the driver), holding that key in full so
-// that a hash collision or a stale entry is told from a hit. Entries are written to a temporary
-// file and renamed into place, so a reader sees a whole entry or none and two processes writing
-// the same one both succeed. A missing, unreadable, read-only or corrupt cache never stops a run:
-// load and store report false (with one line on stderr where it is not a plain miss) and the
-// caller compiles. Torch-free and GPU-free, so that it is tested on any machine.
+// under a name hashed from everything that made it (the kernel family, the source, the kernels
+// asked for, the GPU's architecture, the versions of the library, NVRTC and the driver), holding
+// that key in full so that a hash collision or a stale entry is told from a hit. Entries are
+// written to a temporary file and renamed into place, so a reader sees a whole entry or none and
+// two processes writing the same one both succeed. A missing, unreadable, read-only or corrupt
+// cache never stops a run: load and store report false (with one line on stderr where it is not
+// a plain miss) and the caller compiles. Torch-free and GPU-free, so that it is tested on any
+// machine.
 #pragma once
 
 #include <string>
@@ -24,6 +25,7 @@ struct CompiledModule {
 
 // What makes an entry.
 struct KernelCacheKey {
+  std::string family;        // the kernel family: "epilogue", "hopper"
   std::string source;        // the translation unit's text
   std::string kernels;       // the name expressions asked for, and the compile options
   std::string architecture;  // "sm_90a"

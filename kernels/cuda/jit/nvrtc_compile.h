@@ -17,6 +17,7 @@ namespace jit {
 
 // A translation unit and what to take from it.
 struct NvrtcRequest {
+  std::string family;                         // the kernel family: "epilogue", "hopper"
   std::string source;                         // includes the embedded headers by their paths
   std::vector<std::string> name_expressions;  // "&ns::kernel<...>": each's lowered name is kept
   std::vector<std::string> options;           // added to the library's, e.g. "-ftz=true"
