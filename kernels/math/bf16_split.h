@@ -30,7 +30,8 @@
 
 #if defined(__CUDACC__)
 #define FL_SPLIT_HOST_DEVICE __host__ __device__ __forceinline__
-#define FL_SPLIT_HOST_DEVICE_COLD __host__ __device__ __noinline__
+// `inline` for the linker (the header is in many objects), `__noinline__` to keep it out of line.
+#define FL_SPLIT_HOST_DEVICE_COLD inline __host__ __device__ __noinline__
 #else
 #define FL_SPLIT_HOST_DEVICE inline
 #define FL_SPLIT_HOST_DEVICE_COLD inline
