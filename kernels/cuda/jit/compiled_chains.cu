@@ -191,9 +191,10 @@ cudaError_t compiled_epilogue(const act::Program& program, const EpilogueCall& c
   std::string architecture;
   cudaError_t err = current_architecture(architecture);
   if (err != cudaSuccess) return err;
-  const LoadedModule& loaded =
-      module_of(*chain, epilogue_unit(chain->expression, call.type, architecture),
-                std::string("the ") + element_name(call.type) + " epilogue");
+  // Named, not temporaries: module_of's reference outlives its arguments.
+  const NvrtcRequest request = epilogue_unit(chain->expression, call.type, architecture);
+  const std::string what = std::string("the ") + element_name(call.type) + " epilogue";
+  const LoadedModule& loaded = module_of(*chain, request, what);
   if (!loaded.ready) return chain->interpreter.epilogue(program, call, stream);
   EpilogueKernels kernels;
   for (int i = 0; i < kEpilogueUnitChainValue; ++i) {
@@ -237,10 +238,10 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
     instance.turns = Shape::kTurns;
     const std::string tile = std::to_string(Shape::kTileM) + " x " + std::to_string(Shape::kTileN) +
                              (Shape::kTurns ? " in turns" : "");
-    const LoadedModule& loaded =
-        module_of(*chain, hopper_unit(chain->expression, instance, architecture),
-                  std::string("the Hopper GEMM's ") + element_name(Types::kOut) + " " +
-                      instance.products + " kernel on " + tile + " tiles");
+    const NvrtcRequest request = hopper_unit(chain->expression, instance, architecture);
+    const std::string what = std::string("the Hopper GEMM's ") + element_name(Types::kOut) + " " +
+                             instance.products + " kernel on " + tile + " tiles";
+    const LoadedModule& loaded = module_of(*chain, request, what);
     if (!loaded.ready) {
       interpret = true;
       return gemm::GemmKernelHandle{};
