@@ -181,6 +181,10 @@ void add_options(cxxopts::Options& options) {
        "on a GPU, ieee float32 or 16-bit models; each Linear as auto plans it elsewhere); "
        "compare and bench: a comma-separated list or all",
        cxxopts::value<std::string>()->default_value("auto"))
+      ("jit", "on or off: a run-time chain's CUDA kernels (the epilogue, the Hopper GEMM) "
+       "compiled by NVRTC as a declaration's are, at their first use, and cached on disk "
+       "(default: on where FUSEDLINEAR_JIT=1, else off, the interpreter's kernels)",
+       cxxopts::value<std::string>())
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());
   // clang-format on
@@ -208,6 +212,12 @@ Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
   const auto text = [&](const char* name) {
     return given(parsed, name) ? parsed[name].as<std::string>() : "";
   };
+  if (given(parsed, "jit")) {
+    // The library reads the variable when it first meets a chain: set before any is parsed.
+    const std::string jit = text("jit");
+    if (jit != "on" && jit != "off") throw UsageError("--jit " + jit + ": expected on or off");
+    ::setenv("FUSEDLINEAR_JIT", jit == "on" ? "1" : "0", 1);
+  }
   s.weights = text("weights");
   s.weights_key = text("weights-key");
   s.strip_prefix = text("strip-prefix");

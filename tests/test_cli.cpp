@@ -322,9 +322,34 @@ TEST_F(Cli, CommandLineRefusalsAreOneLine) {
       "compare --rtol " + std::string(100, '9') + "x",
       "--rtol: expected a finite number >= 0, got '" + std::string(40, '9') + "...'");
   expect_usage_error("--batch --iters 3", "--batch: expected a value, got the option '--iters'");
+  expect_usage_error("--jit yes", "--jit yes: expected on or off");
   expect_usage_error("compare --output " + path("o.pt"),
                      "--output: not used by compare (only by run)");
   EXPECT_EQ(list_dir(dir_->path()).size(), 2u) << "nothing written but stdout and stderr";
+}
+
+// --jit turns the run-time chains' compiled kernels on or off: on a GPU of a build with NVRTC the
+// report's GEMM column says which ran the chain; the CPU takes the option and changes nothing.
+TEST_F(Cli, JitTurnsRunTimeCompilationOnAndOff) {
+  const std::string args =
+      "compare --chain 'gelu,tanh' --batch 256 --in-features 256 --out-features 256 --iters 1 "
+      "--warmup 0 --precision bf16x3 --gemm auto";
+  if (!torch::cuda::is_available()) {
+    const Result r = run(args + " --device cpu --jit on");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    GTEST_SKIP() << "no CUDA device: the compiled kernels not checked";
+  }
+#ifndef FUSEDLINEAR_WITH_JIT
+  GTEST_SKIP() << "this build has no NVRTC: nothing is compiled at run time";
+#endif
+  ::setenv("FUSEDLINEAR_CACHE_DIR", path("cache").c_str(), 1);
+  for (const std::string jit : {"on", "off"}) {
+    const Result r = run(args + " --jit " + jit);
+    EXPECT_EQ(r.exit_code, 0) << jit << ": " << r.err;
+    const bool compiled = r.out.find("chain compiled at run time") != std::string::npos;
+    EXPECT_EQ(compiled, jit == "on") << r.out;
+  }
+  ::unsetenv("FUSEDLINEAR_CACHE_DIR");
 }
 
 // --overwrite replaces a regular file and nothing else: a device is refused with exit 2 before
