@@ -627,7 +627,7 @@ TEST_F(SkinnyLinearCuda, TileCopiesGiveTheBitsOfThreadCopies) {
       const bool split = precision == "bf16x3";
       cuda::LinearCall call;
       call.type = ElementType::kFloat32;
-      call.products = split ? cuda::LinearProducts::kBf16x3 : cuda::LinearProducts::kAsInput;
+      call.precision = split ? Precision::kBf16x3 : Precision::kIeee;
       call.x = p.x.data_ptr();
       call.w = split ? hi.data_ptr() : p.w.data_ptr();
       call.w_lo = split ? lo.data_ptr() : nullptr;

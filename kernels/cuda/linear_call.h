@@ -6,24 +6,10 @@
 
 #include "kernels/math/bf16_split.h"
 #include "kernels/math/element.h"
+#include "kernels/math/precision.h"
 
 namespace fusedlinear {
 namespace cuda {
-
-// Which products a call forms, and so what it reads as W: W in x's type (float32 FMAs for float32;
-// tensor-core products for 16-bit x); or, for float32 x, W's bfloat16 hi part alone (the bf16
-// mode: x rounded to bfloat16, x_hi w_hi), hi and lo (bf16x3: x split as W was, x_lo w_hi +
-// x_hi w_lo + x_hi w_hi, smallest first) or hi, mid and lo (bf16x6: the six products of parts i
-// and j with i + j < 3; the Hopper GEMM only), as gemm_bf16_parts forms them.
-enum class LinearProducts { kAsInput, kBf16, kBf16x3, kBf16x6 };
-
-// The bfloat16 parts of x and of W that `products` reads (0: x and W themselves).
-constexpr int split_parts_of(LinearProducts products) {
-  return products == LinearProducts::kBf16     ? 1
-         : products == LinearProducts::kBf16x3 ? 2
-         : products == LinearProducts::kBf16x6 ? 3
-                                               : 0;
-}
 
 // One fused forward:
 //   out[m, n] = chain(sum_k x[m, k] W[n, k] + bias[n], terms[.][n])
@@ -32,7 +18,11 @@ constexpr int split_parts_of(LinearProducts products) {
 // float32.
 struct LinearCall {
   ElementType type = ElementType::kFloat32;
-  LinearProducts products = LinearProducts::kAsInput;
+  // The products (kernels/math/precision.h), and so what the call reads as W: for ieee W in x's
+  // type (float32 FMAs for float32, tensor-core products for 16-bit x); for float32 x, W's
+  // bfloat16 parts as gemm_bf16_parts forms their products: bf16's hi (x rounded to bfloat16),
+  // bf16x3's hi and lo, bf16x6's hi, mid and lo (the Hopper GEMM only). tf32 comes as ieee.
+  Precision precision = Precision::kIeee;
   const void* x = nullptr;
   const void* w = nullptr;
   const void* w_lo = nullptr;     // W's second part: bf16x3's lo, bf16x6's mid
@@ -50,7 +40,7 @@ struct LinearCall {
 // What the kernels read to give a split-mode sum that comes out inf or NaN eager's value
 // (bf16_split.h): float32 x and W's parts, for bf16x3 and bf16x6; nothing for the other products.
 inline split::SplitOperands split_operands_of(const LinearCall& call) {
-  const int parts = split_parts_of(call.products);
+  const int parts = split_parts_of(call.precision);
   if (call.type != ElementType::kFloat32 || parts < 2) return {};
   const void* const w[3] = {call.w, call.w_lo, call.w_third};
   return split::split_operands(static_cast<const float*>(call.x), w, parts, call.in_features,

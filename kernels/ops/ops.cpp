@@ -6,6 +6,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cpu/epilogue.h"
@@ -157,12 +158,13 @@ EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const to
   return in;
 }
 
-void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
-                                  const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
-                                  const c10::optional<torch::Tensor>& bias,
-                                  c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                  const std::string& precision,
-                                  const c10::optional<torch::Tensor>& w_third) {
+Precision check_linear_epilogue_inputs(const char* op, c10::DeviceType device,
+                                       const torch::Tensor& x, const torch::Tensor& w,
+                                       const c10::optional<torch::Tensor>& w_lo,
+                                       const c10::optional<torch::Tensor>& bias,
+                                       c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                       c10::string_view precision_given,
+                                       const c10::optional<torch::Tensor>& w_third) {
   TORCH_CHECK(x.defined() && w.defined(),
               text(op, ": expected tensors x and w, got an undefined tensor"));
   TORCH_CHECK(x.device().type() == device,
@@ -175,34 +177,38 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
            describe(x)));
   // bf16x6 on the Hopper GEMM only: the small-batch kernels form no six products.
   const bool takes_bf16x6 = std::string(op) == kGemmEpilogue;
-  TORCH_CHECK(precision == "ieee" || precision == "bf16" || precision == "bf16x3" ||
-                  (takes_bf16x6 && precision == "bf16x6"),
-              text(op, ": expected precision ",
-                   takes_bf16x6 ? "ieee, bf16, bf16x3 or bf16x6" : "ieee, bf16 or bf16x3",
-                   ", got '", precision, "'"));
+  const std::string asked(precision_given);
+  const std::optional<Precision> parsed = parse_precision(asked);
+  TORCH_CHECK(
+      parsed && *parsed != Precision::kTf32 && (takes_bf16x6 || *parsed != Precision::kBf16x6),
+      text(op, ": expected precision ",
+           takes_bf16x6 ? "ieee, bf16, bf16x3 or bf16x6" : "ieee, bf16 or bf16x3", ", got '", asked,
+           "'"));
+  const Precision precision = *parsed;
+  const char* const mode = precision_name(precision);
   check_weight(op, x, w);
   // W's parts past the first: bf16x3's lo (w_lo); bf16x6's mid (w_lo) and lo (w_third).
-  const int parts = precision == "bf16x6" ? 3 : precision == "bf16x3" ? 2 : 1;
+  const int parts = std::max(split_parts_of(precision), 1);
   const auto check_part = [&](const c10::optional<torch::Tensor>& part, const char* name,
                               int index) {
     const bool given = part && part->defined();
     if (index >= parts) {
       TORCH_CHECK(!given,
-                  text(op, ": precision ", precision, " takes no ", name, " (",
+                  text(op, ": precision ", mode, " takes no ", name, " (",
                        index == 1 ? "bf16x3's lo or bf16x6's mid" : "bf16x6's lo", " part of W)"));
       return;
     }
-    TORCH_CHECK(given, text(op, ": precision ", precision, " needs ", name, ", W's bfloat16 ",
+    TORCH_CHECK(given, text(op, ": precision ", mode, " needs ", name, ", W's bfloat16 ",
                             parts == 3 && index == 1 ? "mid" : "lo", " part"));
     check_like(op, *part, name, w, "w");
   };
-  if (precision == "ieee") {
+  if (precision == Precision::kIeee) {
     TORCH_CHECK(w.scalar_type() == x.scalar_type(),
                 text(op, ": precision ieee: expected a weight of ", x.scalar_type(),
                      " (the dtype of x), got ", w.scalar_type()));
   } else {
     TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kBFloat16,
-                text(op, ": precision ", precision, ": expected float32 x and W's bfloat16 parts (",
+                text(op, ": precision ", mode, ": expected float32 x and W's bfloat16 parts (",
                      parts == 3 ? "split_bf16_three" : "split_bf16", "), got ", x.scalar_type(),
                      " x and a ", w.scalar_type(), " weight"));
   }
@@ -212,6 +218,7 @@ void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const 
   if (bias && bias->defined())
     check_column_input(op, "bias", *bias, w.sym_size(0), whose, x, "x", false);
   check_params(op, params, chain_params, w.sym_size(0), whose, x, "x");
+  return precision;
 }
 
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
@@ -291,16 +298,16 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
                                 c10::string_view chain, c10::string_view precision,
                                 const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(op, chain);
-  const std::string products(precision);
-  detail::check_linear_epilogue_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, params,
-                                       entry.chain.slot_params().size(), products, w_third);
+  const Precision products =
+      detail::check_linear_epilogue_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, params,
+                                           entry.chain.slot_params().size(), precision, w_third);
   const torch::Tensor x_rows = detail::linear_rows(x);
   torch::Tensor y;
-  if (products == "bf16x6") {
+  if (products == Precision::kBf16x6) {
     y = detail::linear_bf16x6_cpu(x_rows, w, *w_lo, *w_third);
-  } else if (products == "bf16x3") {
+  } else if (products == Precision::kBf16x3) {
     y = detail::linear_bf16x3_cpu(x_rows, w, *w_lo);
-  } else if (products == "bf16") {
+  } else if (products == Precision::kBf16) {
     y = detail::linear_bf16_cpu(x_rows, w);
   } else {
     y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
@@ -324,8 +331,7 @@ torch::Tensor whole_forward_meta(const char* op, const torch::Tensor& x, const t
                                  const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(op, chain);
   detail::check_linear_epilogue_inputs(op, c10::DeviceType::Meta, x, w, w_lo, bias, params,
-                                       entry.chain.slot_params().size(), std::string(precision),
-                                       w_third);
+                                       entry.chain.slot_params().size(), precision, w_third);
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kernels/math/element.h"
+#include "kernels/math/precision.h"
 
 namespace fusedlinear {
 
@@ -165,13 +166,15 @@ EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const to
                                 c10::ArrayRef<torch::Tensor> params, size_t chain_params,
                                 const c10::optional<torch::Tensor>& gate = c10::nullopt);
 
-// The checks of fused_linear_epilogue and fused_gemm_epilogue (`op`), on `device`.
-void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
-                                  const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
-                                  const c10::optional<torch::Tensor>& bias,
-                                  c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                  const std::string& precision,
-                                  const c10::optional<torch::Tensor>& w_third);
+// The checks of fused_linear_epilogue and fused_gemm_epilogue (`op`), on `device`; returns the
+// precision the schema's string names (parsed here, once a call).
+Precision check_linear_epilogue_inputs(const char* op, c10::DeviceType device,
+                                       const torch::Tensor& x, const torch::Tensor& w,
+                                       const c10::optional<torch::Tensor>& w_lo,
+                                       const c10::optional<torch::Tensor>& bias,
+                                       c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                       c10::string_view precision,
+                                       const c10::optional<torch::Tensor>& w_third);
 
 // The ElementType of a float32, float16 or bfloat16 tensor (ATen's AT_DISPATCH_SWITCH: any
 // other dtype throws; the ops check dtypes with clearer messages before). The one place the

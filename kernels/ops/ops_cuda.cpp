@@ -210,10 +210,11 @@ struct WholeForward {
 WholeForward prepare_whole_forward(const char* op, const ChainEntry& entry, const torch::Tensor& x,
                                    const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
                                    const c10::optional<torch::Tensor>& bias, at::TensorList params,
-                                   const std::string& products,
+                                   c10::string_view precision,
                                    const c10::optional<torch::Tensor>& w_third) {
-  detail::check_linear_epilogue_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, params,
-                                       entry.chain.slot_params().size(), products, w_third);
+  const Precision products =
+      detail::check_linear_epilogue_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, params,
+                                           entry.chain.slot_params().size(), precision, w_third);
   WholeForward f;
   f.x_rows = detail::linear_rows(x);
   if (reinterpret_cast<uintptr_t>(f.x_rows.data_ptr()) % 16 != 0) f.x_rows = f.x_rows.clone();
@@ -224,10 +225,7 @@ WholeForward prepare_whole_forward(const char* op, const ChainEntry& entry, cons
   f.out = torch::empty({f.x_rows.size(0), w.size(0)}, x.options());
   cuda::LinearCall& call = f.call;
   call.type = detail::element_type_of(x);
-  call.products = products == "bf16x6"   ? cuda::LinearProducts::kBf16x6
-                  : products == "bf16x3" ? cuda::LinearProducts::kBf16x3
-                  : products == "bf16"   ? cuda::LinearProducts::kBf16
-                                         : cuda::LinearProducts::kAsInput;
+  call.precision = products;
   call.x = f.x_rows.data_ptr();
   call.w = f.weight.data_ptr();
   call.w_lo = f.lo.defined() ? f.lo.data_ptr() : nullptr;
@@ -258,9 +256,8 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
                                    const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f =
-      prepare_whole_forward(kLinearEpilogue, entry, x, w, w_lo, bias,
-                            detail::listed(params_or_none), std::string(precision), w_third);
+  WholeForward f = prepare_whole_forward(kLinearEpilogue, entry, x, w, w_lo, bias,
+                                         detail::listed(params_or_none), precision, w_third);
   const cuda::LinearCall& call = f.call;
   if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
   cuda::SkinnyPlan plan;
@@ -287,11 +284,10 @@ torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
                                  const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f =
-      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, detail::listed(params_or_none),
-                            std::string(precision), w_third);
+  WholeForward f = prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias,
+                                         detail::listed(params_or_none), precision, w_third);
   const cuda::LinearCall& call = f.call;
-  TORCH_CHECK(call.type != ElementType::kFloat32 || call.products != cuda::LinearProducts::kAsInput,
+  TORCH_CHECK(call.type != ElementType::kFloat32 || call.precision != Precision::kIeee,
               text(kGemmEpilogue,
                    ": float32 x takes precision bf16, bf16x3 or bf16x6 (the Hopper GEMM "
                    "forms bfloat16 products), got 'ieee'"));

@@ -24,7 +24,7 @@ inline HopperFamily hopper_family_of(const LinearCall& call) {
 // lo), [rows][in_features] each.
 inline int64_t hopper_workspace_floats(const LinearCall& call) {
   if (call.type != ElementType::kFloat32) return 0;
-  const int64_t parts = split_parts_of(call.products);
+  const int64_t parts = split_parts_of(call.precision);
   return (parts * call.rows * call.in_features + 1) / 2;
 }
 

@@ -17,10 +17,10 @@ namespace cuda {
 constexpr gemm::GemmProducts kLibraryBf16x3 = gemm::GemmProducts::kBf16x3Promoted;
 
 // The products a call forms on the Hopper GEMM (for 16-bit x, its own: one product).
-constexpr gemm::GemmProducts gemm_products_of(LinearProducts products) {
-  return products == LinearProducts::kBf16x6   ? gemm::GemmProducts::kBf16x6Promoted
-         : products == LinearProducts::kBf16x3 ? kLibraryBf16x3
-                                               : gemm::GemmProducts::kOne;
+constexpr gemm::GemmProducts gemm_products_of(Precision precision) {
+  return precision == Precision::kBf16x6   ? gemm::GemmProducts::kBf16x6Promoted
+         : precision == Precision::kBf16x3 ? kLibraryBf16x3
+                                           : gemm::GemmProducts::kOne;
 }
 
 // A family's element types: the products' operands (In), the output, the bias and terms (Out).
@@ -46,8 +46,8 @@ cudaError_t launch_hopper_family(const KernelOf& kernel_of, const LinearCall& ca
   if (m == 0 || n == 0) return cudaSuccess;
   auto* out = static_cast<Out*>(call.out);
   if constexpr (kFamily == HopperFamily::kFloat32) {
-    if (call.products == LinearProducts::kAsInput) return cudaErrorNotSupported;  // float32's
-    const int parts = split_parts_of(call.products);
+    if (call.precision == Precision::kIeee) return cudaErrorNotSupported;  // float32's
+    const int parts = split_parts_of(call.precision);
     // x's parts in the workspace, one after another; W's as the call gives them.
     __nv_bfloat16* x_parts[gemm::kMaxParts] = {};
     for (int p = 0; p < parts; ++p)

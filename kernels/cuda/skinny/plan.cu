@@ -14,7 +14,7 @@ SkinnyFamily family_of(SkinnyVariant variant) {
 
 cudaError_t plan_skinny_linear(const LinearCall& call, SkinnyPlan& plan) {
   using namespace skinny;
-  if (call.type != ElementType::kFloat32 && call.products != LinearProducts::kAsInput) {
+  if (call.type != ElementType::kFloat32 && call.precision != Precision::kIeee) {
     return cudaErrorInvalidValue;
   }
   DeviceLimits limits;

@@ -321,7 +321,7 @@ cudaError_t with_variant(SkinnyVariant variant, Fn&& fn) {
 //   bf16x3 from 9 rows the staged kernel, where the GPU has the shared memory for it; otherwise the
 //   CUDA-core kernel one element a load (float32 products of the same values, x not rounded).
 inline SkinnyVariant choose_variant(const LinearCall& call, const DeviceLimits& limits) {
-  if (call.type == ElementType::kFloat32 && call.products == LinearProducts::kAsInput) {
+  if (call.type == ElementType::kFloat32 && call.precision == Precision::kIeee) {
     const bool vector_loads = call.in_features % 4 == 0 && aligned16(call.w) && aligned16(call.x);
     if (!vector_loads) return SkinnyVariant::kFloatUnaligned;
     if (call.rows <= 1) return SkinnyVariant::kFloatRows1;
@@ -332,7 +332,7 @@ inline SkinnyVariant choose_variant(const LinearCall& call, const DeviceLimits& 
     }
     return SkinnyVariant::kFloatUnaligned;
   }
-  const bool split = call.products == LinearProducts::kBf16x3;
+  const bool split = call.precision == Precision::kBf16x3;
   const bool tensor_cores = limits.compute_major >= 8 && call.in_features % 8 == 0 &&
                             aligned16(call.w) && (!split || aligned16(call.w_lo)) &&
                             aligned16(call.x);
