@@ -9,12 +9,14 @@ stretches read the module's own parameters, and that something was fused; every 
 weights/fx_chain.py fused whole, as the exporter writes its spec; another precision; in each split
 precision, W split once into non-persistent buffers and split again, and only then, after the
 weights change (in place, by load_state_dict on the fused module or the model, a new Parameter,
-.double() then .float(), in a deep copy; through .data with fusedlinear.refresh; .cuda() where
-there is a GPU; weights made under inference mode, split on every call), each output equal to W
-split afresh and within the precision's bound of float64; refusals. Exits non-zero on the first failure. The models are shared with
+.double() then .float(), in a deep copy and an unpickled one; through .data with
+fusedlinear.refresh; .cuda() where there is a GPU; weights made under inference mode, split on
+every call), each output equal to W split afresh and within the precision's bound of float64;
+refusals. Exits non-zero on the first failure. The models are shared with
 tests/python/fuse_pytorch2.py.
 """
 import copy
+import io
 import os
 import sys
 
@@ -298,11 +300,16 @@ def check_split_once(precision):
     finally:
         fusedlinear.SplitWeight.refresh = real_refresh
 
-    copied, model_copy = copy.deepcopy(fused), copy.deepcopy(model)
-    with torch.no_grad():
-        for module in (copied, model_copy):
-            module.fc1.weight.mul_(-1.0)
-    check_split_matches("a deep copy after its weights changed", copied, model_copy, x, precision)
+    saved = io.BytesIO()
+    torch.save(fused, saved)
+    saved.seek(0)
+    unpickled = torch.load(saved, weights_only=False)  # a whole module, not a state dict
+    for how, copied in (("a deep copy", copy.deepcopy(fused)), ("an unpickled copy", unpickled)):
+        model_copy = copy.deepcopy(model)
+        with torch.no_grad():
+            for module in (copied, model_copy):
+                module.fc1.weight.mul_(-1.0)
+        check_split_matches(how + " after its weights changed", copied, model_copy, x, precision)
 
     fused.double()  # the model's parameters (shared) and the parts, float64
     try:
