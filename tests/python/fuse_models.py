@@ -9,9 +9,9 @@ stretches read the module's own parameters, and that something was fused; every 
 weights/fx_chain.py fused whole, as the exporter writes its spec; another precision; in each split
 precision, W split once into non-persistent buffers and split again, and only then, after the
 weights change (in place, by load_state_dict on the fused module or the model, a new Parameter,
-.double() then .float(), in a deep copy and an unpickled one; through .data with
-fusedlinear.refresh; .cuda() where there is a GPU; weights made under inference mode, split on
-every call), each output equal to W split afresh and within the precision's bound of float64;
+.double() then .float(), the model's .half() then .float(), in a deep copy and an unpickled one;
+through .data with fusedlinear.refresh; .cuda() where there is a GPU; weights made under
+inference mode, split on every call), each output equal to W split afresh and within the precision's bound of float64;
 refusals. Exits non-zero on the first failure. The models are shared with
 tests/python/fuse_pytorch2.py.
 """
@@ -319,6 +319,9 @@ def check_split_once(precision):
         print("ok    %s after .double(): %s" % (precision, error))
     fused.float()
     check_split_matches("after .double() then .float()", fused, model, x, precision)
+    model.half()  # the model's own conversion: the parts stay, W is rounded, then new float32
+    model.float()
+    check_split_matches("after model.half() then .float()", fused, model, x, precision)
     if torch.cuda.is_available():
         fused.cuda()
         check_split_matches("after .cuda()", fused, model, x.cuda(), precision)

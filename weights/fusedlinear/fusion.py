@@ -270,17 +270,6 @@ def _runs_eagerly(weight):
     return not torch.jit.is_tracing() and type(weight) in (torch.Tensor, nn.Parameter)
 
 
-def _identity(weight):
-    """What tells a weight's values from those the parts were split from without reading them:
-    its storage, layout and version counter (which every in-place change bumps: load_state_dict,
-    an optimizer's step, `w.mul_(2)` under no_grad). None for an inference tensor, which keeps
-    no version counter."""
-    if weight.is_inference():
-        return None
-    return (weight.data_ptr(), weight.device, weight.dtype, tuple(weight.shape), weight.stride(),
-            weight._version)
-
-
 class SplitWeight(nn.Module):
     """A weight's bfloat16 parts for a split precision (bf16: hi; bf16x3: hi, lo; bf16x6: hi, mid,
     lo), split once and kept as non-persistent buffers, so that a call of the fused op reads them
@@ -291,7 +280,7 @@ class SplitWeight(nn.Module):
 
     Called with the weight (the graph passes the module's own parameter), it returns the parts.
     In a call that runs eagerly it first checks that the weight is still the one they were split
-    from (its storage, layout and version counter: _identity) and splits it again if not, so a
+    from (its storage, layout and version counter: split_from) and splits it again if not, so a
     change by load_state_dict, in place, by .to() or a new Parameter shows in that call. Under
     torch.compile and torch.export the check is left out: there a tensor's version is a value
     known only when the graph runs, and a branch on it is a graph break; the compiled graph reads
@@ -307,7 +296,7 @@ class SplitWeight(nn.Module):
         self.parts = PART_NAMES[count]
         for name in self.parts:
             self.register_buffer(name, None, persistent=False)
-        self.source = None
+        self.source, self.source_version = None, None
         self.refresh(weight)
 
     def refresh(self, weight):
@@ -320,13 +309,31 @@ class SplitWeight(nn.Module):
             parts = getattr(torch.ops.fusedlinear, self.split)(weight.detach())
         for name, part in zip(self.parts, parts):
             setattr(self, name, part)
-        self.source = _identity(weight)
+        # An inference tensor keeps no version counter: nothing to hold, split on every call.
+        # Otherwise its storage is held (as a view) so that while the parts say they come from
+        # it, no other tensor can be given its address.
+        inference = weight.is_inference()
+        self.source = None if inference else weight.detach()
+        self.source_version = None if inference else weight._version
+
+    def split_from(self, weight):
+        """Whether the parts were split from weight as it is now: the same storage, layout and
+        dtype, and no in-place change since (its version counter)."""
+        source = self.source
+        return (source is not None and weight.data_ptr() == source.data_ptr()
+                and weight.device == source.device and weight.dtype == source.dtype
+                and weight.shape == source.shape and weight.stride() == source.stride()
+                and weight._version == self.source_version)
+
+    def _apply(self, *args, **kwargs):
+        # The fused module is moved or converted (.to(), .cuda(), .double()): the parts are too,
+        # and the weight's old storage need not be held; the next eager call splits it again.
+        self.source, self.source_version = None, None
+        return super()._apply(*args, **kwargs)
 
     def forward(self, weight):
-        if _runs_eagerly(weight):
-            identity = _identity(weight)
-            if identity is None or identity != self.source:
-                self.refresh(weight)
+        if _runs_eagerly(weight) and not self.split_from(weight):
+            self.refresh(weight)
         return tuple([getattr(self, name) for name in self.parts])
 
 
