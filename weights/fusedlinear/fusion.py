@@ -296,7 +296,7 @@ class SplitWeight(nn.Module):
         self.parts = PART_NAMES[count]
         for name in self.parts:
             self.register_buffer(name, None, persistent=False)
-        self.source, self.source_version = None, None
+        self.source = None
         self.refresh(weight)
 
     def refresh(self, weight):
@@ -309,26 +309,26 @@ class SplitWeight(nn.Module):
             parts = getattr(torch.ops.fusedlinear, self.split)(weight.detach())
         for name, part in zip(self.parts, parts):
             setattr(self, name, part)
-        # An inference tensor keeps no version counter: nothing to hold, split on every call.
-        # Otherwise its storage is held (as a view) so that while the parts say they come from
-        # it, no other tensor can be given its address.
-        inference = weight.is_inference()
-        self.source = None if inference else weight.detach()
-        self.source_version = None if inference else weight._version
+        # (a view of weight, its version): the view holds the storage, so that while the parts
+        # say they come from it no other tensor can be given its address; in a tuple, which
+        # torch.export does not take for one of the module's tensor constants. An inference
+        # tensor keeps no version counter: nothing to hold, and a call splits it every time.
+        self.source = None if weight.is_inference() else (weight.detach(), weight._version)
 
     def split_from(self, weight):
         """Whether the parts were split from weight as it is now: the same storage, layout and
         dtype, and no in-place change since (its version counter)."""
-        source = self.source
-        return (source is not None and weight.data_ptr() == source.data_ptr()
-                and weight.device == source.device and weight.dtype == source.dtype
-                and weight.shape == source.shape and weight.stride() == source.stride()
-                and weight._version == self.source_version)
+        if self.source is None:
+            return False
+        view, version = self.source
+        return (weight.data_ptr() == view.data_ptr() and weight.device == view.device
+                and weight.dtype == view.dtype and weight.shape == view.shape
+                and weight.stride() == view.stride() and weight._version == version)
 
     def _apply(self, *args, **kwargs):
         # The fused module is moved or converted (.to(), .cuda(), .double()): the parts are too,
         # and the weight's old storage need not be held; the next eager call splits it again.
-        self.source, self.source_version = None, None
+        self.source = None
         return super()._apply(*args, **kwargs)
 
     def forward(self, weight):
