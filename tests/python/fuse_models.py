@@ -11,9 +11,10 @@ precision, W split once into non-persistent buffers and split again, and only th
 weights change (in place, by load_state_dict on the fused module or the model, a new Parameter,
 .double() then .float(), the model's .half() then .float(), in a deep copy and an unpickled one;
 through .data with fusedlinear.refresh; .cuda() where there is a GPU; weights made under
-inference mode, split on every call), each output equal to W split afresh and within the precision's bound of float64;
-refusals. Exits non-zero on the first failure. The models are shared with
-tests/python/fuse_pytorch2.py.
+inference mode, split on every call; parts made under it, split again outside it), written
+into the same buffers where they can be, each output equal to W split afresh and within the
+precision's bound of float64; refusals. Exits non-zero on the first failure. The models are
+shared with tests/python/fuse_pytorch2.py.
 """
 import copy
 import io
@@ -270,13 +271,15 @@ def check_split_once(precision):
         if splits:
             fail("%s: a call with no weight changed split W %d times" % (precision, len(splits)))
         print("ok    %s: calls with the weights unchanged split nothing" % precision)
-        before = fused(x)
+        before, buffers = fused(x), [h.hi for h in holders]
         with torch.no_grad():
             model.fc1.weight.mul_(0.5)
         check_split_matches("after an in-place change", fused, model, x, precision)
         if torch.equal(fused(x), before) or len(splits) != 1:
             fail("%s: an in-place change: output unchanged, or %d splits (expected 1)"
                  % (precision, len(splits)))
+        if any(h.hi is not buffer for h, buffer in zip(holders, buffers)):
+            fail("%s: the parts were not written into their buffers" % precision)
         torch.manual_seed(2)
         other = PreNormMLP().state_dict()
         del splits[:]
@@ -331,9 +334,10 @@ def check_split_once(precision):
         print("skip  %s after .cuda(): no CUDA device here" % precision)
 
 
-def check_inference_weights():
+def check_inference_mode():
     """Weights made under torch.inference_mode keep no version counter: each call splits them,
-    so a change in place still shows."""
+    so a change in place still shows. Parts made under it (inference tensors, which cannot be
+    written outside it) are replaced when split again outside it."""
     torch.manual_seed(3)
     with torch.inference_mode():
         model, x = GatedFeedForward().eval(), torch.randn(4, 32)
@@ -342,6 +346,13 @@ def check_inference_weights():
         model.w1.weight.mul_(0.5)
         check_split_matches("inference-tensor weights changed in place", fused, model, x,
                             "bf16x3")
+    model = GatedFeedForward().eval()
+    with torch.inference_mode():
+        fused = fusedlinear.fuse(model, precision="bf16x3")
+    with torch.no_grad():
+        model.w2.weight.mul_(0.5)
+    check_split_matches("parts made in inference mode, split again outside it", fused, model, x,
+                        "bf16x3")
 
 
 def check_refusals():
@@ -376,7 +387,7 @@ def main():
     check_precision()
     for precision in SPLIT_BOUNDS:
         check_split_once(precision)
-    check_inference_weights()
+    check_inference_mode()
     check_refusals()
     print("fuse: every model fused and matched")
 

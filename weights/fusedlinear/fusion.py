@@ -300,7 +300,11 @@ class SplitWeight(nn.Module):
         self.refresh(weight)
 
     def refresh(self, weight):
-        """Splits weight into the parts now, replacing the buffers."""
+        """Splits weight into the parts now, written into the buffers where they can take them:
+        what holds them (a CUDA graph's recorded addresses, an exported program of this module)
+        then reads the new parts too. A new buffer where W's shape, dtype or device changed, or
+        where the old one is an inference tensor that cannot be written outside inference
+        mode."""
         if weight.dtype != torch.float32:
             raise ValueError("fusedlinear: precision %s splits float32 weights, and this one is %s;"
                              " convert the model back (.float()) or fuse it with precision ieee"
@@ -308,7 +312,13 @@ class SplitWeight(nn.Module):
         with torch.no_grad():
             parts = getattr(torch.ops.fusedlinear, self.split)(weight.detach())
         for name, part in zip(self.parts, parts):
-            setattr(self, name, part)
+            current = getattr(self, name)
+            if current is not None and current.shape == part.shape and \
+                    current.dtype == part.dtype and current.device == part.device and \
+                    (torch.is_inference_mode_enabled() or not current.is_inference()):
+                current.copy_(part)
+            else:
+                setattr(self, name, part)
         # (a view of weight, its version): the view holds the storage, so that while the parts
         # say they come from it no other tensor can be given its address; in a tuple, which
         # torch.export does not take for one of the module's tensor constants. An inference
