@@ -263,8 +263,9 @@ _is_compiling = _compiling_check()
 
 def _runs_eagerly(weight):
     """Whether this call runs in Python on the weight itself, so that its version can be read:
-    not under torch.compile or torch.export (their tracers take them as the constant True), not
-    in a TorchScript trace, and not on a tracer's stand-in (fx's Proxy, a fake tensor)."""
+    not under torch.compile or torch.export (their tracers take is_compiling() for the constant
+    True, so the branch costs no graph break), not in a TorchScript trace, and not on a
+    tracer's stand-in (fx's Proxy, a fake tensor)."""
     if _is_compiling():
         return False
     return not torch.jit.is_tracing() and type(weight) in (torch.Tensor, nn.Parameter)
@@ -300,11 +301,10 @@ class SplitWeight(nn.Module):
         self.refresh(weight)
 
     def refresh(self, weight):
-        """Splits weight into the parts now, written into the buffers where they can take them:
-        what holds them (a CUDA graph's recorded addresses, an exported program of this module)
-        then reads the new parts too. A new buffer where W's shape, dtype or device changed, or
-        where the old one is an inference tensor that cannot be written outside inference
-        mode."""
+        """Splits weight into the parts now, written into the buffers where they can take them,
+        so that what holds their addresses (a CUDA graph of a compiled module) reads the new
+        parts; a new buffer where W's shape, dtype or device changed, or where the old one is an
+        inference tensor, which cannot be written outside inference mode."""
         if weight.dtype != torch.float32:
             raise ValueError("fusedlinear: precision %s splits float32 weights, and this one is %s;"
                              " convert the model back (.float()) or fuse it with precision ieee"
@@ -351,7 +351,8 @@ def refresh(fused):
     """Splits every weight of `fused` (what fuse returned, or torch.compile of it) into its
     bfloat16 parts again, now. A call that runs eagerly does it by itself when a weight changed;
     a compiled one does not check (SplitWeight says why), so call this after changing the weights
-    of a module that runs compiled. Does nothing for ieee and tf32, which take W as it is."""
+    of a module that runs compiled. Does nothing where fuse kept no parts (ieee, tf32,
+    split="per_call")."""
     fused = getattr(fused, "_orig_mod", fused)  # torch.compile's wrapper holds the module there
     for node in fused.graph.nodes:
         if node.op == "call_module":
