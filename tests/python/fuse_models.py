@@ -221,14 +221,16 @@ def split_holders(fused):
 
 
 def check_split_matches(what, fused, model, x, precision):
-    """fused(x) equals what the same op gives on W split afresh (split per call), and is within
-    the precision's bound of the model in float64."""
+    """fused(x) is what the same op gives on W split afresh (split per call: within float32's
+    rounding, should a GPU's sums run in another order) and within the precision's bound of the
+    model in float64. Parts split from other weights are off by far more (the least change
+    made here, W rounded to float16, moves the outputs by more than 1e-4)."""
     with torch.no_grad():
-        fresh = fusedlinear.fuse(model, precision=precision, split="per_call")
         got = fused(x)
-        if not torch.equal(got, fresh(x)):
-            fail("%s: %s differs from W split afresh by %.3g" % (
-                what, precision, (got - fresh(x)).abs().max().item()))
+        fresh = fusedlinear.fuse(model, precision=precision, split="per_call")(x)
+        difference = (got - fresh).abs().max().item()
+        if difference > 1e-6 * (1.0 + fresh.abs().max().item()):
+            fail("%s: %s differs from W split afresh by %.3g" % (what, precision, difference))
         want = copy.deepcopy(model).double()(x.double())
         check_close("%s, %s" % (what, precision), got, want.float(), SPLIT_BOUNDS[precision])
 
