@@ -6,9 +6,18 @@ Loads the ops library by its path and the package from the checkout (weights/fus
 for each model: the fused module's outputs against the model's (float32, ieee, within 1e-5, under
 no_grad and in grad mode), what the report says was fused and left (and why), that the fused
 stretches read the module's own parameters, and that something was fused; every demo model of
-weights/fx_chain.py fused whole, as the exporter writes its spec; another precision; refusals.
-Exits non-zero on the first failure. The models are shared with tests/python/fuse_pytorch2.py.
+weights/fx_chain.py fused whole, as the exporter writes its spec; another precision; in each split
+precision, W split once into non-persistent buffers and split again, and only then, after the
+weights change (in place, by load_state_dict on the fused module or the model, a new Parameter,
+.double() then .float(), the model's .half() then .float(), in a deep copy and an unpickled one;
+through .data with fusedlinear.refresh; .cuda() where there is a GPU; weights made under
+inference mode, split on every call; parts made under it, split again outside it), written
+into the same buffers where they can be, each output equal to W split afresh and within the
+precision's bound of float64; refusals. Exits non-zero on the first failure. The models are
+shared with tests/python/fuse_pytorch2.py.
 """
+import copy
+import io
 import os
 import sys
 
@@ -202,12 +211,168 @@ def check_precision():
         check_close("gated_feed_forward in bf16x3", fused(x), want, 1e-4)
 
 
+# Each split precision's bound against float64 on these models' inputs (docs/USAGE.md, "Error
+# bounds": a fraction of sum |x||w|, which here is within a few times |y|).
+SPLIT_BOUNDS = {"bf16": 2e-2, "bf16x3": 1e-4, "bf16x6": 1e-5}
+
+
+def split_holders(fused):
+    return [m for m in fused.modules() if isinstance(m, fusedlinear.SplitWeight)]
+
+
+def check_split_matches(what, fused, model, x, precision):
+    """fused(x) is what the same op gives on W split afresh (split per call: within float32's
+    rounding, should a GPU's sums run in another order) and within the precision's bound of the
+    model in float64. Parts split from other weights are off by far more (the least change
+    made here, W rounded to float16, moves the outputs by more than 1e-4)."""
+    with torch.no_grad():
+        got = fused(x)
+        fresh = fusedlinear.fuse(model, precision=precision, split="per_call")(x)
+        difference = (got - fresh).abs().max().item()
+        if difference > 1e-6 * (1.0 + fresh.abs().max().item()):
+            fail("%s: %s differs from W split afresh by %.3g" % (what, precision, difference))
+        want = copy.deepcopy(model).double()(x.double())
+        check_close("%s, %s" % (what, precision), got, want.float(), SPLIT_BOUNDS[precision])
+
+
+def check_split_once(precision):
+    """fuse in a split precision splits each W once, keeps its parts as non-persistent buffers,
+    and splits it again in the first call after the weight changed in any of the ways a user
+    changes weights; a call with nothing changed splits nothing."""
+    torch.manual_seed(1)
+    model, x = PreNormMLP().eval(), torch.randn(3, 5, 32)
+    keys = set(model.state_dict())
+    with torch.no_grad():
+        fused = fusedlinear.fuse(model, precision=precision)
+    print(fused.fusion_report)
+    holders = split_holders(fused)
+    if len(holders) != 2 or any(n.op == "call_function" and "split_bf16" in str(n.target)
+                                for n in fused.graph.nodes):
+        fail("%s: expected W split once by 2 SplitWeights, none in the graph:\n%s"
+             % (precision, fused.graph))
+    if set(fused.state_dict()) != keys:
+        fail("%s: the fused state dict's keys %s, expected the model's %s"
+             % (precision, sorted(fused.state_dict()), sorted(keys)))
+    if not any(name.startswith("bf16_parts.") for name, _ in fused.named_buffers()):
+        fail("%s: no buffer bf16_parts.* in %s"
+             % (precision, [name for name, _ in fused.named_buffers()]))
+    if len(fused.fusion_report.split_weights) != 2 or "split fc1.weight once" not in \
+            str(fused.fusion_report):
+        fail("%s: the report does not say which weights were split:\n%s"
+             % (precision, fused.fusion_report))
+
+    splits = []
+    real_refresh = fusedlinear.SplitWeight.refresh
+
+    def counted(holder, weight):
+        splits.append(holder)
+        real_refresh(holder, weight)
+    fusedlinear.SplitWeight.refresh = counted
+    try:
+        check_split_matches("split once", fused, model, x, precision)
+        if splits:
+            fail("%s: a call with no weight changed split W %d times" % (precision, len(splits)))
+        print("ok    %s: calls with the weights unchanged split nothing" % precision)
+        before, buffers = fused(x), [h.hi for h in holders]
+        with torch.no_grad():
+            model.fc1.weight.mul_(0.5)
+        check_split_matches("after an in-place change", fused, model, x, precision)
+        if torch.equal(fused(x), before) or len(splits) != 1:
+            fail("%s: an in-place change: output unchanged, or %d splits (expected 1)"
+                 % (precision, len(splits)))
+        if any(h.hi is not buffer for h, buffer in zip(holders, buffers)):
+            fail("%s: the parts were not written into their buffers" % precision)
+        torch.manual_seed(2)
+        other = PreNormMLP().state_dict()
+        del splits[:]
+        fused.load_state_dict(other)
+        if len(splits) != 2:  # the hook splits at once, for a compiled module that does not check
+            fail("%s: fused.load_state_dict split %d weights, expected 2"
+                 % (precision, len(splits)))
+        check_split_matches("after fused.load_state_dict", fused, model, x, precision)
+        model.load_state_dict(PreNormMLP().state_dict())  # the shared parameters, not the hook
+        check_split_matches("after model.load_state_dict", fused, model, x, precision)
+        model.fc2.weight = nn.Parameter(torch.randn_like(model.fc2.weight) * 0.1)
+        check_split_matches("after a new Parameter", fused, model, x, precision)
+        with torch.no_grad():
+            model.fc2.weight.data.mul_(2.0)  # .data bypasses the version counter
+            fusedlinear.refresh(fused)
+        check_split_matches("after a .data change and refresh", fused, model, x, precision)
+        with torch.inference_mode():
+            model.fc1.weight.add_(0.01)
+            check_split_matches("in inference mode", fused, model, x, precision)
+        check_split_matches("after inference mode", fused, model, x, precision)
+    finally:
+        fusedlinear.SplitWeight.refresh = real_refresh
+
+    saved = io.BytesIO()
+    torch.save(fused, saved)
+    saved.seek(0)
+    unpickled = torch.load(saved, weights_only=False)  # a whole module, not a state dict
+    for how, copied in (("a deep copy", copy.deepcopy(fused)), ("an unpickled copy", unpickled)):
+        model_copy = copy.deepcopy(model)
+        with torch.no_grad():
+            for module in (copied, model_copy):
+                module.fc1.weight.mul_(-1.0)
+        check_split_matches(how + " after its weights changed", copied, model_copy, x, precision)
+
+    fused.double()  # the model's parameters (shared) and the parts, float64
+    try:
+        fused(x.double())
+        fail("%s: a float64 weight was split" % precision)
+    except ValueError as error:
+        print("ok    %s after .double(): %s" % (precision, error))
+    fused.float()
+    check_split_matches("after .double() then .float()", fused, model, x, precision)
+    model.half()  # the model's own conversion: the parts stay, W is rounded, then new float32
+    model.float()
+    check_split_matches("after model.half() then .float()", fused, model, x, precision)
+    if torch.cuda.is_available():
+        fused.cuda()
+        check_split_matches("after .cuda()", fused, model, x.cuda(), precision)
+        if any(h.hi.device.type != "cuda" for h in split_holders(fused)):
+            fail("%s: the parts stayed on the CPU after .cuda()" % precision)
+    else:
+        print("skip  %s after .cuda(): no CUDA device here" % precision)
+
+
+def check_inference_mode():
+    """Weights made under torch.inference_mode keep no version counter: each call splits them,
+    so a change in place still shows. Parts made under it (inference tensors, which cannot be
+    written outside it) are replaced when split again outside it."""
+    torch.manual_seed(3)
+    with torch.inference_mode():
+        model, x = GatedFeedForward().eval(), torch.randn(4, 32)
+    fused = fusedlinear.fuse(model, precision="bf16x3")
+    with torch.inference_mode():
+        model.w1.weight.mul_(0.5)
+        check_split_matches("inference-tensor weights changed in place", fused, model, x,
+                            "bf16x3")
+    model = GatedFeedForward().eval()
+    with torch.inference_mode():
+        fused = fusedlinear.fuse(model, precision="bf16x3")
+    with torch.no_grad():
+        model.w2.weight.mul_(0.5)
+    check_split_matches("parts made in inference mode, split again outside it", fused, model, x,
+                        "bf16x3")
+
+
 def check_refusals():
     try:
         fusedlinear.fuse(GatedFeedForward(), precision="fp8")
         fail("precision fp8 was taken")
     except ValueError as error:
         print("ok    an unknown precision:", error)
+    try:
+        fusedlinear.fuse(GatedFeedForward(), precision="bf16x3", split="sometimes")
+        fail("split 'sometimes' was taken")
+    except ValueError as error:
+        print("ok    an unknown split:", error)
+    try:
+        fusedlinear.fuse(GatedFeedForward().double(), precision="bf16x3")
+        fail("a float64 model was split")
+    except ValueError as error:
+        print("ok    a float64 model in bf16x3:", error)
     fused = fusedlinear.fuse(nn.Sequential(nn.LayerNorm(8), nn.Softmax(-1)))
     if fused.fusion_report.fused or len(fused.fusion_report.left) != 2:
         fail("a model with no Linear: %s" % fused.fusion_report)
@@ -222,6 +387,9 @@ def main():
         check_model(name, model, x, specs, left)
     check_demos()
     check_precision()
+    for precision in SPLIT_BOUNDS:
+        check_split_once(precision)
+    check_inference_mode()
     check_refusals()
     print("fuse: every model fused and matched")
 

@@ -5,20 +5,25 @@ which ctest counts as skipped):
 
 For each model of tests/python/fuse_models.py, fused (float32, ieee): torch.compile(fullgraph=True),
 torch.export and, from torch 2.6, an AOTInductor package (in DIR, or a temporary folder) loaded
-back, each within 1e-5 of the model. Then on CUDA, unless --no-bench, a ViT-B MLP block
-(x + fc2(gelu(fc1(norm(x)))), 768 -> 3072 -> 768, 8192 tokens, float32) timed with CUDA events
-(warm-up, median of 50): eager, torch.compile of the block, fuse in ieee and bf16x3, and
-torch.compile of the bf16x3-fused block; each one's largest error against float64 and its time,
-as a table. Every check runs; a failure is one FAIL line, and the exit code is non-zero if any
-failed.
+back, each within 1e-5 of the model. Two of them fused in bf16x3 (W split once, its parts
+buffers): the same three paths with no split in their graphs, within 1e-4 of float64, and the
+compiled module after its weights changed (in place then fusedlinear.refresh; by
+load_state_dict) within 1e-4 of the new weights' float64 output. Then on CUDA, unless
+--no-bench, a ViT-B MLP block (x + fc2(gelu(fc1(norm(x)))), 768 -> 3072 -> 768, 8192 tokens,
+float32) timed with CUDA events (warm-up, median of 50): eager, torch.compile of the block, fuse
+in ieee and in bf16x3 (W split once, and split per call), and torch.compile of both bf16x3-fused
+blocks; each one's largest error against float64 and its time, as a table. Every check runs; a
+failure is one FAIL line, and the exit code is non-zero if any failed.
 """
 import argparse
+import copy
 import importlib
 import os
 import sys
 import tempfile
 
 import torch
+import torch.nn as nn
 
 # The models (this folder), and the CUDA-event timing of the MLP measurements (.ci/).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +58,36 @@ def aoti_available():
         hasattr(torch._inductor, "aoti_load_package")
 
 
+def split_ops_in(graph):
+    """The nodes of graph that split a weight (what split="once" leaves out of the graph)."""
+    return [n for n in graph.nodes if n.op == "call_function" and "split_bf16" in str(n.target)]
+
+
+def check_exported(what, fused, x, want, tolerance, package_path):
+    """torch.export of fused, run, and its AOTInductor package at package_path (torch 2.6+),
+    each within tolerance of want; the exported graph splits no W (a split precision's parts are
+    the program's constants)."""
+    exported = []
+    step(what + " torch.export", lambda: exported.append(torch.export.export(fused, (x,))))
+    if not exported:
+        return
+    if split_ops_in(exported[0].graph):
+        print("FAIL  %s torch.export: the graph splits W" % what)
+        failures.append(what + " exported graph splits W")
+    step(what + " torch.export, run", lambda: check_close(
+        what + " torch.export", exported[0].module()(x), want, tolerance))
+    if not aoti_available():
+        print("skip  %s AOTInductor: torch %s has no aoti_compile_and_package (2.6+)"
+              % (what, torch.__version__))
+        return
+
+    def package():
+        torch._inductor.aoti_compile_and_package(exported[0], package_path=package_path)
+        check_close(what + " AOTInductor package",
+                    torch._inductor.aoti_load_package(package_path)(x), want, tolerance)
+    step(what + " AOTInductor", package)
+
+
 def check_model(name, model, x, out):
     model.eval()
     with torch.no_grad():
@@ -65,22 +100,61 @@ def check_model(name, model, x, out):
         step(name + " torch.compile(fullgraph=True)", lambda: check_close(
             name + " torch.compile(fullgraph=True)", torch.compile(fused, fullgraph=True)(x),
             want))
-        exported = []
-        step(name + " torch.export", lambda: exported.append(torch.export.export(fused, (x,))))
-        if exported:
-            step(name + " torch.export, run", lambda: check_close(
-                name + " torch.export", exported[0].module()(x), want))
-        if exported and aoti_available():
-            path = os.path.join(out, name + ".pt2")
+        check_exported(name, fused, x, want, 1e-5, os.path.join(out, name + ".pt2"))
 
-            def package():
-                torch._inductor.aoti_compile_and_package(exported[0], package_path=path)
-                check_close(name + " AOTInductor package", torch._inductor.aoti_load_package(
-                    path)(x), want)
-            step(name + " AOTInductor", package)
-        elif exported:
-            print("skip  %s AOTInductor: torch %s has no aoti_compile_and_package (2.6+)"
-                  % (name, torch.__version__))
+
+def check_split_once(name, model, x, out):
+    """A module fused in bf16x3 (W split once, the parts buffers) under torch.compile(fullgraph=
+    True), torch.export and AOTInductor: no split in their graphs, outputs within bf16x3's bound
+    of float64, and, after its weights change, the new weights' outputs: in place then
+    fusedlinear.refresh, and by the fused module's load_state_dict (its hook refreshes)."""
+    model.eval()
+    with torch.no_grad():
+        reference = copy.deepcopy(model).double()(x.double())
+        fused = fusedlinear.fuse(model, precision="bf16x3")
+        graphs = []
+
+        def keep_graph(graph_module, example_inputs):
+            graphs.append(graph_module)
+            return graph_module.forward
+        torch._dynamo.reset()
+        compiled = torch.compile(fused, fullgraph=True, backend=keep_graph)
+        step(name + " bf16x3 torch.compile(fullgraph=True)", lambda: check_close(
+            name + " bf16x3 torch.compile(fullgraph=True)", compiled(x), reference, 1e-4))
+        if graphs and split_ops_in(graphs[0].graph):
+            print("FAIL  %s bf16x3 torch.compile: the graph splits W" % name)
+            failures.append(name + " bf16x3 compiled graph splits W")
+        inductor = torch.compile(fused, fullgraph=True)
+        step(name + " bf16x3 torch.compile, inductor", lambda: check_close(
+            name + " bf16x3 torch.compile, inductor", inductor(x), reference, 1e-4))
+
+        def changed_in_place():
+            for module in model.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.mul_(0.5)
+            fusedlinear.refresh(compiled)  # torch.compile's wrapper, or the fused module
+            want = copy.deepcopy(model).double()(x.double())
+            check_close(name + " bf16x3 compiled, after an in-place change and refresh",
+                        compiled(x), want, 1e-4)
+            check_close(name + " bf16x3 inductor, after an in-place change and refresh",
+                        inductor(x), want, 1e-4)
+        step(name + " bf16x3 compiled, weights changed in place", changed_in_place)
+
+        def loaded():
+            other = copy.deepcopy(model)
+            for parameter in other.parameters():
+                parameter.copy_(torch.randn_like(parameter) * 0.1)
+            fused.load_state_dict(other.state_dict())
+            want = other.double()(x.double())
+            check_close(name + " bf16x3 compiled, after fused.load_state_dict", compiled(x),
+                        want, 1e-4)
+            check_close(name + " bf16x3 inductor, after fused.load_state_dict", inductor(x),
+                        want, 1e-4)
+        step(name + " bf16x3 compiled, weights loaded", loaded)
+
+        reference = copy.deepcopy(model).double()(x.double())
+        check_exported(name + " bf16x3", fused, x, reference, 1e-4,
+                       os.path.join(out, name + "_bf16x3.pt2"))
 
 
 def bench_vit_mlp():
@@ -93,12 +167,15 @@ def bench_vit_mlp():
         reference = block.double()(x.double())
         block.float()
         torch._dynamo.reset()
-        fused_bf16x3 = fusedlinear.fuse(block, precision="bf16x3")
+        split_once = fusedlinear.fuse(block, precision="bf16x3")
+        per_call = fusedlinear.fuse(block, precision="bf16x3", split="per_call")
         ways = [("eager (PyTorch, float32)", block),
                 ("torch.compile(block)", torch.compile(block)),
                 ("fuse(block, ieee)", fusedlinear.fuse(block)),
-                ("fuse(block, bf16x3)", fused_bf16x3),
-                ("torch.compile(fuse(block, bf16x3))", torch.compile(fused_bf16x3))]
+                ("fuse(block, bf16x3), W split once", split_once),
+                ("fuse(block, bf16x3), W split per call", per_call),
+                ("torch.compile(fuse(block, bf16x3)), W split once", torch.compile(split_once)),
+                ("torch.compile(fuse(block, bf16x3)), W split per call", torch.compile(per_call))]
         rows = []
         for name, run in ways:
             error = (run(x).double() - reference).abs().max().item()
@@ -130,6 +207,9 @@ def main():
         os.makedirs(out, exist_ok=True)
         for name, (model, x, _, _) in models().items():
             check_model(name, model.to(args.device), x.to(args.device), out)
+        for name, (model, x, _, _) in models().items():
+            if name in ("pre_norm_mlp", "gated_feed_forward"):
+                check_split_once(name, model.to(args.device), x.to(args.device), out)
     if args.device == "cuda" and not args.no_bench:
         step("ViT-B MLP bench", bench_vit_mlp)
     print("%d failed" % len(failures) if failures else "fuse on PyTorch 2: every check passed")
