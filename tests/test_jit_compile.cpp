@@ -4,12 +4,14 @@
 // and a missing, read-only or corrupt cache, or two writers of one entry, leave a run correct.
 // Torch-free: built wherever NVRTC is.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -294,6 +296,36 @@ TEST(KernelCache, UnwritableDirectoriesOnlyNotice) {
   // No temporary file is left behind.
   EXPECT_EQ(::unlink((directory + "/file").c_str()), 0);
   EXPECT_EQ(::rmdir(directory.c_str()), 0);
+}
+
+// A disk that fills while an entry is written (the file-size limit stands in for it: writes past
+// it fail as on a full disk): the store fails, leaves no partial file, and the entry stays a miss.
+TEST(KernelCache, AFullDiskLeavesNoPartialEntry) {
+  const std::string directory = fresh_directory();
+  const KernelCache cache(directory);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG instead
+    struct rlimit limit;
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = 4096;
+    const bool limited = ::setrlimit(RLIMIT_FSIZE, &limit) == 0;
+    CompiledModule read;
+    const bool ok = limited && !cache.store(key_of("a"), module_of(std::string(100000, 'q'))) &&
+                    !cache.load(key_of("a"), read);
+    std::_Exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // Nothing is left behind, and a store with room writes the entry whole.
+  EXPECT_EQ(::rmdir(directory.c_str()), 0) << "the failed store left a file in " << directory;
+  ASSERT_EQ(::mkdir(directory.c_str(), 0755), 0);
+  ASSERT_TRUE(cache.store(key_of("a"), module_of("fits")));
+  CompiledModule read;
+  ASSERT_TRUE(cache.load(key_of("a"), read));
+  EXPECT_EQ(read.image, "fits");
 }
 
 TEST(KernelCache, AnEmptyDirectoryHoldsNothing) {
