@@ -1,11 +1,13 @@
 // NVRTC on a translation unit of the library's kernel headers (nvrtc_compile.h).
 #include "kernels/cuda/jit/nvrtc_compile.h"
 
+#include <cuda.h>  // CUDA_VERSION
 #include <nvrtc.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 
 #include "kernels/cuda/jit/embedded_headers.h"
 
@@ -56,6 +58,32 @@ std::string log_of(nvrtcProgram program) {
   if (nvrtcGetProgramLog(program, &log[0]) != NVRTC_SUCCESS) return "";
   log.resize(size - 1);
   return log;
+}
+
+// NVRTC's automatic precompiled headers (12.8 on): kept in a heap of the process, which one
+// compile at a time uses.
+bool precompiled_headers_available() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return false;
+  return major > 12 || (major == 12 && minor >= 8);
+}
+std::mutex& precompiled_headers_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// Where the heap was too small to keep a unit's headers, makes it as large as they need, for the
+// next unit (a compile that could not keep them is whole all the same).
+void grow_heap_if_exhausted(nvrtcProgram program) {
+#if CUDA_VERSION >= 12080
+  size_t required = 0;
+  if (nvrtcGetPCHCreateStatus(program) == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED &&
+      nvrtcGetPCHHeapSizeRequired(program, &required) == NVRTC_SUCCESS) {
+    nvrtcSetPCHHeapSize(required);
+  }
+#else
+  (void)program;
+#endif
 }
 
 }  // namespace
@@ -118,7 +146,19 @@ bool compile_with_nvrtc(const NvrtcRequest& request, CompiledModule& module, std
   const std::vector<std::string> options = nvrtc_options(request);
   std::vector<const char*> option_pointers;
   for (const std::string& option : options) option_pointers.push_back(option.c_str());
+  // Not among nvrtc_options (a cache entry's key): the code is the same either way.
+  const bool reuse = request.reuse_parsed_headers && precompiled_headers_available();
+  std::unique_lock<std::mutex> heap_lock(precompiled_headers_mutex(), std::defer_lock);
+  if (reuse) {
+    heap_lock.lock();
+    for (const char* option : {"-pch", "--pch-messages=false", "--pch-verbose=false"})
+      option_pointers.push_back(option);
+  }
   result = nvrtcCompileProgram(raw, int(option_pointers.size()), option_pointers.data());
+  if (reuse) {
+    grow_heap_if_exhausted(raw);
+    heap_lock.unlock();
+  }
   if (result != NVRTC_SUCCESS) {
     error = std::string("NVRTC: ") + nvrtcGetErrorString(result) + "\n" + log_of(raw);
     return false;

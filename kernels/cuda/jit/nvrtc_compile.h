@@ -22,6 +22,10 @@ struct NvrtcRequest {
   std::vector<std::string> name_expressions;  // "&ns::kernel<...>": each's lowered name is kept
   std::vector<std::string> options;           // added to the library's, e.g. "-ftz=true"
   std::string architecture;                   // "sm_90a", "sm_80"
+  // Whether NVRTC may keep the headers the unit starts with, parsed, for the process's later
+  // units that start alike, and use those it kept (its automatic precompiled headers, from NVRTC
+  // 12.8): the same code, the C++ front end's work done once. Off for comparisons.
+  bool reuse_parsed_headers = true;
 };
 
 // Compiles `request` to a cubin. False, with `error` (a line, then NVRTC's log where it has one),
