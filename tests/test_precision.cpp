@@ -315,7 +315,7 @@ TEST(LinearPrecisions, RejectBadInputsWithClearMessages) {
   expect_error([&] { linear_bf16x6(x, hi, lo.narrow(0, 0, 5), lo); }, "expected w_mid like w_hi");
 }
 
-// The wide-range inputs: x = rand * logspace(-6, 3) permuted along K, 32 x 2048 -> 1024,
+// Wide-range inputs: x = rand * logspace(-6, 3) permuted along K, 32 x 2048 -> 1024,
 // swish_chain. Float32's error is ~2^-24 of the large terms; bf16x3's split keeps 17 bits of
 // each, so its error (~2^-17 sum |x||w|) falls outside PyTorch's allclose(1e-4, 1e-4). bf16x6's
 // three parts keep float32's 24, and allclose passes. Its error against float64: within 2x

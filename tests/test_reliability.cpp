@@ -240,8 +240,8 @@ TEST_F(BigFiles, OutOfMemoryUnderUlimitEndsPromptlyInOneLine) {
   }
   if (reached_main == 0) GTEST_SKIP() << "the libraries do not load under 4 GB of address space";
   std::printf("ulimit -v sweep: %d results, %d out-of-memory lines\n", results, refusals);
-  // The compare: the out-of-memory line, then a prompt exit (OpenBLAS's shutdown joined
-  // a thread spinning on malloc); nothing written.
+  // compare under the limit: the out-of-memory line, then a prompt exit (OpenBLAS's shutdown
+  // joined a thread spinning on malloc); nothing written.
   for (const int kib : {600000, 800000, 1000000}) {
     const std::string json = dir_.file("j.json");
     ::unlink(json.c_str());

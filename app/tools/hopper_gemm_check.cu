@@ -748,8 +748,8 @@ double gemm_error(const Operands<kMode>& op, float* out, const Sums& sums, cudaS
 // Inputs of wide dynamic range: x = rand * logspace(-6, 3) along k, the scales
 // permuted, 32 x 2048 -> 1024. bf16x3's two parts keep 17 bits of each value, which such inputs
 // expose; bf16x6's three keep float32's 24. The GEMM alone against the float64 product of the
-// float32 values: promoted bf16x6 within 2x of float32's error (cublasSgemm), where cuBLAS's six
-// GEMMs measured 3x (their tensor cores' accumulation over the whole k).
+// float32 values: promoted bf16x6 within 2x of float32's error (cublasSgemm), which cuBLAS's six
+// GEMMs miss (their tensor cores' accumulation over the whole k).
 void check_wide_range(cublasHandle_t handle, cudaStream_t stream) {
   constexpr int64_t m = 32, n = 1024, k = 2048;
   Problem p = make_problem(m, n, k, 31);

@@ -4,7 +4,7 @@
 // of swish_chain and one of a layered model (the whole-model op). Compares its output with
 // PyTorch's (WANT) and times it; with swish_chain's WEIGHTS (not "-"), in turns against
 // fusedlinear's own swish_chain module on the same weights, eager and fused. Exit code 0 when the
-// package's output is within 1e-6 of PyTorch's (2.4e-7 on an H200).
+// package's output is within 1e-6 of PyTorch's (docs/RESULTS.md: PyTorch 2).
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <cstdio>

@@ -206,8 +206,9 @@ __global__ void fused_epilogue_kernel(const T* __restrict__ y, const T* __restri
 }
 
 // The same with a thread's registers capped at Shape::kMaxRegisters. A kernel of its own: any
-// register attribute, even one that caps nothing, changes ptxas's allocation (measured: 56 to 80
-// registers for a run-time chain's kernel), so the uncapped kernel carries none.
+// register attribute, even one that caps nothing, changes ptxas's allocation (it gave a run-time
+// chain's kernel far more registers: docs/PERFORMANCE.md, the run-time chains), so the uncapped
+// kernel carries none.
 template <typename T, int kVec, class Shape, bool kHasBias, bool kGated, class ChainT>
 __global__ void __maxnreg__(Shape::kMaxRegisters)
     fused_epilogue_kernel_capped(const T* __restrict__ y, const T* __restrict__ gate,
@@ -291,10 +292,10 @@ EpilogueKernels epilogue_kernels_of() {
 // The shape a model's chain is launched with: the fastest of epilogue_bench's sweep on an H200.
 // float32: one row per thread per step, 256 threads, two waves. float32 run-time chains: two rows
 // a thread (one dispatch an op for twice the values), 128 threads, and, for programs of at most
-// one term, registers capped at 48 (10 blocks an SM where 56 gave 9: 23.8-24.0 against 24.3-24.4
-// us for swish_chain's spec, two runs); kernels for more terms hold 87-98 registers, which such
-// a cap would spill. The 2-byte types, whose 16-byte accesses hold twice the elements and whose
-// chains are therefore bound by arithmetic rather than memory: the declaration's HalfLaunch
+// one term, registers capped at 48, which lets one more block share an SM without spilling
+// (docs/PERFORMANCE.md: the run-time chains); kernels for more terms hold far more registers, which
+// such a cap would spill. The 2-byte types, whose 16-byte accesses hold twice the elements and
+// whose chains are therefore bound by arithmetic rather than memory: the declaration's HalfLaunch
 // (kernels/math/model.h). kTerms: the terms the chain's kernel keeps (ChainT::kTerms).
 template <typename T, class Model, int kTerms, bool kFourBytes = sizeof(T) == 4>
 struct ProductionShapeOf {

@@ -7,19 +7,13 @@
 namespace fusedlinear {
 
 const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
-  // The small-batch kernels against cuBLAS at 8192 -> 8192 on an H200, both forced, CUDA-graph
-  // replays (docs/RESULTS.md): float32 W on the CUDA cores 1.05x at 1 row, 1.8x at 2-8, 1.9x at
-  // 9-16, 1.35x at 17-32 and slower from 33; faster than tf32's cuBLAS kernel at 1 row only;
-  // bf16x3's parts 1.5x at 9-32 and 1.4x at 48-64 (ieee's kernel 1.55-1.65x at 2-8, and more
-  // accurate); the bf16 mode's hi part 1.09-1.14x at 1-8; 16-bit models 0.92-0.98x (cuBLAS's
-  // 16-bit GEMM reads W as fast).
-  // The Hopper GEMM's promoted bf16x3 against cuBLAS's three products and the epilogue, both
-  // models: 1.40-1.44x at 128 rows, 1.10-1.14x at 256, 1.04-1.07x at 512, 1.01-1.03x at 1024, and
-  // 2.3-3.6x closer to float64 (docs/RESULTS.md); not measured at 65-127 rows nor above 1024.
-  // Its promoted bf16x6 against cuBLAS's six products and the epilogue: 1.49-1.52x at 128 rows,
-  // 1.06-1.08x at 1024 and 0.69-0.70x at 32 (its 128-row tiles mostly empty); the GEMMs alone
-  // (ours with the chain) 1.42x at 128, 1.09x at 256, 1.00-1.01x at 512, 1.00-1.02x at 1024; 3-20x
-  // closer to float64 (docs/RESULTS.md).
+  // Each row count is where the kernel measured faster than cuBLAS at 8192 -> 8192 on an H200,
+  // both forced (docs/RESULTS.md: small batches; bench at 128-1024 rows). The small-batch kernels
+  // read W once, so they lead at few rows and fall behind once each further tile of x's rows
+  // reads W again; cuBLAS's tf32 kernel leads from 2 rows, and its 16-bit GEMM reads W as fast.
+  // At few rows bf16x3 runs ieee's kernel, faster there and more accurate. The Hopper GEMM's
+  // promoted bf16x3 and bf16x6 lead cuBLAS's products with the epilogue once its 128-row tiles
+  // are full, and are closer to float64; not measured at 65-127 rows nor above 1024.
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
        /*bf16x3_as_ieee*/ 8, /*bf16x3_hopper_min*/ 128, /*bf16x3_hopper_max*/ 1024,

@@ -49,28 +49,29 @@ namespace gemm {
 // additions), so what a sum loses grows with its magnitude, and so with k:
 //   - kBf16x3: the two small products into an accumulator of their own, added to x_hi W_hi's in
 //     float32 at the end: small terms summed into the large sum would lose most of their own
-//     bits; apart they keep them, as cuBLAS's three GEMMs do. Measured against float64 at 3 rows
-//     x k = 8192 on an H200: 1.41e-3, cuBLAS's three GEMMs' to the digit; float32's cublasSgemm
-//     3.99e-4.
-//   - kBf16x3OneSum: all three into one accumulator over the whole k: 3.83e-3 there, 2.7x.
+//     bits; apart they keep them, as cuBLAS's three GEMMs do: the same error as theirs, a few
+//     times float32's (docs/RESULTS.md: the Hopper GEMM alone).
+//   - kBf16x3OneSum: all three into one accumulator over the whole k: less accurate still.
 //   - kBf16x3Promoted: each k-tile's three products into fresh accumulators, which the consumer
 //     then adds into float32 running totals with the ALU's additions (rounded to nearest), as
 //     DeepSeek's "promotion" does for FP8: the tensor cores then drop bits relative to one
-//     k-tile's 64 k of sums, not the whole k's. Measured there: 4.81e-4, 1.20x float32's (0.34x
-//     the other modes'), at 1.1x kBf16x3's time on the 128x128 tile. A k-tile's sums go in
-//     64-column pieces into two buffers in turn, so that one piece's products run while the one
-//     before is added: totals and two pieces fit a consumer's registers for one 64-row block of at
-//     most 128 columns (the 128x128, 128x64 and 64x128 turns tiles).
+//     k-tile's 64 k of sums, not the whole k's: about float32's error, at a little more than
+//     kBf16x3's time (docs/RESULTS.md: promoted sums). A k-tile's sums go in 64-column pieces
+//     into two buffers in turn, so that one piece's products run while the one before is added:
+//     totals and two pieces fit a consumer's registers for one 64-row block of at most 128
+//     columns (the 128x128, 128x64 and 64x128 turns tiles).
 //   - kBf16x6Promoted: bf16x6's six products of x's and W's three parts (split_bf16_three), those
 //     of parts i and j with i + j < 3, smallest first, promoted as kBf16x3Promoted's: for inputs
-//     of any range, where bf16x3's two parts leave 2^-17 of each value out. Measured there:
-//     5.71e-5, 0.14x float32's; on wide-range inputs (hopper_gemm_check) 1.49x float32's, where
-//     cuBLAS's six GEMMs are 14.9x. Its stages hold three parts each: two fit for 128x128. On
-//     128 columns its k-tile's sums span the whole width instead of 64-column pieces (the
-//     consumers' products in turn hide each one's additions; kWideSums in the kernel).
+//     of any range, where bf16x3's two parts leave 2^-17 of each value out: more accurate than
+//     float32 on the timed problem, and within the check's bound of float32's on wide-range
+//     inputs (hopper_gemm_check), where cuBLAS's six GEMMs are far off (docs/RESULTS.md: promoted
+//     bf16x6). Its stages hold three parts each: two fit for 128x128. On 128 columns its
+//     k-tile's sums span the whole width instead of 64-column pieces (the consumers' products in
+//     turn hide each one's additions; kWideSums in the kernel).
 // The promoted modes take each order of products (i + j) over a k-tile's 64 k before the next,
 // so that the small terms are summed while the k-tile's sums are still small: taking the six at
-// each 16 k in turn measured 2.31x float32's error on the wide-range inputs, in the same time.
+// each 16 k in turn missed the wide-range bound, in the same time (docs/RESULTS.md: promoted
+// bf16x6).
 enum class GemmProducts { kOne, kBf16x3, kBf16x3OneSum, kBf16x3Promoted, kBf16x6Promoted };
 
 __host__ __device__ constexpr bool promoted(GemmProducts products) {
@@ -435,9 +436,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         // the same work), added into the totals (acc[0]) once they end. Only one k-tile's sums
         // fit beside the totals, so while this consumer waits and adds, the other consumer's
         // products run: on a shared tile the two issue each k-tile's products in turn (named
-        // barriers 1 and 2). Measured at 1024 x 8192 -> 8192 on an H200: 0.90x the pieces'
-        // time for bf16x6's 24 products a k-tile, but 1.10x for bf16x3's 12, whose products
-        // are too few to cover the other consumer's wait and additions: bf16x3 keeps the pieces.
+        // barriers 1 and 2). Faster than the pieces for bf16x6's 24 products a k-tile, slower
+        // for bf16x3's 12, which are too few to cover the other consumer's wait and additions:
+        // bf16x3 keeps the pieces (docs/RESULTS.md: wide sums for bf16x6).
         float sums[kBlocks][kTileN / 2];
         const bool last_tile = !has_next;
 #pragma unroll
@@ -658,11 +659,10 @@ constexpr bool tile_fits(GemmProducts products, GemmTile tile) {
   return shape_fits(products, shape.consumer_rows, shape.rows(), shape.cols);
 }
 
-// The tiles choose_tile picks from, with how well each keeps the tensor cores busy: from the
-// timings at 128-1024 rows x 8192 -> 8192 on an H200 (one product: the shared 128-row tiles
-// ahead; bf16x3: 64 x 128 in turns ahead at 256-1024 rows; promoted bf16x3, at 1024 rows: 128 x
-// 128 628 us, 128 x 64 657 us, 64 x 128 in turns 804 us; promoted bf16x6 the same order, 1243,
-// 1259 and 1468 us).
+// The tiles choose_tile picks from, with how well each keeps the tensor cores busy, from their
+// timings at 128-1024 rows x 8192 -> 8192 on an H200: one product puts the shared 128-row tiles
+// ahead, bf16x3 64 x 128 in turns at 256-1024 rows, and the promoted modes 128 x 128, then
+// 128 x 64, then 64 x 128 in turns (docs/RESULTS.md: the Hopper GEMM alone).
 struct TileCandidate {
   GemmTile tile;
   double efficiency;

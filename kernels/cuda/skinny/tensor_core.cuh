@@ -22,7 +22,7 @@ namespace skinny {
 // product does not depend on it), so every fragment comes straight from the lane's own loads,
 // with no shuffle and no shared memory. The block's warps take consecutive chunks of k of the
 // same 32 rows, so 0.5-1 KB of each row is read at once: warps owning different rows at the same
-// k (x then shared in L1) measured 1.5x slower at few rows.
+// k (x then shared in L1) measured slower at few rows: each row's reads in flight shrink.
 
 // As kRotateChunks, in the tensor-core kernel's chunks (measured best of 0, 1, 3, 5, 8, 12, 16).
 constexpr int kMmaRotateChunks = 12;
@@ -31,8 +31,8 @@ constexpr int kMmaTilesW = 2;               // 16-row tiles of W per block
 constexpr int kMmaRowsW = 16 * kMmaTilesW;  // rows of W per block
 
 // kTilesX 8-row tiles of x per block; kSteps 32-wide steps of k per chunk (kLoads loads of W in
-// flight per lane: 2 rows per tile per part). hi and lo together take 16 at narrow tiles
-// (measured 10% faster at 9-16 rows, where 16 loads of one part measured slower than 8).
+// flight per lane: 2 rows per tile per part). hi and lo together take 16 at narrow tiles, where
+// they measured faster; one part measured slower with 16 than with 8 (docs/PERFORMANCE.md).
 template <bool kHasLo, int kTilesXOf>
 struct MmaShape {
   static constexpr int kTilesX = kTilesXOf;

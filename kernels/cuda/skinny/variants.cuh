@@ -84,7 +84,7 @@ template <typename T, typename WT, bool kHasLo, class Shape>
 struct CudaCoreKernel {
   using Element = T;
   // Two blocks an SM fill the GPU; the widest tile's blocks, two an SM, stay within one wave
-  // (split in two, its 256 blocks at 8192 outputs measured 4 us slower).
+  // (split in two, into a second wave, it measured slower: docs/PERFORMANCE.md, whole waves).
   static BlockCover cover() {
     BlockCover cover{kWarps * Shape::kWarpRows, Shape::kRows, Shape::kChunk, 1, 2};
     cover.within_one_wave = Shape::kRows == kLargestTile;
