@@ -33,6 +33,15 @@ inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) 
   }
 }
 
+// Marks the lambdas run once a value (vector): they are always inlined into their loops. In the
+// interpreter's large switch the compiler otherwise leaves some out of line, so each value costs
+// a call, and a costly op reloads all its constants each time.
+#if defined(__GNUC__)
+#define FUSEDLINEAR_PER_VALUE __attribute__((always_inline))
+#else
+#define FUSEDLINEAR_PER_VALUE
+#endif
+
 // Values (vectors) a block: the loop goes over a row's run a block at a time, in passes over all
 // of a block's values, the first pass as they load (bias added), the last as they store. A
 // run-time chain makes a pass an op, so it dispatches each op once a block, not once a value; a
@@ -95,7 +104,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   V* const v = block.v;
   const int full = block.full;
   const int64_t rest = block.rest;
-  const auto one = [&](int i, int64_t count) {
+  const auto one = [&](int i, int64_t count) FUSEDLINEAR_PER_VALUE {
     V x;
     if constexpr (kFirst) {
       x = Lanes::template load<E>(y + i * kLanes, count);
@@ -200,14 +209,14 @@ template <int kSlot, bool kFirst, class Lanes, ElementType E, class... Fs>
 inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& block) {
   using V = typename Lanes::Value;
   if constexpr (sizeof...(Fs) == 0) {
-    block_pass<true, true>(block, [](V x, int, int64_t) { return x; });
+    block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
   } else {
     constexpr int kCount = first_pass_length<Fs...>();
     constexpr int kTerms = column_terms_in<Fs...>(kCount);
     constexpr bool kLast = kCount == int(sizeof...(Fs));
     TermSource<Lanes, E> terms[kTerms > 0 ? kTerms : 1];
     for (int k = 0; k < kTerms; ++k) terms[k].set(block, kSlot + k);
-    block_pass<kFirst, kLast>(block, [&](V x, int i, int64_t count) {
+    block_pass<kFirst, kLast>(block, [&](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
       return apply_first<kCount, 0>(chain, x, terms, i, count);
     });
     if constexpr (!kLast) block_ops<kSlot + kTerms, false>(without_first<kCount>(chain), block);
@@ -223,10 +232,11 @@ inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool las
   if constexpr (act::kTakesColumnTerm<F>) {
     TermSource<Lanes, E> term;
     term.set(block, slot);
-    block_pass<kFirst>(block, last,
-                       [&](V x, int i, int64_t count) { return f(x, term.at(i, count)); });
+    block_pass<kFirst>(block, last, [&](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+      return f(x, term.at(i, count));
+    });
   } else {
-    block_pass<kFirst>(block, last, [&](V x, int, int64_t) { return f(x); });
+    block_pass<kFirst>(block, last, [&](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
   }
 }
 
@@ -236,7 +246,7 @@ inline void block_ops(const act::ProgramChain<P, kTerms>& chain, const Block<Lan
   using V = typename Lanes::Value;
   const act::Program& program = chain.program;
   if (program.count == 0) {
-    return block_pass<true, true>(block, [](V x, int, int64_t) { return x; });
+    return block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
   }
   for (int i = 0; i < program.count; ++i) {
     const act::ProgramOp& op = program.ops[i];
