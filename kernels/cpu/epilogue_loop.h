@@ -216,8 +216,9 @@ inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& blo
     constexpr bool kLast = kCount == int(sizeof...(Fs));
     TermSource<Lanes, E> terms[kTerms > 0 ? kTerms : 1];
     for (int k = 0; k < kTerms; ++k) terms[k].set(block, kSlot + k);
+    const act::Chain<Fs...> arguments = chain;  // a copy: see op_pass
     block_pass<kFirst, kLast>(block, [&](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
-      return apply_first<kCount, 0>(chain, x, terms, i, count);
+      return apply_first<kCount, 0>(arguments, x, terms, i, count);
     });
     if constexpr (!kLast) block_ops<kSlot + kTerms, false>(without_first<kCount>(chain), block);
   }
@@ -225,10 +226,13 @@ inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& blo
 
 // --- run-time chains: a pass an op ---------------------------------------------------------------
 
-// Op f, column ops with term `slot`, as the pass of a run-time chain.
+// Op f, column ops with term `slot`, as the pass of a run-time chain. The loop runs a copy of f:
+// read through the reference, its arguments (clamp's bounds, celu's 1 / alpha) would be read again
+// after every store, which may alias them, instead of once a block.
 template <bool kFirst, class Lanes, ElementType E, class F>
-inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool last) {
+inline void op_pass(const F& op, const Block<Lanes, E>& block, int slot, bool last) {
   using V = typename Lanes::Value;
+  const F f = op;
   if constexpr (act::kTakesColumnTerm<F>) {
     TermSource<Lanes, E> term;
     term.set(block, slot);
