@@ -104,6 +104,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   V* const v = block.v;
   const int full = block.full;
   const int64_t rest = block.rest;
+  const Apply fn = apply;  // a copy: what it holds by value stays in registers (op_pass)
   const auto one = [&](int i, int64_t count) FUSEDLINEAR_PER_VALUE {
     V x;
     if constexpr (kFirst) {
@@ -112,7 +113,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     } else {
       x = v[i];
     }
-    x = apply(x, i, count);
+    x = fn(x, i, count);
     if constexpr (kLast) {
       Lanes::template store<E>(out + i * kLanes, x, count);
       if (gate) {
@@ -216,31 +217,32 @@ inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& blo
     constexpr bool kLast = kCount == int(sizeof...(Fs));
     TermSource<Lanes, E> terms[kTerms > 0 ? kTerms : 1];
     for (int k = 0; k < kTerms; ++k) terms[k].set(block, kSlot + k);
-    const act::Chain<Fs...> arguments = chain;  // a copy: see op_pass
-    block_pass<kFirst, kLast>(block, [&](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
-      return apply_first<kCount, 0>(arguments, x, terms, i, count);
-    });
+    // The chain and its terms by value: see op_pass.
+    block_pass<kFirst, kLast>(block,
+                              [chain, terms](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+                                return apply_first<kCount, 0>(chain, x, terms, i, count);
+                              });
     if constexpr (!kLast) block_ops<kSlot + kTerms, false>(without_first<kCount>(chain), block);
   }
 }
 
 // --- run-time chains: a pass an op ---------------------------------------------------------------
 
-// Op f, column ops with term `slot`, as the pass of a run-time chain. The loop runs a copy of f:
-// read through the reference, its arguments (clamp's bounds, celu's 1 / alpha) would be read again
-// after every store, which may alias them, instead of once a block.
+// Op f, column ops with term `slot`, as the pass of a run-time chain. The per-value lambdas hold
+// f and the term by value, and block_pass runs a copy of them: read through a reference, f's
+// arguments (clamp's bounds, celu's 1 / alpha) would be read again, and computed again, after
+// every store, which may alias them, instead of once a block.
 template <bool kFirst, class Lanes, ElementType E, class F>
-inline void op_pass(const F& op, const Block<Lanes, E>& block, int slot, bool last) {
+inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool last) {
   using V = typename Lanes::Value;
-  const F f = op;
   if constexpr (act::kTakesColumnTerm<F>) {
     TermSource<Lanes, E> term;
     term.set(block, slot);
-    block_pass<kFirst>(block, last, [&](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+    block_pass<kFirst>(block, last, [f, term](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
       return f(x, term.at(i, count));
     });
   } else {
-    block_pass<kFirst>(block, last, [&](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
+    block_pass<kFirst>(block, last, [f](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
   }
 }
 
