@@ -3,10 +3,11 @@
 // primitives.h alone and stay free of torch.
 //
 // Compiled once per instruction set (kernels/cpu/epilogue_isa.h): with CPU_CAPABILITY_AVX2 or
-// CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats. exp, expm1 and erf are
-// computed here, inline (vector_exp, vector_expm1: about 1 ulp; GELU as vector_gelu, without
-// erf): Sleef's, which at::vec calls, are out-of-line calls that cost more than the rest of most
-// ops (its erf several times libtorch's whole GELU), and every call spills the vector registers.
+// CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats. exp and expm1 are
+// computed here, inline (vector_exp, vector_expm1: about 1 ulp), and GELU without erf
+// (vector_gelu): Sleef's functions, which at::vec calls, are out-of-line calls that cost more than
+// the rest of most ops (its erf several times libtorch's whole GELU), and every call spills the
+// vector registers.
 // log1p is Sleef's (1.0 ulp); tanh is computed from exp (tanh_from_exp, 1.7 ulp). The float forms
 // use libm (host) or the GPU's instructions. Division is exact, as on the host; comparisons and
 // blends keep NaN where the float forms do.
