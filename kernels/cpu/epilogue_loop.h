@@ -45,7 +45,7 @@ inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) 
 // Values (vectors) a block: the loop goes over a row's run a block at a time, in passes over all
 // of a block's values, the first pass as they load (bias added), the last as they store. A
 // run-time chain makes a pass an op, so it dispatches each op once a block, not once a value; a
-// compiled chain makes a pass of each costly functor with the trivial ones around it. Each pass's
+// compiled chain makes a pass a functor alike. Each pass's
 // loop has independent iterations, which the core overlaps, where a whole chain applied a value at
 // a time is one long dependency through its calls, and every call spills the vector registers.
 // Small enough for the values to stay in L1 between passes.
@@ -138,97 +138,9 @@ inline void block_pass(const Block<Lanes, E>& block, bool last, const Apply& app
   }
 }
 
-// --- compiled chains: the functors grouped into passes ------------------------------------------
+// --- the passes: one an op of a run-time chain, or a functor of a compiled one -------------------
 
-// Whether F costs a value an instruction or two (a comparison and blend, an add or multiply):
-// too little for a pass of its own, which costs a load and a store a value. Functors a
-// declaration brings count as costly.
-template <class F>
-inline constexpr bool kTrivialOnCpu =
-    std::is_same_v<F, act::Relu> || std::is_same_v<F, act::Relu6> ||
-    std::is_same_v<F, act::LeakyRelu> || std::is_same_v<F, act::Hardtanh> ||
-    std::is_same_v<F, act::Clamp> || std::is_same_v<F, act::Square> ||
-    std::is_same_v<F, act::AddScalar> || std::is_same_v<F, act::SubScalar> ||
-    std::is_same_v<F, act::MulScalar> || std::is_same_v<F, act::AddParam> ||
-    std::is_same_v<F, act::SubParam> || std::is_same_v<F, act::MulParam>;
-
-// How many of the functors Fs make the chain's first pass: the first costly one with the trivial
-// ones before and after it. Costlier passes measured slower: a longer loop body keeps more
-// constants live across its calls, and the core overlaps fewer values.
-template <class... Fs>
-constexpr int first_pass_length() {
-  constexpr bool kTrivial[] = {kTrivialOnCpu<Fs>...};
-  int n = 0;
-  bool costly = false;
-  for (; n < int(sizeof...(Fs)); ++n) {
-    if (!kTrivial[n] && costly) break;
-    costly = costly || !kTrivial[n];
-  }
-  return n;
-}
-
-// How many of the first n functors of Fs take a column term.
-template <class... Fs>
-constexpr int column_terms_in(int n) {
-  constexpr bool kColumn[] = {act::kTakesColumnTerm<Fs>...};
-  int count = 0;
-  for (int i = 0; i < n; ++i) count += kColumn[i] ? 1 : 0;
-  return count;
-}
-
-// The first kCount functors of the chain on x; the k-th column functor among them reads
-// terms[kTerm + k].
-template <int kCount, int kTerm, class V, class T, class F, class... Rest>
-inline V apply_first(const act::Chain<F, Rest...>& chain, V x, const T* terms, int i,
-                     int64_t count) {
-  if constexpr (act::kTakesColumnTerm<F>) {
-    x = chain.first(x, terms[kTerm].at(i, count));
-  } else {
-    x = chain.first(x);
-  }
-  if constexpr (kCount > 1) {
-    return apply_first<kCount - 1, kTerm + (act::kTakesColumnTerm<F> ? 1 : 0)>(chain.rest, x, terms,
-                                                                               i, count);
-  } else {
-    return x;
-  }
-}
-
-// The chain without its first n functors.
-template <int kN, class C>
-inline const auto& without_first(const C& chain) {
-  if constexpr (kN == 0) {
-    return chain;
-  } else {
-    return without_first<kN - 1>(chain.rest);
-  }
-}
-
-// A compiled chain on a block, a pass at a time (first_pass_length); its first column functor
-// takes term kSlot.
-template <int kSlot, bool kFirst, class Lanes, ElementType E, class... Fs>
-inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& block) {
-  using V = typename Lanes::Value;
-  if constexpr (sizeof...(Fs) == 0) {
-    block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
-  } else {
-    constexpr int kCount = first_pass_length<Fs...>();
-    constexpr int kTerms = column_terms_in<Fs...>(kCount);
-    constexpr bool kLast = kCount == int(sizeof...(Fs));
-    TermSource<Lanes, E> terms[kTerms > 0 ? kTerms : 1];
-    for (int k = 0; k < kTerms; ++k) terms[k].set(block, kSlot + k);
-    // The chain and its terms by value: see op_pass.
-    block_pass<kFirst, kLast>(block,
-                              [chain, terms](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
-                                return apply_first<kCount, 0>(chain, x, terms, i, count);
-                              });
-    if constexpr (!kLast) block_ops<kSlot + kTerms, false>(without_first<kCount>(chain), block);
-  }
-}
-
-// --- run-time chains: a pass an op ---------------------------------------------------------------
-
-// Op f, column ops with term `slot`, as the pass of a run-time chain. The per-value lambdas hold
+// Op f, column ops with term `slot`, as a pass of a chain. The per-value lambdas hold
 // f and the term by value, and block_pass runs a copy of them: read through a reference, f's
 // arguments (clamp's bounds, celu's 1 / alpha) would be read again, and computed again, after
 // every store, which may alias them, instead of once a block.
@@ -243,6 +155,23 @@ inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool las
     });
   } else {
     block_pass<kFirst>(block, last, [f](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
+  }
+}
+
+// A compiled chain on a block: a pass a functor, as a run-time chain makes a pass an op; its
+// first column functor takes term kSlot. (Cheap functors merged into a costly one's pass
+// measured slower, once the passes' lambdas were inlined.)
+template <int kSlot, bool kFirst, class Lanes, ElementType E, class... Fs>
+inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& block) {
+  using V = typename Lanes::Value;
+  if constexpr (sizeof...(Fs) == 0) {
+    block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
+  } else {
+    constexpr bool kLast = sizeof...(Fs) == 1;
+    op_pass<kFirst>(chain.first, block, kSlot, kLast);
+    if constexpr (!kLast) {
+      block_ops<kSlot + act::Chain<Fs...>::kOwnTerms, false>(chain.rest, block);
+    }
   }
 }
 
