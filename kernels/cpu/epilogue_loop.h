@@ -33,10 +33,19 @@ inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) 
   }
 }
 
+// Marks the lambdas run once a value (vector): they are always inlined into their loops. In the
+// interpreter's large switch the compiler otherwise leaves some out of line, so each value costs
+// a call, and a costly op reloads all its constants each time.
+#if defined(__GNUC__)
+#define FUSEDLINEAR_PER_VALUE __attribute__((always_inline))
+#else
+#define FUSEDLINEAR_PER_VALUE
+#endif
+
 // Values (vectors) a block: the loop goes over a row's run a block at a time, in passes over all
 // of a block's values, the first pass as they load (bias added), the last as they store. A
 // run-time chain makes a pass an op, so it dispatches each op once a block, not once a value; a
-// compiled chain makes a pass of each costly functor with the trivial ones around it. Each pass's
+// compiled chain makes a pass a functor alike. Each pass's
 // loop has independent iterations, which the core overlaps, where a whole chain applied a value at
 // a time is one long dependency through its calls, and every call spills the vector registers.
 // Small enough for the values to stay in L1 between passes.
@@ -95,7 +104,8 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   V* const v = block.v;
   const int full = block.full;
   const int64_t rest = block.rest;
-  const auto one = [&](int i, int64_t count) {
+  const Apply fn = apply;  // a copy: what it holds by value stays in registers (op_pass)
+  const auto one = [&](int i, int64_t count) FUSEDLINEAR_PER_VALUE {
     V x;
     if constexpr (kFirst) {
       x = Lanes::template load<E>(y + i * kLanes, count);
@@ -103,7 +113,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     } else {
       x = v[i];
     }
-    x = apply(x, i, count);
+    x = fn(x, i, count);
     if constexpr (kLast) {
       Lanes::template store<E>(out + i * kLanes, x, count);
       if (gate) {
@@ -128,105 +138,40 @@ inline void block_pass(const Block<Lanes, E>& block, bool last, const Apply& app
   }
 }
 
-// --- compiled chains: the functors grouped into passes ------------------------------------------
+// --- the passes: one an op of a run-time chain, or a functor of a compiled one -------------------
 
-// Whether F costs a value an instruction or two (a comparison and blend, an add or multiply):
-// too little for a pass of its own, which costs a load and a store a value. Functors a
-// declaration brings count as costly.
-template <class F>
-inline constexpr bool kTrivialOnCpu =
-    std::is_same_v<F, act::Relu> || std::is_same_v<F, act::Relu6> ||
-    std::is_same_v<F, act::LeakyRelu> || std::is_same_v<F, act::Hardtanh> ||
-    std::is_same_v<F, act::Clamp> || std::is_same_v<F, act::Square> ||
-    std::is_same_v<F, act::AddScalar> || std::is_same_v<F, act::SubScalar> ||
-    std::is_same_v<F, act::MulScalar> || std::is_same_v<F, act::AddParam> ||
-    std::is_same_v<F, act::SubParam> || std::is_same_v<F, act::MulParam>;
-
-// How many of the functors Fs make the chain's first pass: the first costly one with the trivial
-// ones before and after it. Costlier passes measured slower: a longer loop body keeps more
-// constants live across its calls, and the core overlaps fewer values.
-template <class... Fs>
-constexpr int first_pass_length() {
-  constexpr bool kTrivial[] = {kTrivialOnCpu<Fs>...};
-  int n = 0;
-  bool costly = false;
-  for (; n < int(sizeof...(Fs)); ++n) {
-    if (!kTrivial[n] && costly) break;
-    costly = costly || !kTrivial[n];
-  }
-  return n;
-}
-
-// How many of the first n functors of Fs take a column term.
-template <class... Fs>
-constexpr int column_terms_in(int n) {
-  constexpr bool kColumn[] = {act::kTakesColumnTerm<Fs>...};
-  int count = 0;
-  for (int i = 0; i < n; ++i) count += kColumn[i] ? 1 : 0;
-  return count;
-}
-
-// The first kCount functors of the chain on x; the k-th column functor among them reads
-// terms[kTerm + k].
-template <int kCount, int kTerm, class V, class T, class F, class... Rest>
-inline V apply_first(const act::Chain<F, Rest...>& chain, V x, const T* terms, int i,
-                     int64_t count) {
-  if constexpr (act::kTakesColumnTerm<F>) {
-    x = chain.first(x, terms[kTerm].at(i, count));
-  } else {
-    x = chain.first(x);
-  }
-  if constexpr (kCount > 1) {
-    return apply_first<kCount - 1, kTerm + (act::kTakesColumnTerm<F> ? 1 : 0)>(chain.rest, x, terms,
-                                                                               i, count);
-  } else {
-    return x;
-  }
-}
-
-// The chain without its first n functors.
-template <int kN, class C>
-inline const auto& without_first(const C& chain) {
-  if constexpr (kN == 0) {
-    return chain;
-  } else {
-    return without_first<kN - 1>(chain.rest);
-  }
-}
-
-// A compiled chain on a block, a pass at a time (first_pass_length); its first column functor
-// takes term kSlot.
-template <int kSlot, bool kFirst, class Lanes, ElementType E, class... Fs>
-inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& block) {
-  using V = typename Lanes::Value;
-  if constexpr (sizeof...(Fs) == 0) {
-    block_pass<true, true>(block, [](V x, int, int64_t) { return x; });
-  } else {
-    constexpr int kCount = first_pass_length<Fs...>();
-    constexpr int kTerms = column_terms_in<Fs...>(kCount);
-    constexpr bool kLast = kCount == int(sizeof...(Fs));
-    TermSource<Lanes, E> terms[kTerms > 0 ? kTerms : 1];
-    for (int k = 0; k < kTerms; ++k) terms[k].set(block, kSlot + k);
-    block_pass<kFirst, kLast>(block, [&](V x, int i, int64_t count) {
-      return apply_first<kCount, 0>(chain, x, terms, i, count);
-    });
-    if constexpr (!kLast) block_ops<kSlot + kTerms, false>(without_first<kCount>(chain), block);
-  }
-}
-
-// --- run-time chains: a pass an op ---------------------------------------------------------------
-
-// Op f, column ops with term `slot`, as the pass of a run-time chain.
+// Op f, column ops with term `slot`, as a pass of a chain. The per-value lambdas hold
+// f and the term by value, and block_pass runs a copy of them: read through a reference, f's
+// arguments (clamp's bounds, celu's 1 / alpha) would be read again, and computed again, after
+// every store, which may alias them, instead of once a block.
 template <bool kFirst, class Lanes, ElementType E, class F>
 inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool last) {
   using V = typename Lanes::Value;
   if constexpr (act::kTakesColumnTerm<F>) {
     TermSource<Lanes, E> term;
     term.set(block, slot);
-    block_pass<kFirst>(block, last,
-                       [&](V x, int i, int64_t count) { return f(x, term.at(i, count)); });
+    block_pass<kFirst>(block, last, [f, term](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+      return f(x, term.at(i, count));
+    });
   } else {
-    block_pass<kFirst>(block, last, [&](V x, int, int64_t) { return f(x); });
+    block_pass<kFirst>(block, last, [f](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
+  }
+}
+
+// A compiled chain on a block: a pass a functor, as a run-time chain makes a pass an op; its
+// first column functor takes term kSlot. (Cheap functors merged into a costly one's pass
+// measured slower, once the passes' lambdas were inlined.)
+template <int kSlot, bool kFirst, class Lanes, ElementType E, class... Fs>
+inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& block) {
+  using V = typename Lanes::Value;
+  if constexpr (sizeof...(Fs) == 0) {
+    block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
+  } else {
+    constexpr bool kLast = sizeof...(Fs) == 1;
+    op_pass<kFirst>(chain.first, block, kSlot, kLast);
+    if constexpr (!kLast) {
+      block_ops<kSlot + act::Chain<Fs...>::kOwnTerms, false>(chain.rest, block);
+    }
   }
 }
 
@@ -236,7 +181,7 @@ inline void block_ops(const act::ProgramChain<P, kTerms>& chain, const Block<Lan
   using V = typename Lanes::Value;
   const act::Program& program = chain.program;
   if (program.count == 0) {
-    return block_pass<true, true>(block, [](V x, int, int64_t) { return x; });
+    return block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
   }
   for (int i = 0; i < program.count; ++i) {
     const act::ProgramOp& op = program.ops[i];

@@ -402,7 +402,7 @@ struct Gelu {
   static constexpr double kInvSqrt2 = 0.70710678118654752440;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
-    return V(0.5f) * x * (V(1.0f) + accurate_erf(x * V(float(kInvSqrt2))));
+    return accurate_gelu(x);
   }
   static double reference(double x) { return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2)); }
   template <class T>

@@ -67,7 +67,7 @@ V accurate_expm1(V x);
 template <class V>
 V accurate_log1p(V x);
 template <class V>
-V accurate_erf(V x);
+V accurate_gelu(V x);
 template <class V>
 V accurate_tanh(V x);
 template <class V>
@@ -154,7 +154,11 @@ FL_HOST_DEVICE V polynomial(V w, float c0, Cs... rest) {
 FL_HOST_DEVICE float accurate_exp(float x) { return ::expf(x); }
 FL_HOST_DEVICE float accurate_expm1(float x) { return ::expm1f(x); }
 FL_HOST_DEVICE float accurate_log1p(float x) { return ::log1pf(x); }
-FL_HOST_DEVICE float accurate_erf(float x) { return ::erff(x); }
+// GELU (approximate='none'), x / 2 * (1 + erf(x / sqrt(2))), through libm's or the GPU's erff;
+// the vector form (primitives_vec.h) evaluates x * Phi(x) in one formula instead.
+FL_HOST_DEVICE float accurate_gelu(float x) {
+  return 0.5f * x * (1.0f + ::erff(x * float(0.70710678118654752440)));
+}
 FL_HOST_DEVICE float accurate_tanh(float x) { return ::tanhf(x); }
 
 // tanh for results kept in bfloat16 or float16: on the GPU the hardware's tanh

@@ -3,13 +3,14 @@
 // primitives.h alone and stay free of torch.
 //
 // Compiled once per instruction set (kernels/cpu/epilogue_isa.h): with CPU_CAPABILITY_AVX2 or
-// CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats. exp, expm1 and erf are
-// computed here, inline (vector_exp, vector_expm1, vector_erf: about 1 ulp): Sleef's, which
-// at::vec calls, are out-of-line calls that cost more than the rest of most ops (its erf several
-// times libtorch's whole GELU), and every call spills the vector registers. log1p is Sleef's
-// (1.0 ulp); tanh is computed from exp (tanh_from_exp, 1.7 ulp). The float forms use libm (host)
-// or the GPU's instructions. Division is exact, as on the host; comparisons and blends keep NaN
-// where the float forms do.
+// CPU_CAPABILITY_AVX512 defined, Vectorized<float> holds 8 or 16 floats. exp and expm1 are
+// computed here, inline (vector_exp, vector_expm1: about 1 ulp), and GELU without erf
+// (vector_gelu): Sleef's functions, which at::vec calls, are out-of-line calls that cost more than
+// the rest of most ops (its erf several times libtorch's whole GELU), and every call spills the
+// vector registers.
+// log1p is Sleef's (1.0 ulp); tanh is computed from exp (tanh_from_exp, 1.7 ulp). The float forms
+// use libm (host) or the GPU's instructions. Division is exact, as on the host; comparisons and
+// blends keep NaN where the float forms do.
 //
 // Always inlined (FL_HOST_DEVICE), as primitives.h's: a copy left out of line, which a large
 // caller such as the interpreter's loop gets from the compiler's own choice, would be a weak symbol
@@ -126,25 +127,32 @@ FL_HOST_DEVICE FloatVec vector_expm1(FloatVec x) {
   return FloatVec::blendv(result, x, x == FloatVec(0.0f));  // -0 stays -0
 }
 
-// erf(x) within about 1 ulp: below |x| = 1, x + x T(x^2) (T fitted to erf(x) / x - 1 by least
-// squares reweighted toward the largest error); from there 1 - e^(R(|x|) - x^2), R fitted alike
-// to log(erfc(|x|)) + x^2 on [1, 4] (erf rounds to 1 from 3.92), with the sign of x. Both are
-// computed for every lane; NaN fails |x| >= 1 and takes the first, NaN.
-FL_HOST_DEVICE FloatVec vector_erf(FloatVec x) {
-  const FloatVec w = x * x;
-  const FloatVec t = polynomial(w, 0.128379167f, -0.376126289f, 0.112836249f, -0.0268553738f,
-                                0.00519117806f, -0.000803453266f, 7.93255458e-05f);
-  const FloatVec near_zero = at::vec::fmadd(x, t, x);
-  const FloatVec magnitude = x.abs();
-  const FloatVec a = min_or_bound(magnitude, 4.0f);
-  const FloatVec r =
-      polynomial(a, 0.000302909815f, -1.13016558f, 0.368061066f, -0.109976612f, 0.0263638478f,
-                 -0.00473993598f, 0.000592712313f, -4.55842637e-05f, 1.61375988e-06f);
-  // The exponent lies in [-16, -1]: no clamp, and e^ it one factor of 2^n.
-  const ExpReduced e = reduce_for_exp(r - a * a);
-  const FloatVec erfc = (expm1_reduced(e.r) + FloatVec(1.0f)) * power_of_two(e.n);
-  const FloatVec beyond = (FloatVec(1.0f) - erfc) | (x & FloatVec(-0.0f));
-  return FloatVec::blendv(near_zero, beyond, magnitude >= FloatVec(1.0f));
+// GELU, x Phi(x) (Phi the normal distribution), in one formula for every lane, where
+// x / 2 (1 + erf(x / sqrt 2)) would take erf's two formulas and an exp. With a = |x| and
+// t = 1 / (1 + p a),
+//   h = Phi(-a) = R(t) 2^(-a^2 log2(e) / 2),   Phi(x) = h for x < 0, 1 - h otherwise,
+// R a polynomial fitted to Phi(-a) e^(a^2 / 2) for a in [0, 14.5], smooth in t since a t stays
+// below 1 / p. Relative error up to 7e-7 from x = -3 up: the rounding of t counts up to 2.7 times
+// in R, and that of a^2 grows with the exponent, to 1e-5 near -13; never the cancellation of
+// 1 + erf for x < 0. 2^(-a^2 ...) = 2^n 2^f with f in [-1/2, 1/2], 2^f by a polynomial whose
+// coefficients carry a factor 2^-64 that 2^(n + 64) undoes, so a result below float's normal
+// range is rounded once; a is clamped at 16, from where h underflows to 0 (n + 64 then stays in
+// power_of_two's range). NaN gives NaN and -inf gives -inf * 0 = NaN (as PyTorch), through the
+// last product with x; +inf gives +inf; -0 gives -0.
+FL_HOST_DEVICE FloatVec vector_gelu(FloatVec x) {
+  const FloatVec a = at::vec::clamp_max(x.abs(), FloatVec(16.0f));
+  const FloatVec t = FloatVec(1.0f) / at::vec::fmadd(a, FloatVec(0.296875f), FloatVec(1.0f));
+  const FloatVec r = polynomial(t, 1.321952732e-05f, 1.181144640e-01f, 1.217857525e-01f,
+                                8.841424435e-02f, 1.576754600e-01f, -1.025679186e-01f,
+                                2.561590374e-01f, -1.788179576e-01f, 3.922371939e-02f);
+  const FloatVec u = a * (a * FloatVec(-0.72134752044448170368f));  // -a^2 log2(e) / 2
+  const FloatVec n = u.round();
+  const FloatVec f = u - n;
+  const FloatVec scaled_power = polynomial(f, 5.421010868e-20f, 3.757558531e-20f, 1.302270297e-20f,
+                                           3.008839259e-21f, 5.214193317e-22f, 7.264117259e-23f,
+                                           8.318979983e-24f);  // 2^f 2^-64
+  const FloatVec h = r * scaled_power * power_of_two(n + FloatVec(64.0f));
+  return x * if_negative(x, h, FloatVec(1.0f) - h);
 }
 
 template <>
@@ -168,8 +176,8 @@ FL_HOST_DEVICE FloatVec accurate_log1p(FloatVec x) {
 }
 
 template <>
-FL_HOST_DEVICE FloatVec accurate_erf(FloatVec x) {
-  return vector_erf(x);
+FL_HOST_DEVICE FloatVec accurate_gelu(FloatVec x) {
+  return vector_gelu(x);
 }
 
 // tanh a vector at a time in about half the instructions of Sleef's (FloatVec::tanh, 1.0 ulp,
