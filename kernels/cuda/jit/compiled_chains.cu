@@ -135,22 +135,30 @@ const char* element_name(ElementType type) {
                                          : "bfloat16";
 }
 
-// The module of `request`, a unit of the chain's: from memory, else from the disk cache, else
-// compiled (and stored); not ready, after a notice saying `what` it holds, where none of that
-// works.
-const LoadedModule& module_of(CompiledChain& chain, const NvrtcRequest& request,
-                              const std::string& what) {
-  std::string names;
-  for (const std::string& name : request.name_expressions) names += name + "\n";
+// A unit of the chain's (chain_units.h) as it is compiled at its first use: the NVRTC request, and
+// what it holds, for the notice where it cannot be.
+struct Unit {
+  NvrtcRequest request;
+  std::string what;
+};
+
+// The module of the unit `unit_key` names in memory (the architecture, the family, the element
+// type and the instance: everything but the chain that makes the unit), loaded at its first use
+// from the unit `make_unit()` builds then: from the disk cache, else compiled (and stored); not
+// ready, after a notice, where none of that works. A call that finds it in memory builds nothing.
+template <class MakeUnit>
+const LoadedModule& module_of(CompiledChain& chain, const std::string& unit_key,
+                              MakeUnit&& make_unit) {
   const std::lock_guard<std::mutex> lock(chain.mutex);
-  const std::string memory_key = request.architecture + "\n" + names;
-  const auto found = chain.modules.find(memory_key);
+  const auto found = chain.modules.find(unit_key);
   if (found != chain.modules.end()) return found->second;
-  LoadedModule& loaded = chain.modules[memory_key];
+  LoadedModule& loaded = chain.modules[unit_key];
+  const Unit unit = make_unit();
+  const NvrtcRequest& request = unit.request;
   KernelCacheKey key;
   key.family = request.family;
   key.source = request.source;
-  key.kernels = names;
+  for (const std::string& name : request.name_expressions) key.kernels += name + "\n";
   for (const std::string& option : nvrtc_options(request)) key.kernels += option + "\n";
   key.architecture = request.architecture;
   key.versions = versions();
@@ -169,7 +177,7 @@ const LoadedModule& module_of(CompiledChain& chain, const NvrtcRequest& request,
   const std::lock_guard<std::mutex> count_lock(registry().mutex);
   ++(ready ? registry().counts.compiled : registry().counts.failed);
   if (!ready) {
-    notice(what + " of " + chain.expression + " was not compiled for " + request.architecture +
+    notice(unit.what + " of " + chain.expression + " was not compiled for " + request.architecture +
            " (" + first_line(error) + "): the interpreter runs it");
   }
   return loaded;
@@ -191,10 +199,11 @@ cudaError_t compiled_epilogue(const act::Program& program, const EpilogueCall& c
   std::string architecture;
   cudaError_t err = current_architecture(architecture);
   if (err != cudaSuccess) return err;
-  // Named, not temporaries: module_of's reference outlives its arguments.
-  const NvrtcRequest request = epilogue_unit(chain->expression, call.type, architecture);
-  const std::string what = std::string("the ") + element_name(call.type) + " epilogue";
-  const LoadedModule& loaded = module_of(*chain, request, what);
+  const LoadedModule& loaded =
+      module_of(*chain, architecture + " epilogue " + element_name(call.type), [&] {
+        return Unit{epilogue_unit(chain->expression, call.type, architecture),
+                    std::string("the ") + element_name(call.type) + " epilogue"};
+      });
   if (!loaded.ready) return chain->interpreter.epilogue(program, call, stream);
   EpilogueKernels kernels;
   for (int i = 0; i < kEpilogueUnitChainValue; ++i) {
@@ -230,18 +239,22 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
   bool interpret = false;
   const auto kernel_of = [&](auto shape) {
     using Shape = decltype(shape);
-    HopperInstance instance;
-    instance.type = Types::kOut;
-    instance.products = gemm::products_name(Shape::kProducts);
-    instance.tile_n = Shape::kTileN;
-    instance.consumer_rows = Shape::kConsumerRows;
-    instance.turns = Shape::kTurns;
+    const std::string products = gemm::products_name(Shape::kProducts);
     const std::string tile = std::to_string(Shape::kTileM) + " x " + std::to_string(Shape::kTileN) +
                              (Shape::kTurns ? " in turns" : "");
-    const NvrtcRequest request = hopper_unit(chain->expression, instance, architecture);
-    const std::string what = std::string("the Hopper GEMM's ") + element_name(Types::kOut) + " " +
-                             instance.products + " kernel on " + tile + " tiles";
-    const LoadedModule& loaded = module_of(*chain, request, what);
+    const std::string unit_key = architecture + " hopper " + element_name(Types::kOut) + " " +
+                                 products + " " + tile + " " + std::to_string(Shape::kConsumerRows);
+    const LoadedModule& loaded = module_of(*chain, unit_key, [&] {
+      HopperInstance instance;
+      instance.type = Types::kOut;
+      instance.products = products;
+      instance.tile_n = Shape::kTileN;
+      instance.consumer_rows = Shape::kConsumerRows;
+      instance.turns = Shape::kTurns;
+      return Unit{hopper_unit(chain->expression, instance, architecture),
+                  std::string("the Hopper GEMM's ") + element_name(Types::kOut) + " " + products +
+                      " kernel on " + tile + " tiles"};
+    });
     if (!loaded.ready) {
       interpret = true;
       return gemm::GemmKernelHandle{};
