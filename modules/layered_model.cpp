@@ -176,7 +176,9 @@ torch::Tensor with_terms(const LayerTerms& terms, Forward&& f) {
 }  // namespace
 
 torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
-  if (mlp_refusal(x).empty()) return forward_op(x);
+  // The whole-model op runs the fused-MLP kernel where it takes the model, else each Linear as
+  // auto plans it (the same bits as below): it decides once, from the arguments it checks.
+  if (spec_.layered() && asks_for_mlp()) return forward_op(x);
   return evaluate(
       layers_, spec_.residual, x,
       [](LinearChainImpl& l, const torch::Tensor& h, const LayerTerms& terms) {
@@ -281,10 +283,15 @@ void LayeredModelImpl::set_gemm_kernel(GemmKernel kernel) {
   for (LinearChainImpl* linear : linears()) linear->set_gemm_kernel(kernel);
 }
 
-std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
+bool LayeredModelImpl::asks_for_mlp() {
   for (LinearChainImpl* linear : linears()) {
-    if (linear->gemm_kernel() != GemmKernel::kMlp) return "not asked for";
+    if (linear->gemm_kernel() != GemmKernel::kMlp) return false;
   }
+  return true;
+}
+
+std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
+  if (!asks_for_mlp()) return "not asked for";
   if (!spec_.layered()) {
     // A Linear on its own: the plan says why it runs as auto plans it.
     MlpQuery one;

@@ -92,6 +92,9 @@ class LayeredModelImpl : public torch::nn::Module {
   int64_t out_features();
 
  private:
+  // Whether every Linear was set to the fused-MLP kernel (set_gemm_kernel(GemmKernel::kMlp)).
+  bool asks_for_mlp();
+
   ModelSpec spec_;
   std::vector<Layer> layers_;
 };
