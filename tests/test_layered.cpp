@@ -196,6 +196,32 @@ TEST(LayeredModels, RandomModelsMatchEagerOnCuda) {
   expect_random_models_match_eager(torch::kCUDA);
 }
 
+// On the CPU in ieee a Linear's products and bias are eager's (one addmm, the bias in the GEMM), so
+// a model whose chains are exact (relu, hardtanh) gives eager's bits: plain, gated and residual
+// layers, 1 to 64 rows, a long K that the BLAS sums in blocks. A 3-D input gives the bits of its
+// rows, as Python's nn.Linear does (libtorch's C++ Linear runs it as matmul, then + bias).
+TEST(LayeredModels, CpuLinearsCarryEagersBits) {
+  torch::NoGradGuard no_grad;
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> models = {
+      {"l0|l1:relu|l2", {2048, 96, 80, 64}},
+      {"w1:relu*w3|w2:hardtanh", {1536, 128, 40}},
+      {"x+(l0:relu|l1)", {1100, 72, 1100}}};
+  for (const auto& [spec, widths] : models) {
+    LayeredModelImpl model(layered_model(spec), widths, at::detail::createCPUGenerator(7));
+    for (const int64_t rows : {1, 7, 64}) {
+      SCOPED_TRACE(spec + " on " + std::to_string(rows) + " rows");
+      const torch::Tensor x =
+          torch::randn({rows, widths.front()}, at::detail::createCPUGenerator(11));
+      const torch::Tensor fused = model.forward(x), eager = model.forward_eager(x);
+      EXPECT_TRUE(torch::equal(fused, eager)) << (fused - eager).abs().max();
+    }
+    const torch::Tensor x =
+        torch::randn({3, 5, widths.front()}, at::detail::createCPUGenerator(13));
+    const torch::Tensor rows = model.forward_eager(x.reshape({15, widths.front()}));
+    EXPECT_TRUE(torch::equal(model.forward(x), rows.view({3, 5, widths.back()}))) << spec;
+  }
+}
+
 // The whole-model op (fusedlinear::model) runs each Linear as the module does under auto: the
 // same bits, in every precision, biases present or not.
 void expect_whole_model_op_equals_module(const torch::Device& device) {

@@ -113,10 +113,17 @@ torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const
   }
   torch::Tensor out;
   if (!plan.skinny && !plan.hopper) {
-    const torch::Tensor y = linear_products(x, w, plan.products);
+    // On the CPU the bias goes into the GEMM, as eager's Linear adds it: the BLAS then has no
+    // output to zero first, a Linear without a chain needs no second pass, and the products
+    // carry eager's bits.
+    const bool bias_in_gemm = !x.is_cuda() && plan.products == Precision::kIeee && given(bias);
+    const torch::Tensor y =
+        bias_in_gemm ? torch::linear(x, w.weight, *bias) : linear_products(x, w, plan.products);
+    const c10::optional<torch::Tensor> pass_bias = bias_in_gemm ? c10::nullopt : bias;
     // A Linear alone (a gate, a chunked Linear before its chain): no pass that would only copy.
-    out = chain.empty() && !given(bias) ? (given(terms.gate) ? y * *terms.gate : y.contiguous())
-                                        : fused_epilogue(y, bias, params, chain, terms.gate);
+    out = chain.empty() && !given(pass_bias)
+              ? (given(terms.gate) ? y * *terms.gate : y.contiguous())
+              : fused_epilogue(y, pass_bias, params, chain, terms.gate);
   } else {
     out = whole_forward(plan, x, w, bias, params, chain);
     if (given(terms.gate)) out = out * *terms.gate;
