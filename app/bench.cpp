@@ -501,10 +501,10 @@ Result bench_layered_one(LayeredModels& models, const ModelSpec& spec, int64_t b
     r.fused.push_back(f);
     calls.emplace_back([&fused_model, &x](int i) { fused_model.forward(x(i)); });
   }
-  const size_t floors_at = calls.size();
-  for (auto& floor : ForwardFloors::calls(model, x)) calls.push_back(std::move(floor));
   const auto times = time_interleaved(s.device, s.warmup, s.iters, calls);
-  const ForwardFloors floors = ForwardFloors::from(times, floors_at, model, batch);
+  const ForwardFloors floors = ForwardFloors::from(
+      time_interleaved(s.device, s.warmup, s.iters, ForwardFloors::calls(model, x)), 0, model,
+      batch);
   r.timings["forward_eager"] = times[0];
   r.timings["gemm_addmm"] = floors.gemms;
   r.timings["weight_copy"] = floors.weight_copy;

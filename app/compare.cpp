@@ -103,9 +103,6 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   for (const auto& fused_model : fused_models) {
     calls.emplace_back([&, fused_model](int) { fused_model->forward(x); });
   }
-  for (auto& floor : ForwardFloors::calls(*model, [&](int) -> const torch::Tensor& { return x; })) {
-    calls.push_back(std::move(floor));
-  }
 
   // Outputs: eager's is the reference of the verdict; a float64 evaluation of the same
   // parameters (as the model holds them) and input is the reference of accuracy.
@@ -127,7 +124,11 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   // In turns, so drifts of the device's clocks weigh on every path alike.
   const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
   for (size_t i = 0; i < r.paths.size(); ++i) r.paths[i].time = times[i];
-  r.floors = ForwardFloors::from(times, r.paths.size(), *model, rows);
+  r.floors = ForwardFloors::from(
+      time_interleaved(
+          settings.device, settings.warmup, settings.iters,
+          ForwardFloors::calls(*model, [&](int) -> const torch::Tensor& { return x; })),
+      0, *model, rows);
   return r;
 }
 

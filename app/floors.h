@@ -19,8 +19,9 @@ struct ForwardFloors {
   TimingStats gemms, weight_copy;
   double gemm_flops = 0;  // the GEMMs' 2 x multiply-adds at the rows timed
 
-  // The two calls to time in turns with the forwards, in this order: the GEMMs on input(i), then
-  // the copy of every weight.
+  // The two calls to time in turns of their own, in this order: the GEMMs on input(i), then the
+  // copy of every weight. Not in the forwards' turns: they read the eager model's weights, which
+  // would then stay in the cache for its forward and not for the fused models' own copies.
   static std::vector<std::function<void(int)>> calls(
       LayeredModelImpl& model, const std::function<const torch::Tensor&(int)>& input);
   // The floors from those calls' timings (times[first], times[first + 1]), for inputs of `rows`
