@@ -382,6 +382,29 @@ TEST_P(FusedOpsCpu, WithoutBiasIsTheChainAlone) {
                               1e-6, 1e-6));
 }
 
+// The clamps (relu, relu6, hardtanh, clamp) give eager's bits, the sign of zero and NaN included:
+// the vector loops' one max or min instruction returns x where either operand is NaN or both are
+// zeros only with x as its second operand.
+TEST_P(FusedOpsCpu, ClampsKeepEagersBitsForZerosAndNan) {
+  namespace F = torch::nn::functional;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const torch::Tensor y = torch::tensor({0.0f, -0.0f, nan, -nan, inf, -inf, -3.0f, 3.0f, -2.0f,
+                                         2.0f, 6.0f, 7.0f, -1e-30f, 1e-30f, 0.5f, -0.5f})
+                              .repeat({3})
+                              .view({3, 16});
+  const std::vector<std::pair<std::string, torch::Tensor>> clamps = {
+      {"relu", torch::relu(y)},
+      {"relu6", F::hardtanh(y, F::HardtanhFuncOptions().min_val(0).max_val(6))},
+      {"hardtanh(-0.0,2)", F::hardtanh(y, F::HardtanhFuncOptions().min_val(-0.0).max_val(2))},
+      {"clamp(-2,2)", torch::clamp(y, -2, 2)}};
+  for (const auto& [spec, eager] : clamps) {
+    const torch::Tensor fused = fused_epilogue(y, c10::nullopt, {}, spec);
+    EXPECT_TRUE(torch::equal(fused.view(torch::kInt32), eager.view(torch::kInt32)))
+        << spec << ": " << fused << " against eager's " << eager;
+  }
+}
+
 // Every check at the op boundary fails with a message naming what was expected and what came.
 void expect_error(const std::function<void()>& call, const std::string& expected) {
   try {

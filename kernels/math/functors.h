@@ -46,7 +46,7 @@ struct Relu {
   static constexpr const char* kName = "relu";
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
-    return if_negative(x, V(0.0f), x);
+    return at_least_keep_nan(x, 0.0f);
   }
   static double reference(double x) { return x < 0 ? 0.0 : x; }
   template <class T>

@@ -57,6 +57,8 @@ V min_or_bound(V x, float bound);
 template <class V>
 V clamp_keep_nan(V x, float lo, float hi);
 template <class V>
+V at_least_keep_nan(V x, float lo);
+template <class V>
 V if_positive(V x, V then, V otherwise);
 template <class V>
 V if_negative(V x, V then, V otherwise);
@@ -112,6 +114,9 @@ FL_HOST_DEVICE float clamp_keep_nan(float x, float lo, float hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 #endif
 }
+
+// max(x, lo) with NaN passed through, as PyTorch's relu and clamp_min do.
+FL_HOST_DEVICE float at_least_keep_nan(float x, float lo) { return x < lo ? lo : x; }
 
 // x > 0 ? then : otherwise, and x < 0 ? then : otherwise: NaN fails both tests. For a vector
 // both values are computed and blended lane by lane.

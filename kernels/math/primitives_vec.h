@@ -47,11 +47,18 @@ FL_HOST_DEVICE FloatVec min_or_bound(FloatVec x, float bound) {
   return FloatVec::blendv(FloatVec(bound), x, x < FloatVec(bound));
 }
 
-// x < lo ? lo : (x > hi ? hi : x), lane by lane: NaN fails both comparisons and stays.
+// x < lo ? lo : (x > hi ? hi : x), lane by lane, NaN kept: at::vec's clamp is one max and one min
+// instruction with x as their second operand, which they return where either operand is NaN (and
+// where both are zeros, as the comparisons keep x).
 template <>
 FL_HOST_DEVICE FloatVec clamp_keep_nan(FloatVec x, float lo, float hi) {
-  const FloatVec at_least_lo = FloatVec::blendv(x, FloatVec(lo), x < FloatVec(lo));
-  return FloatVec::blendv(at_least_lo, FloatVec(hi), at_least_lo > FloatVec(hi));
+  return at::vec::clamp(x, FloatVec(lo), FloatVec(hi));
+}
+
+// x < lo ? lo : x, lane by lane, NaN kept: one max instruction, as clamp_keep_nan's.
+template <>
+FL_HOST_DEVICE FloatVec at_least_keep_nan(FloatVec x, float lo) {
+  return at::vec::clamp_min(x, FloatVec(lo));
 }
 
 template <>
