@@ -223,11 +223,10 @@ ModelOpArguments LayeredModelImpl::op_arguments() {
   }
   ModelOpArguments arguments;
   arguments.spec = spec_.name;
-  const Precision precision = layers_.front().linear->precision();
-  arguments.precision = precision_name(precision);
-  arguments.gemm = gemm_kernel_name(layers_.front().linear->gemm_kernel());
+  arguments.precision = layers_.front().linear->precision();
+  arguments.gemm = layers_.front().linear->gemm_kernel();
   const auto add_linear = [&](LinearChainImpl& l) {
-    const LinearWeights w = l.weights(precision);
+    const LinearWeights w = l.weights(arguments.precision);
     arguments.weights.push_back(w.weight);
     for (const torch::Tensor& part : {w.hi, w.mid, w.lo}) {
       if (part.defined()) arguments.weights.push_back(part);

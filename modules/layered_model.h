@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/math/precision.h"
 #include "kernels/ops/chain_registry.h"
+#include "kernels/ops/gemm_plan.h"
 #include "modules/linear_chain.h"
 
 namespace fusedlinear {
@@ -26,7 +28,9 @@ struct ModelOpArguments {
   std::vector<torch::Tensor> weights;
   std::vector<c10::optional<torch::Tensor>> biases;
   std::vector<torch::Tensor> params;
-  std::string spec, precision, gemm;
+  std::string spec;
+  Precision precision = Precision::kIeee;
+  GemmKernel gemm = GemmKernel::kAuto;
 };
 
 class LayeredModelImpl : public torch::nn::Module {

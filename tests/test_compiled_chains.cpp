@@ -133,18 +133,18 @@ TEST_F(CompiledChainsGpu, CompiledOnceThenFoundInMemoryAndOnDisk) {
 torch::Tensor hopper_forward(const torch::Tensor& x, const torch::Tensor& w,
                              const c10::optional<torch::Tensor>& bias,
                              const std::vector<torch::Tensor>& params, const std::string& chain,
-                             const std::string& precision) {
-  if (precision == "ieee") {
+                             Precision precision) {
+  if (precision == Precision::kIeee) {
     return fused_gemm_epilogue(x, w, c10::nullopt, bias, params, chain, precision);
   }
-  if (precision == "bf16x6") {
+  if (precision == Precision::kBf16x6) {
     const auto [hi, mid, lo] = split_bf16_three(w);
     return fused_gemm_epilogue(x, hi, mid, bias, params, chain, precision, lo);
   }
   const auto [hi, lo] = split_bf16(w);
   return fused_gemm_epilogue(
-      x, hi, precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt, bias, params,
-      chain, precision);
+      x, hi, precision == Precision::kBf16x3 ? c10::optional<torch::Tensor>(lo) : c10::nullopt,
+      bias, params, chain, precision);
 }
 
 // Skips a test of the Hopper GEMM on another GPU.
@@ -179,10 +179,11 @@ TEST_F(CompiledChainsGpu, HopperGemmSameBitsAsADeclarationOfTheChain) {
       const torch::Tensor w = (torch::rand({out, in}, options) * 2 - 1) * 0.0625;
       const torch::Tensor bias = torch::randn({out}, options) * 0.1;
       const std::vector<torch::Tensor> params = params_for(declared.chain, out, options);
-      const std::vector<std::string> precisions =
-          dtype == torch::kFloat32 ? std::vector<std::string>{"bf16", "bf16x3", "bf16x6"}
-                                   : std::vector<std::string>{"ieee"};
-      for (const std::string& precision : precisions) {
+      const std::vector<Precision> precisions =
+          dtype == torch::kFloat32
+              ? std::vector<Precision>{Precision::kBf16, Precision::kBf16x3, Precision::kBf16x6}
+              : std::vector<Precision>{Precision::kIeee};
+      for (const Precision precision : precisions) {
         ++instances;  // one kernel a mode and dtype at this shape
         for (const bool with_bias : {true, false}) {
           const c10::optional<torch::Tensor> b =
@@ -190,7 +191,7 @@ TEST_F(CompiledChainsGpu, HopperGemmSameBitsAsADeclarationOfTheChain) {
           const torch::Tensor expected = hopper_forward(x, w, b, params, name, precision);
           const torch::Tensor got = hopper_forward(x, w, b, params, spec, precision);
           EXPECT_TRUE(torch::equal(got, expected))
-              << spec << " " << dtype << " " << precision << " bias " << with_bias
+              << spec << " " << dtype << " " << precision_name(precision) << " bias " << with_bias
               << ": max abs diff "
               << (got.to(torch::kFloat64) - expected.to(torch::kFloat64))
                      .abs()
@@ -222,7 +223,7 @@ TEST_F(CompiledChainsGpu, HopperGemmKernelReadFromTheDiskCacheOnTheSecondRun) {
   const torch::Tensor w = torch::rand({384, 512}, options) * 0.05;
   const auto timed_forward = [&](double& seconds) {
     const auto start = std::chrono::steady_clock::now();
-    const torch::Tensor y = hopper_forward(x, w, c10::nullopt, {}, spec, "bf16x3");
+    const torch::Tensor y = hopper_forward(x, w, c10::nullopt, {}, spec, Precision::kBf16x3);
     torch::cuda::synchronize();
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return y;

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "kernels/ops/gemm_plan.h"
-#include "kernels/ops/ops.h"
 #include "modules/layered_model.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -103,23 +102,6 @@ TEST(FusedMlpPlan, OnTheCpuTheModelRunsLayerByLayerWithTheSameBits) {
   EXPECT_TRUE(torch::equal(model.forward(x), per_layer));
   EXPECT_TRUE(torch::equal(model.forward_op(x), per_layer));
   EXPECT_EQ(model.gemm_description(x).find("fused MLP"), std::string::npos);
-}
-
-TEST(FusedMlpPlan, TheOpRefusesAnUnknownKernelName) {
-  torch::NoGradGuard no_grad;
-  LayeredModelImpl model(layered_model("fc1:relu|fc2"), {8, 16, 4},
-                         at::detail::createCPUGenerator(1));
-  const ModelOpArguments a = model.op_arguments();
-  const torch::Tensor x = torch::randn({2, 8});
-  try {
-    fused_model(x, a.weights, a.biases, a.params, a.spec, a.precision, "fused");
-    FAIL() << "expected an error";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "expected gemm auto, cublas, skinny, hopper or mlp, got 'fused'"),
-              std::string::npos)
-        << e.what();
-  }
 }
 
 // The GPU's tests: skipped where no CUDA device is.

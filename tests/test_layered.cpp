@@ -286,8 +286,7 @@ TEST(LayeredModels, WholeModelOpRefusesInOneLine) {
   const std::vector<std::pair<std::function<void(ModelOpArguments&)>, std::string>> cases = {
       {[](ModelOpArguments& a) { a.spec = "gelu"; }, "expected a layered spec"},
       {[](ModelOpArguments& a) { a.spec = "w1:nope|w2"; }, "nope"},
-      {[](ModelOpArguments& a) { a.precision = "fp8"; }, "expected precision ieee"},
-      {[](ModelOpArguments& a) { a.precision = "bf16x3"; }, "so 9 weights, got 3"},
+      {[](ModelOpArguments& a) { a.precision = Precision::kBf16x3; }, "so 9 weights, got 3"},
       {[](ModelOpArguments& a) { a.weights.pop_back(); }, "so 3 weights, got 2"},
       {[](ModelOpArguments& a) { a.biases.pop_back(); }, "expected 3 biases"},
       {[](ModelOpArguments& a) { a.params.clear(); }, "take 1 parameter tensor(s), got 0"},

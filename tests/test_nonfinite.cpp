@@ -96,10 +96,10 @@ SplitLinear whole_forward(decltype(&fused_linear_epilogue) op, Precision precisi
   return [op, precision](const torch::Tensor& x, const torch::Tensor& w) {
     if (precision == Precision::kBf16x6) {
       const auto [hi, mid, lo] = split_bf16_three(w);
-      return op(x, hi, mid, c10::nullopt, {}, "", "bf16x6", lo);
+      return op(x, hi, mid, c10::nullopt, {}, "", Precision::kBf16x6, lo);
     }
     const auto [hi, lo] = split_bf16(w);
-    return op(x, hi, lo, c10::nullopt, {}, "", "bf16x3", c10::nullopt);
+    return op(x, hi, lo, c10::nullopt, {}, "", Precision::kBf16x3, c10::nullopt);
   };
 }
 

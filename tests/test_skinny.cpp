@@ -47,12 +47,13 @@ std::vector<ModelSpec> chains_under_test() {
 // out: 2^-16 + 2^-18, 2^-15 with room); for hi, mid and lo, bf16x6's (each split to within
 // 2^-26, the products of parts i + j > 2 left out: 2^-24 with room); for hi alone, the bf16
 // mode's (x and W each rounded to bfloat16, 2^-9: 2^-8 + 2^-18).
-const char* const kPrecisions[] = {"ieee", "bf16x3", "bf16", "bf16x6"};
-double per_product_error(const std::string& precision) {
-  return precision == "ieee"     ? 0
-         : precision == "bf16x3" ? std::ldexp(1.0, -15)
-         : precision == "bf16x6" ? std::ldexp(1.0, -24)
-                                 : std::ldexp(1.0, -8);
+const Precision kPrecisions[] = {Precision::kIeee, Precision::kBf16x3, Precision::kBf16,
+                                 Precision::kBf16x6};
+double per_product_error(Precision precision) {
+  return precision == Precision::kIeee     ? 0
+         : precision == Precision::kBf16x3 ? std::ldexp(1.0, -15)
+         : precision == Precision::kBf16x6 ? std::ldexp(1.0, -24)
+                                           : std::ldexp(1.0, -8);
 }
 
 // A whole-forward op: fused_linear_epilogue (the small-batch kernels) or fused_gemm_epilogue
@@ -80,17 +81,18 @@ Problem make_problem(const ModelSpec& spec, int64_t rows, int64_t out, int64_t i
   return p;
 }
 
-torch::Tensor run_precision(const Problem& p, const std::string& precision,
+torch::Tensor run_precision(const Problem& p, Precision precision,
                             WholeForwardOp op = &fused_linear_epilogue) {
-  if (precision == "ieee") {
+  if (precision == Precision::kIeee) {
     return op(p.x, p.w, c10::nullopt, p.bias, p.params, p.spec.op_chain(), precision, c10::nullopt);
   }
-  if (precision == "bf16x6") {
+  if (precision == Precision::kBf16x6) {
     const auto [hi, mid, lo] = split_bf16_three(p.w);
     return op(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), precision, lo);
   }
   const auto [hi, lo] = split_bf16(p.w);
-  return op(p.x, hi, precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt,
+  return op(p.x, hi,
+            precision == Precision::kBf16x3 ? c10::optional<torch::Tensor>(lo) : c10::nullopt,
             p.bias, p.params, p.spec.op_chain(), precision, c10::nullopt);
 }
 
@@ -108,7 +110,7 @@ torch::Tensor reference(const Problem& p, const torch::Tensor& shift = torch::Te
 // one-sided differences in float64 over a step well above that error, plus 0.5), plus the
 // output's rounding: 4 float32 ulps, or 2 ulps of the 16-bit type with its chain's cheaper
 // functors.
-double bound_used(const Problem& p, const torch::Tensor& got, const std::string& precision) {
+double bound_used(const Problem& p, const torch::Tensor& got, Precision precision) {
   const torch::Tensor x64 = p.x.to(torch::kCPU, torch::kFloat64);
   const torch::Tensor w64 = p.w.to(torch::kCPU, torch::kFloat64);
   const torch::Tensor scale = torch::matmul(x64.abs(), w64.abs().t());
@@ -129,8 +131,8 @@ double bound_used(const Problem& p, const torch::Tensor& got, const std::string&
 
 // Every precision a dtype takes: ieee for all; for float32 bf16x3 and bf16, and on the Hopper GEMM
 // bf16x6 (its products are bfloat16's: no ieee there; the small-batch kernels form no six).
-std::vector<std::string> precisions_of(torch::ScalarType dtype,
-                                       WholeForwardOp op = &fused_linear_epilogue) {
+std::vector<Precision> precisions_of(torch::ScalarType dtype,
+                                     WholeForwardOp op = &fused_linear_epilogue) {
   if (dtype != torch::kFloat32) return {kPrecisions[0]};
   if (op == &fused_gemm_epilogue) return {kPrecisions[1], kPrecisions[2], kPrecisions[3]};
   return {kPrecisions[0], kPrecisions[1], kPrecisions[2]};
@@ -147,13 +149,13 @@ void check_shapes(torch::Device device, const std::vector<int64_t>& row_counts,
       for (const auto& [out, in] : shapes) {
         for (const int64_t rows : row_counts) {
           const Problem p = make_problem(spec, rows, out, in, dtype, device, ++seed);
-          for (const std::string& precision : precisions_of(dtype, op)) {
+          for (const Precision precision : precisions_of(dtype, op)) {
             const torch::Tensor got = run_precision(p, precision, op);
             ASSERT_EQ(got.sizes(), (std::vector<int64_t>{rows, out}));
             ASSERT_EQ(got.scalar_type(), dtype);
             EXPECT_LE(bound_used(p, got, precision), 1.0)
-                << spec.name << " " << c10::toString(dtype) << " " << precision << " " << rows
-                << "x" << in << " -> " << out << " on " << device;
+                << spec.name << " " << c10::toString(dtype) << " " << precision_name(precision)
+                << " " << rows << "x" << in << " -> " << out << " on " << device;
           }
         }
       }
@@ -170,33 +172,34 @@ TEST(HopperGemm, CpuTwinIsTheSmallBatchOpsTwin) {
   torch::NoGradGuard no_grad;
   for (const ModelSpec& spec : chains_under_test()) {
     const Problem p = make_problem(spec, 5, 24, 40, torch::kFloat32, torch::kCPU, 3);
-    for (const std::string precision : {"ieee", "bf16x3", "bf16"}) {
+    for (const Precision precision : {Precision::kIeee, Precision::kBf16x3, Precision::kBf16}) {
       EXPECT_TRUE(torch::equal(run_precision(p, precision, &fused_gemm_epilogue),
                                run_precision(p, precision)))
-          << spec.name << " " << precision;
+          << spec.name << " " << precision_name(precision);
     }
     // bf16x6: linear_bf16x6's products, then the chain; the small-batch op refuses it.
     const auto [hi, mid, lo] = split_bf16_three(p.w);
-    const torch::Tensor six = run_precision(p, "bf16x6", &fused_gemm_epilogue);
+    const torch::Tensor six = run_precision(p, Precision::kBf16x6, &fused_gemm_epilogue);
     EXPECT_TRUE(torch::equal(
         six, fused_epilogue(linear_bf16x6(p.x, hi, mid, lo), p.bias, p.params, p.spec.op_chain())))
         << spec.name;
     EXPECT_NE(message_of<c10::Error>([&] {
-                run_precision(p, "bf16x6");
+                run_precision(p, Precision::kBf16x6);
               }).find("expected precision ieee, bf16 or bf16x3, got 'bf16x6'"),
               std::string::npos);
     EXPECT_NE(message_of<c10::Error>([&] {
-                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), "bf16x6");
+                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(),
+                                    Precision::kBf16x6);
               }).find("precision bf16x6 needs w_third, W's bfloat16 lo part"),
               std::string::npos);
     EXPECT_NE(message_of<c10::Error>([&] {
-                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), "bf16x3",
-                                    lo);
+                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(),
+                                    Precision::kBf16x3, lo);
               }).find("precision bf16x3 takes no w_third"),
               std::string::npos);
     EXPECT_NE(message_of<c10::Error>([&] {
-                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(), "bf16x6",
-                                    lo.narrow(0, 0, 3));
+                fused_gemm_epilogue(p.x, hi, mid, p.bias, p.params, p.spec.op_chain(),
+                                    Precision::kBf16x6, lo.narrow(0, 0, 3));
               }).find("expected w_third like w"),
               std::string::npos);
   }
@@ -208,11 +211,11 @@ TEST(SkinnyLinear, LeadingDimensionsAndEmptyInputs) {
       make_problem(find_model("mish_mish"), 6, 10, 12, torch::kFloat32, torch::kCPU, 1);
   const torch::Tensor x3 = p.x.view({2, 3, 12});
   const torch::Tensor got =
-      fused_linear_epilogue(x3, p.w, c10::nullopt, p.bias, {}, "mish_mish", "ieee");
+      fused_linear_epilogue(x3, p.w, c10::nullopt, p.bias, {}, "mish_mish", Precision::kIeee);
   EXPECT_EQ(got.sizes(), (std::vector<int64_t>{2, 3, 10}));
-  EXPECT_TRUE(torch::allclose(got.view({6, 10}), run_precision(p, "ieee")));
+  EXPECT_TRUE(torch::allclose(got.view({6, 10}), run_precision(p, Precision::kIeee)));
   const torch::Tensor none = fused_linear_epilogue(torch::rand({0, 12}), p.w, c10::nullopt, p.bias,
-                                                   {}, "mish_mish", "ieee");
+                                                   {}, "mish_mish", Precision::kIeee);
   EXPECT_EQ(none.sizes(), (std::vector<int64_t>{0, 10}));
 }
 
@@ -225,39 +228,41 @@ TEST(SkinnyLinear, RejectBadInputsWithClearMessages) {
   };
   const auto op = [&](const torch::Tensor& x, const torch::Tensor& w,
                       const c10::optional<torch::Tensor>& w_lo, const torch::Tensor& bias,
-                      const std::string& precision) {
+                      Precision precision) {
     fused_linear_epilogue(x, w, w_lo, bias, p.params, "swish_chain", precision);
   };
   EXPECT_NE(fails([&] {
-              op(p.x, p.w.to(torch::kFloat16), c10::nullopt, p.bias, "ieee");
+              op(p.x, p.w.to(torch::kFloat16), c10::nullopt, p.bias, Precision::kIeee);
             }).find("precision ieee: expected a weight of Float (the dtype of x), got Half"),
             std::string::npos);
   EXPECT_NE(fails([&] {
-              op(p.x, p.w.t(), c10::nullopt, p.bias, "ieee");
+              op(p.x, p.w.t(), c10::nullopt, p.bias, Precision::kIeee);
             }).find("expected a weight of shape [out_features, 12]"),
             std::string::npos);
   const torch::Tensor hi = p.w.to(torch::kBFloat16);
   EXPECT_NE(fails([&] {
-              op(p.x.to(torch::kBFloat16), hi, hi, p.bias, "bf16x3");
+              op(p.x.to(torch::kBFloat16), hi, hi, p.bias, Precision::kBf16x3);
             }).find("precision bf16x3: expected float32 x and W's bfloat16 parts"),
             std::string::npos);
   EXPECT_NE(fails([&] {
-              op(p.x, hi, hi.narrow(0, 0, 5), p.bias, "bf16x3");
+              op(p.x, hi, hi.narrow(0, 0, 5), p.bias, Precision::kBf16x3);
             }).find("expected w_lo like w"),
             std::string::npos);
   EXPECT_NE(fails([&] {
-              op(p.x, hi, c10::nullopt, p.bias, "bf16x3");
+              op(p.x, hi, c10::nullopt, p.bias, Precision::kBf16x3);
             }).find("precision bf16x3 needs w_lo"),
             std::string::npos);
-  EXPECT_NE(fails([&] { op(p.x, hi, hi, p.bias, "bf16"); }).find("precision bf16 takes no w_lo"),
+  EXPECT_NE(fails([&] {
+              op(p.x, hi, hi, p.bias, Precision::kBf16);
+            }).find("precision bf16 takes no w_lo"),
             std::string::npos);
   EXPECT_NE(fails([&] {
-              op(p.x, p.w, c10::nullopt, p.bias, "tf32");
+              op(p.x, p.w, c10::nullopt, p.bias, Precision::kTf32);
             }).find("expected precision ieee, bf16 or bf16x3, got 'tf32'"),
             std::string::npos);
   EXPECT_NE(
       fails([&] {
-        op(p.x, p.w, c10::nullopt, p.bias.narrow(0, 0, 9), "ieee");
+        op(p.x, p.w, c10::nullopt, p.bias.narrow(0, 0, 9), Precision::kIeee);
       }).find("expected bias of shape [10] (out_features, from the weight [10, 12]), got [9]"),
       std::string::npos);
 }
@@ -534,7 +539,7 @@ TEST_F(SkinnyLinearCuda, MisalignedWeightAndInput) {
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     Problem p = make_problem(find_model("mish_mish"), 3, 70, 520, dtype, torch::kCUDA, 7);
     std::vector<torch::Tensor> want;
-    for (const std::string& precision : precisions_of(dtype))
+    for (const Precision precision : precisions_of(dtype))
       want.push_back(run_precision(p, precision));
     // The same values one element past a 16-byte boundary: contiguous, not aligned.
     const torch::Tensor w_store = torch::empty({p.w.numel() + 1}, p.w.options());
@@ -545,13 +550,13 @@ TEST_F(SkinnyLinearCuda, MisalignedWeightAndInput) {
     x_shifted.copy_(p.x);
     p.w = w_shifted;
     p.x = x_shifted;
-    const std::vector<std::string> precisions = precisions_of(dtype);
+    const std::vector<Precision> precisions = precisions_of(dtype);
     for (size_t i = 0; i < precisions.size(); ++i) {
       const torch::Tensor got = run_precision(p, precisions[i]);
       EXPECT_LE(bound_used(p, got, precisions[i]), 1.0)
-          << c10::toString(dtype) << " " << precisions[i];
+          << c10::toString(dtype) << " " << precision_name(precisions[i]);
       EXPECT_TRUE(torch::allclose(got.to(torch::kFloat32), want[i].to(torch::kFloat32), 1e-2, 1e-5))
-          << c10::toString(dtype) << " " << precisions[i];
+          << c10::toString(dtype) << " " << precision_name(precisions[i]);
     }
   }
 }
@@ -569,9 +574,9 @@ TEST_F(SkinnyLinearCuda, SplitOfExtremeInputsMatchesTheCpuTwin) {
     p.x[2][9] = std::numeric_limits<float>::infinity();
     p.x[3][11] = std::numeric_limits<float>::quiet_NaN();
     const auto [hi, lo] = split_bf16(p.w);
-    for (const std::string precision : {"bf16x3", "bf16"}) {
+    for (const Precision precision : {Precision::kBf16x3, Precision::kBf16}) {
       const c10::optional<torch::Tensor> w_lo =
-          precision == "bf16x3" ? c10::optional<torch::Tensor>(lo) : c10::nullopt;
+          precision == Precision::kBf16x3 ? c10::optional<torch::Tensor>(lo) : c10::nullopt;
       const torch::Tensor want =
           fused_linear_epilogue(p.x, hi, w_lo, p.bias, {}, "mish_mish", precision);
       const torch::Tensor got =
@@ -580,13 +585,16 @@ TEST_F(SkinnyLinearCuda, SplitOfExtremeInputsMatchesTheCpuTwin) {
                                 p.bias.cuda(), {}, "mish_mish", precision)
               .cpu();
       const torch::Tensor finite_rows = got.narrow(0, 0, 2);
-      EXPECT_TRUE(torch::isfinite(finite_rows).all().item<bool>()) << precision;
-      EXPECT_TRUE(torch::allclose(finite_rows, want.narrow(0, 0, 2), 1e-4, 1e-6)) << precision;
-      EXPECT_FALSE(torch::isfinite(got.narrow(0, 2, 2)).any().item<bool>()) << precision;
-      EXPECT_FALSE(torch::isfinite(want.narrow(0, 2, 2)).any().item<bool>()) << precision;
+      EXPECT_TRUE(torch::isfinite(finite_rows).all().item<bool>()) << precision_name(precision);
+      EXPECT_TRUE(torch::allclose(finite_rows, want.narrow(0, 0, 2), 1e-4, 1e-6))
+          << precision_name(precision);
+      EXPECT_FALSE(torch::isfinite(got.narrow(0, 2, 2)).any().item<bool>())
+          << precision_name(precision);
+      EXPECT_FALSE(torch::isfinite(want.narrow(0, 2, 2)).any().item<bool>())
+          << precision_name(precision);
       EXPECT_TRUE(
           torch::allclose(got.narrow(0, 4, rows - 4), want.narrow(0, 4, rows - 4), 1e-4, 1e-6))
-          << precision;
+          << precision_name(precision);
     }
   }
 }
@@ -597,7 +605,7 @@ TEST_F(SkinnyLinearCuda, BitwiseRepeatable) {
     for (const auto& [rows, out, in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
              {1, 64, 8192}, {8, 8192, 1024}, {16, 300, 3000}, {32, 300, 3000}, {40, 16384, 256}}) {
       const Problem p = make_problem(spec, rows, out, in, torch::kFloat32, torch::kCUDA, 8);
-      for (const std::string& precision : precisions_of(torch::kFloat32)) {
+      for (const Precision precision : precisions_of(torch::kFloat32)) {
         const torch::Tensor first = run_precision(p, precision);
         for (int i = 0; i < 3; ++i) {
           EXPECT_TRUE(torch::equal(run_precision(p, precision), first))
@@ -623,11 +631,11 @@ TEST_F(SkinnyLinearCuda, TileCopiesGiveTheBitsOfThreadCopies) {
     const Problem p =
         make_problem(find_model("swish_chain"), rows, out, in, torch::kFloat32, torch::kCUDA, 21);
     const auto [hi, lo] = split_bf16(p.w);
-    for (const std::string precision : {"ieee", "bf16x3"}) {
-      const bool split = precision == "bf16x3";
+    for (const Precision precision : {Precision::kIeee, Precision::kBf16x3}) {
+      const bool split = precision == Precision::kBf16x3;
       cuda::LinearCall call;
       call.type = ElementType::kFloat32;
-      call.precision = split ? Precision::kBf16x3 : Precision::kIeee;
+      call.precision = precision;
       call.x = p.x.data_ptr();
       call.w = split ? hi.data_ptr() : p.w.data_ptr();
       call.w_lo = split ? lo.data_ptr() : nullptr;
@@ -654,10 +662,10 @@ TEST_F(SkinnyLinearCuda, TileCopiesGiveTheBitsOfThreadCopies) {
       };
       const torch::Tensor tile_copies = run(true);
       EXPECT_TRUE(torch::equal(tile_copies, run(false)))
-          << precision << " " << rows << "x" << in << " -> " << out;
+          << precision_name(precision) << " " << rows << "x" << in << " -> " << out;
       EXPECT_TRUE(
           torch::equal(tile_copies, run_precision(p, precision)))  // the op: tile copies too
-          << precision << " " << rows << "x" << in << " -> " << out;
+          << precision_name(precision) << " " << rows << "x" << in << " -> " << out;
       EXPECT_LE(bound_used(p, tile_copies, precision), 1.0);
     }
   }
@@ -751,7 +759,7 @@ TEST_F(HopperGemmCuda, RefusedOrCopiedNeverWrong) {
   const Problem odd =
       make_problem(find_model("mish_mish"), 40, 64, 12, torch::kBFloat16, torch::kCUDA, 12);
   EXPECT_NE(message_of<c10::Error>([&] {
-              run_precision(odd, "ieee", &fused_gemm_epilogue);
+              run_precision(odd, Precision::kIeee, &fused_gemm_epilogue);
             }).find("in_features a multiple of 8, got in_features 12"),
             std::string::npos);
   auto model = make_model("mish_mish", 12, 64, 13);
@@ -764,11 +772,11 @@ TEST_F(HopperGemmCuda, RefusedOrCopiedNeverWrong) {
 
   Problem p =
       make_problem(find_model("mish_mish"), 40, 64, 256, torch::kBFloat16, torch::kCUDA, 14);
-  const torch::Tensor aligned = run_precision(p, "ieee", &fused_gemm_epilogue);
+  const torch::Tensor aligned = run_precision(p, Precision::kIeee, &fused_gemm_epilogue);
   const int64_t count = int64_t(40) * 256;
   const torch::Tensor flat = torch::empty({count + 1}, p.x.options());
   p.x = flat.narrow(0, 1, count).view({40, 256}).copy_(p.x);  // 2 bytes past the base
-  EXPECT_TRUE(torch::equal(run_precision(p, "ieee", &fused_gemm_epilogue), aligned));
+  EXPECT_TRUE(torch::equal(run_precision(p, Precision::kIeee, &fused_gemm_epilogue), aligned));
 }
 
 TEST_F(SkinnyLinearCuda, AutoPicksSkinnyForFewRowsOnly) {

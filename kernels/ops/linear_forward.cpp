@@ -69,17 +69,16 @@ torch::Tensor whole_forward(const GemmPlan& plan, const torch::Tensor& x, const 
   const auto op = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
   // The small-batch kernels form tf32's products as float32's (plan_gemm).
   const Precision products = plan.products == Precision::kTf32 ? Precision::kIeee : plan.products;
-  const std::string precision = precision_name(products);
   switch (products) {
     case Precision::kIeee:
     case Precision::kTf32:
-      return op(x, w.weight, c10::nullopt, bias, params, chain, precision, c10::nullopt);
+      return op(x, w.weight, c10::nullopt, bias, params, chain, products, c10::nullopt);
     case Precision::kBf16x3:
-      return op(x, w.hi, w.lo, bias, params, chain, precision, c10::nullopt);
+      return op(x, w.hi, w.lo, bias, params, chain, products, c10::nullopt);
     case Precision::kBf16:
-      return op(x, w.hi, c10::nullopt, bias, params, chain, precision, c10::nullopt);
+      return op(x, w.hi, c10::nullopt, bias, params, chain, products, c10::nullopt);
     case Precision::kBf16x6:  // the Hopper GEMM's (plan_gemm: no small-batch kernel)
-      return op(x, w.hi, w.mid, bias, params, chain, precision, w.lo);
+      return op(x, w.hi, w.mid, bias, params, chain, products, w.lo);
   }
   TORCH_CHECK(false, detail::text("linear_forward: the plan gave ", plan.description,
                                   ", which no whole-forward op runs"));

@@ -346,7 +346,7 @@ TORCH_LIBRARY_IMPL(fusedlinear, CompositeExplicitAutograd, m) { m.impl("model", 
 torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
-                          const std::string& precision, const std::string& gemm) {
+                          Precision precision, GemmKernel gemm) {
   static auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow(kModel, "")
@@ -355,16 +355,17 @@ torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tenso
                                c10::string_view)>();
   OptionalBiases listed_biases;
   for (const auto& bias : biases) listed_biases.push_back(bias);
-  return op.call(x, weights, listed_biases, detail::OptionalTensors(params), spec, precision, gemm);
+  // The schema takes the precision and the kernel by name (the implementations parse them).
+  return op.call(x, weights, listed_biases, detail::OptionalTensors(params), spec,
+                 precision_name(precision), gemm_kernel_name(gemm));
 }
 
 std::string fused_model_mlp_refusal(const torch::Tensor& x,
                                     const std::vector<torch::Tensor>& weights,
                                     const std::vector<c10::optional<torch::Tensor>>& biases,
                                     const std::vector<torch::Tensor>& params,
-                                    const std::string& spec, const std::string& precision_name) {
+                                    const std::string& spec, Precision precision) {
   const ModelLayout& layout = layout_for(spec);
-  const Precision precision = precision_for(precision_name);
   OptionalBiases listed_biases;
   for (const auto& bias : biases) listed_biases.push_back(bias);
   check_model(layout, x, weights, listed_biases, params, precision);

@@ -512,14 +512,14 @@ torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::
 }
 
 namespace {
-// A whole-forward op (kOp: linear_epilogue or gemm_epilogue) through the dispatcher.
+// A whole-forward op (kOp: linear_epilogue or gemm_epilogue) through the dispatcher, the
+// precision as the schema's name.
 template <const char* const& kOp>
 torch::Tensor call_whole_forward(const torch::Tensor& x, const torch::Tensor& w,
                                  const c10::optional<torch::Tensor>& w_lo,
                                  const c10::optional<torch::Tensor>& bias,
                                  const std::vector<torch::Tensor>& params, const std::string& chain,
-                                 const std::string& precision,
-                                 const c10::optional<torch::Tensor>& w_third) {
+                                 Precision precision, const c10::optional<torch::Tensor>& w_third) {
   static auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow(kOp, "")
@@ -527,7 +527,8 @@ torch::Tensor call_whole_forward(const torch::Tensor& x, const torch::Tensor& w,
               const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
               const c10::optional<torch::Tensor>&, const detail::OptionalTensors&, c10::string_view,
               c10::string_view, const c10::optional<torch::Tensor>&)>();
-  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain, precision, w_third);
+  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain,
+                 precision_name(precision), w_third);
 }
 }  // namespace
 
@@ -535,7 +536,7 @@ torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor&
                                     const c10::optional<torch::Tensor>& w_lo,
                                     const c10::optional<torch::Tensor>& bias,
                                     const std::vector<torch::Tensor>& params,
-                                    const std::string& chain, const std::string& precision,
+                                    const std::string& chain, Precision precision,
                                     const c10::optional<torch::Tensor>& w_third) {
   return call_whole_forward<kLinearEpilogue>(x, w, w_lo, bias, params, chain, precision, w_third);
 }
@@ -544,7 +545,7 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
                                   const c10::optional<torch::Tensor>& w_lo,
                                   const c10::optional<torch::Tensor>& bias,
                                   const std::vector<torch::Tensor>& params,
-                                  const std::string& chain, const std::string& precision,
+                                  const std::string& chain, Precision precision,
                                   const c10::optional<torch::Tensor>& w_third) {
   return call_whole_forward<kGemmEpilogue>(x, w, w_lo, bias, params, chain, precision, w_third);
 }

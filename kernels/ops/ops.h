@@ -15,13 +15,16 @@
 //   linear_bf16(Tensor x, Tensor w_hi) -> Tensor,
 //   linear_tf32(Tensor x, Tensor w) -> Tensor          x W^T from tensor-core products
 //   model(Tensor x, Tensor[] weights, Tensor?[] biases, Tensor[]? params, str spec,
-//         str precision) -> Tensor                      a layered model's whole forward
+//         str precision, str gemm="auto") -> Tensor     a layered model's whole forward
 //
 // The ops are inference ops: they record no autograd graph, in any grad mode, so their outputs
 // never require grad (as if called under torch.no_grad), whatever their inputs. So a model in its
 // default grad mode runs, scripted, exported, compiled or not; gradients do not flow through
 // them (a backward from their outputs fails: they do not require grad). The wrappers below call
-// the dispatcher, which picks the implementation from the inputs' device.
+// the dispatcher, which picks the implementation from the inputs' device. They take the precision
+// and the GEMM kernel as their types (Precision, GemmKernel) and hand the schema their names only
+// at that call; the implementations parse a name once a call, so a bad one from Python or
+// TorchScript gets its one-line error there.
 #pragma once
 
 #include <torch/types.h>
@@ -32,6 +35,7 @@
 
 #include "kernels/math/element.h"
 #include "kernels/math/precision.h"
+#include "kernels/ops/gemm_plan.h"
 
 namespace fusedlinear {
 
@@ -49,11 +53,11 @@ torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::
 
 // A model's whole forward in one op, for inputs of few rows (batch 1-64), where the GEMM is bound
 // by reading W: out = chain(x W^T + bias, params) with W read once, the products summed in float32
-// and the chain applied before the one store (kernels/cuda/skinny/). `precision` names the
-// products: "ieee" (W of x's dtype: float32 FMAs, or for 16-bit x tensor-core products), "bf16"
-// (float32 x, w = bfloat16(W): x rounded, as linear_bf16) or "bf16x3" (float32 x, w and w_lo =
-// split_bf16(W): x split, as linear_bf16x3); w_third is bf16x6's (fused_gemm_epilogue), absent
-// here. x [..., in]; w [out, in]; bias and params as
+// and the chain applied before the one store (kernels/cuda/skinny/). `precision` the products:
+// kIeee (W of x's dtype: float32 FMAs, or for 16-bit x tensor-core products), kBf16 (float32 x,
+// w = bfloat16(W): x rounded, as linear_bf16) or kBf16x3 (float32 x, w and w_lo = split_bf16(W):
+// x split, as linear_bf16x3); kTf32 and kBf16x6 are refused in one line; w_third is bf16x6's
+// (fused_gemm_epilogue), absent here. x [..., in]; w [out, in]; bias and params as
 // fused_epilogue's, of x's dtype. Returns [..., out] in x's dtype; bitwise the same run to run.
 // W is read as a contiguous [out, in] tensor (a transposed one is copied first). On the CPU: the
 // same products in float32, then the fused epilogue (for testing; no faster than the two ops).
@@ -61,48 +65,47 @@ torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor&
                                     const c10::optional<torch::Tensor>& w_lo,
                                     const c10::optional<torch::Tensor>& bias,
                                     const std::vector<torch::Tensor>& params,
-                                    const std::string& chain, const std::string& precision,
+                                    const std::string& chain, Precision precision,
                                     const c10::optional<torch::Tensor>& w_third = c10::nullopt);
 
 // The same forward, arguments and checks as fused_linear_epilogue's, for inputs of many rows: on
 // the Hopper GEMM (kernels/cuda/gemm/: TMA, wgmma, the chain applied to the float32 accumulators
 // before the one store), which takes a GPU of compute capability 9.0 and in_features a multiple
-// of 8 (elsewhere a one-line error). Its products: "ieee" for 16-bit x only (x's type on the
-// tensor cores); "bf16" and "bf16x3" as fused_linear_epilogue's, x split into its bfloat16 parts
-// first; "bf16x6" (float32 x; w, w_lo and w_third = split_bf16_three(W)'s hi, mid and lo: x split
+// of 8 (elsewhere a one-line error). Its products: kIeee for 16-bit x only (x's type on the
+// tensor cores); kBf16 and kBf16x3 as fused_linear_epilogue's, x split into its bfloat16 parts
+// first; kBf16x6 (float32 x; w, w_lo and w_third = split_bf16_three(W)'s hi, mid and lo: x split
 // three ways, the six products of linear_bf16x6, each k-tile's sums added into float32 totals).
 // On the CPU: fused_linear_epilogue's twin.
 torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w,
                                   const c10::optional<torch::Tensor>& w_lo,
                                   const c10::optional<torch::Tensor>& bias,
                                   const std::vector<torch::Tensor>& params,
-                                  const std::string& chain, const std::string& precision,
+                                  const std::string& chain, Precision precision,
                                   const c10::optional<torch::Tensor>& w_third = c10::nullopt);
 
 // A layered model's whole forward (kernels/ops/model_spec.h's spec, e.g. "w1:silu*w3|w2"), each
 // Linear run as the plan for `gemm` says for its input (gemm_plan.h; linear_forward.h: the
 // small-batch kernels, the Hopper GEMM, or the products then the fused epilogue), as LayeredModel
-// runs it; under "mlp" the whole model in one launch of the fused-MLP kernel where it takes the
-// model (mlp_refusal), else each Linear as auto plans it. `weights`: each
-// Linear in the spec's order (a gate after its layer's Linear), its W [out, in] of x's dtype
-// followed by the bfloat16 parts `precision` takes (bf16: hi; bf16x3: hi, lo = split_bf16(W);
-// bf16x6: hi, mid, lo = split_bf16_three(W)); `biases`: one per Linear, nullopt where it has none;
-// `params`: each layer's chain parameters in its slot order, layer after layer. `precision`:
-// ieee, tf32, bf16, bf16x3 or bf16x6 (all but ieee for float32 x). `gemm`: auto, cublas, skinny,
-// hopper or mlp. Returns [..., out]. Every count, shape, dtype and device is checked first, the
-// Meta implementation included.
+// runs it; under kMlp the whole model in one launch of the fused-MLP kernel where it takes the
+// model (mlp_refusal), else each Linear as kAuto plans it. `weights`: each Linear in the spec's
+// order (a gate after its layer's Linear), its W [out, in] of x's dtype followed by the bfloat16
+// parts `precision` takes (bf16: hi; bf16x3: hi, lo = split_bf16(W); bf16x6: hi, mid, lo =
+// split_bf16_three(W)); `biases`: one per Linear, nullopt where it has none; `params`: each
+// layer's chain parameters in its slot order, layer after layer. `precision`: any mode (all but
+// kIeee take float32 x). Returns [..., out]. Every count, shape, dtype and device is checked
+// first, the Meta implementation included.
 torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
-                          const std::string& precision, const std::string& gemm = "auto");
-// Why fused_model with gemm "mlp" runs these arguments layer by layer rather than in the fused-MLP
-// kernel (gemm_plan.h: mlp_refusal); empty where the kernel takes them. Checks the arguments as
-// the op does.
+                          Precision precision, GemmKernel gemm = GemmKernel::kAuto);
+// Why fused_model with GemmKernel::kMlp runs these arguments layer by layer rather than in the
+// fused-MLP kernel (gemm_plan.h: mlp_refusal); empty where the kernel takes them. Checks the
+// arguments as the op does.
 std::string fused_model_mlp_refusal(const torch::Tensor& x,
                                     const std::vector<torch::Tensor>& weights,
                                     const std::vector<c10::optional<torch::Tensor>>& biases,
                                     const std::vector<torch::Tensor>& params,
-                                    const std::string& spec, const std::string& precision);
+                                    const std::string& spec, Precision precision);
 
 // v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
 // hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,

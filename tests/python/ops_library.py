@@ -113,6 +113,14 @@ def check_ops(device):
             raise SystemExit("FAIL  %s: an op took None for a required tensor" % device)
         except (RuntimeError, TypeError):
             pass
+    # The precision comes by name: each whole-forward op parses it and refuses an unknown one.
+    for op_name, takes in (("linear_epilogue", "ieee, bf16 or bf16x3"),
+                           ("gemm_epilogue", "ieee, bf16, bf16x3 or bf16x6")):
+        try:
+            getattr(ops, op_name)(x, w, None, None, [], "mish_mish", "fp8")
+            raise SystemExit("FAIL  %s: %s ran in precision fp8" % (device, op_name))
+        except RuntimeError as e:
+            assert "expected precision %s, got 'fp8'" % takes in str(e), str(e)
 
     # Inference ops: in grad mode, on tensors that require grad, they compute their outputs and
     # record no graph, so the outputs do not require grad and a backward from them fails.
@@ -194,6 +202,21 @@ def check_model_op(device):
             raise SystemExit("FAIL  %s: model ran with a weight missing" % device)
         except RuntimeError as e:
             assert "2 weights, got 1" in str(e), str(e)
+        # The precision and the kernel come from Python by name: the op parses them, on the
+        # device and on meta tensors alike, and refuses an unknown one in one line.
+        for on in (device, "meta"):
+            arguments = (x.to(on), [w13.weight.to(on), w2.weight.to(on)],
+                         [w13.bias.to(on), w2.bias.to(on)], [shift.to(on)],
+                         "w13[0]:add(shift),gelu*w13[1]|w2")
+            for names, want in (
+                    (("fp8",), "expected precision ieee, bf16x3, bf16x6, tf32 or bf16, got 'fp8'"),
+                    (("ieee", "fused"),
+                     "expected gemm auto, cublas, skinny, hopper or mlp, got 'fused'")):
+                try:
+                    ops.model(*arguments, *names)
+                    raise SystemExit("FAIL  %s: model ran with %s" % (on, names))
+                except RuntimeError as e:
+                    assert want in str(e) and "\n" not in str(e).strip(), str(e)
 
 
 class ScriptedMishMish(torch.nn.Module):
