@@ -53,9 +53,9 @@ namespace {
 constexpr int64_t kAssumedCacheBytes = 60'000'000;  // an H200's L2, the largest here
 
 // Timings of one configuration shared by every precision, in the JSON and CSV column order.
-const char* const kSharedTimings[] = {"gemm_addmm",    "copy",           "chain_eager",
-                                      "chain_fused",   "chain_compiled", "chain_runtime",
-                                      "forward_eager", "weight_copy",    "gemm_bf16"};
+const char* const kSharedTimings[] = {
+    "gemm_addmm",    "copy",          "chain_eager", "chain_fused", "chain_compiled",
+    "chain_runtime", "forward_eager", "weight_copy", "gemm_bf16",   "dense_gemm"};
 // Timings of the fused forward in one precision.
 const char* const kFusedTimings[] = {"gemm", "forward", "forward_static", "graph_replay"};
 
@@ -76,6 +76,10 @@ const TimedDescription kTimed[] = {
      "eager libtorch's forward of the whole model, op by op as the Python model runs"},
     {"weight_copy", "a copy of W", "a copy of every weight of the model"},
     {"gemm_bf16", "on a GPU: cuBLAS's bfloat16 GEMM alone at this shape", nullptr},
+    {"dense_gemm",
+     "a square GEMM in the model's dtype (torch::mm, side 8192 on a GPU, 1024 on the CPU): the "
+     "device's dense rate, timed once a dtype in the same run",
+     "the same"},
     {"fused.gemm", "the fused forward's GEMM: x @ W^T without bias, in the precision", nullptr},
     {"fused.forward", "the fused forward (LinearChain), in the precision and GEMM kernel",
      "the fused model's whole forward (LayeredModel, as fusedlinear run runs it), in the "
@@ -115,6 +119,7 @@ struct Result {
   int64_t batch = 0, in_features = 0, out_features = 0;
   int x_buffers = 0, y_buffers = 0;
   double flops_per_row = 0;  // the GEMMs' 2 x multiply-adds of one row
+  double dense_flops = 0;    // the square GEMM's (dense_gemm) 2 x multiply-adds
   // Every W in the model's dtype: what weight_copy reads and writes.
   double weight_bytes = 0;
   std::map<std::string, TimingStats> timings;  // kSharedTimings
@@ -155,6 +160,7 @@ Figures chain_figures(const Result& r) {
           {"chain_runtime_x_copy", r.median("chain_runtime") / r.median("copy")},
           {"gemm_addmm_tflops", r.flops() / r.median("gemm_addmm") / 1e6},
           {"gemm_bf16_tflops", r.flops() / r.median("gemm_bf16") / 1e6},
+          {"dense_gemm_tflops", r.dense_flops / r.median("dense_gemm") / 1e6},
           {"weight_copy_gbps", 2 * r.weight_bytes / r.median("weight_copy") / 1e3},
           {"forward_eager_x_eager_gemm", r.median("forward_eager") / r.median("gemm_addmm")}};
 }
@@ -176,6 +182,9 @@ Figures fused_figures(const Result& r, const FusedResult& f) {
       {"speedup_over_cublas_fused", f.cublas_forward_us / forward},
       {"gemm_tflops", r.flops() / median_of(f.timings, "gemm") / 1e6},
       {"forward_tflops", r.flops() / forward / 1e6},
+      {"forward_samples_per_s", double(r.batch) / forward * 1e6},
+      {"forward_percent_of_dense",
+       100 * r.flops() / forward / 1e6 / figure(chain_figures(r), "dense_gemm_tflops")},
       {"forward_percent_of_bf16_gemm", 100 * r.median("gemm_bf16") / forward},
       {"epilogue_share_of_forward", r.median("chain_fused") / forward},
       {"weight_gbps", weight_gbps},
@@ -651,6 +660,23 @@ Plan plan_from_options(const Settings& settings, const cxxopts::ParseResult& par
   return plan;
 }
 
+// The device's dense GEMM rate in the run's dtype, the yardstick of the forwards' TFLOP/s: a square
+// product large enough for the device's full rate, small enough to time in about a second on the
+// CPU.
+struct DenseGemm {
+  TimingStats time;
+  double flops = 0;
+};
+DenseGemm time_dense_gemm(const Settings& s) {
+  const int64_t n = s.device.is_cuda() ? 8192 : 1024;
+  const auto options = torch::TensorOptions().device(s.device).dtype(s.dtype);
+  const torch::Tensor a = torch::rand({n, n}, options), b = torch::rand({n, n}, options);
+  DenseGemm dense;
+  dense.time = time_interleaved(s.device, s.warmup, s.iters, {[&](int) { torch::mm(a, b); }})[0];
+  dense.flops = 2.0 * double(n) * double(n) * double(n);
+  return dense;
+}
+
 std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
   torch::NoGradGuard no_grad;
   std::vector<Result> results;
@@ -680,6 +706,7 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
           }
         }
       }
+      const DenseGemm dense = time_dense_gemm(s);
       for (const int64_t batch : plan.batches) {
         progress.show(int(results.size()),
                       name + " " + dtype_name(dtype) + " batch " + std::to_string(batch));
@@ -688,6 +715,8 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
         results.push_back(
             spec.layered() ? bench_layered_one(layered, spec, batch, s, plan.cuda_graph, atol, rtol)
                            : bench_one(models, spec, batch, s, plan.cuda_graph, atol, rtol));
+        results.back().timings["dense_gemm"] = dense.time;
+        results.back().dense_flops = dense.flops;
       }
     }
   }
@@ -786,13 +815,22 @@ void print_one_linear_tables(const std::vector<Result>& results, const Plan& pla
 
 // Layered models: one table, the whole forward per configuration and precision beside eager's and
 // the floors.
+// Rows a second span 1e3 to 1e10 over a sweep's batches: three significant digits.
+std::string samples_per_second(double value) {
+  if (!std::isfinite(value)) return "-";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3g", value);
+  return buffer;
+}
+
 void print_layered_table(const std::vector<Result>& results, const Plan& plan) {
   std::cout << "\nlayered models, whole forward:\n";
   std::vector<std::string> header = {
-      "model",          "dtype",       "batch",         "linears",       "GEMM ran",
-      "eager GEMMs us", "GFLOP/s",     "W read us",     "eager fwd us",  "fused fwd us",
-      "fwd speedup",    "vs cuBLAS",   "eager x GEMMs", "fused x GEMMs", "fused x W read",
-      "err vs eager",   "err vs fp64", "allclose"};
+      "model",          "dtype",     "batch",         "linears",       "GEMM ran",
+      "eager GEMMs us", "GFLOP/s",   "W read us",     "eager fwd us",  "fused fwd us",
+      "fwd speedup",    "vs cuBLAS", "eager x GEMMs", "fused x GEMMs", "fused x W read",
+      "samples/s",      "TFLOP/s",   "% dense",       "err vs eager",  "err vs fp64",
+      "allclose"};
   if (plan.cuda_graph) header.insert(header.end(), {"graph fwd us", "graph speedup"});
   Table table(header);
   for (const auto& r : results) {
@@ -815,22 +853,27 @@ void print_layered_table(const std::vector<Result>& results, const Plan& plan) {
                                           : "-",
                                       fixed(figure(shared, "forward_eager_x_eager_gemm"), 2),
                                       fixed(figure(figures, "forward_x_eager_gemm"), 2),
-                                      fixed(figure(figures, "forward_x_weight_read"), 2)};
+                                      fixed(figure(figures, "forward_x_weight_read"), 2),
+                                      samples_per_second(figure(figures, "forward_samples_per_s")),
+                                      fixed(figure(figures, "forward_tflops"), 3),
+                                      fixed(figure(figures, "forward_percent_of_dense"), 1)};
       add_outcome_cells(row, f, figures, plan);
       table.add_row(row);
     }
   }
   table.print(std::cout);
-  std::cout << "\nlayered: eager fwd: libtorch's forward of the model, op by op (LayeredModel's "
-               "eager form); fused fwd: the fused model's whole forward (as fusedlinear run runs "
-               "it) in the precision; eager GEMMs: every Linear's addmm with bias alone, and their "
-               "GFLOP/s; W read: the model's weights read at a copy's pace (half a copy's time); "
-               "x GEMMs, x W read: a forward's time over those floors; fwd speedup: eager time / "
-               "fused time; vs cuBLAS: the same precision's cuBLAS forward time / this one; "
-               "errors: max abs, forward outputs against eager's and against float64"
-            << (plan.cuda_graph ? "; graph speedup: launches / graph replay of the fused forward"
-                                : "")
-            << "\n";
+  std::cout
+      << "\nlayered: eager fwd: libtorch's forward of the model, op by op (LayeredModel's "
+         "eager form); fused fwd: the fused model's whole forward (as fusedlinear run runs "
+         "it) in the precision; eager GEMMs: every Linear's addmm with bias alone, and their "
+         "GFLOP/s; W read: the model's weights read at a copy's pace (half a copy's time); "
+         "x GEMMs, x W read: a forward's time over those floors; fwd speedup: eager time / "
+         "fused time; vs cuBLAS: the same precision's cuBLAS forward time / this one; "
+         "samples/s, TFLOP/s: the fused forward's rows a second and its GEMMs' rate; % dense: "
+         "that rate against a square GEMM's in the dtype, timed in the same run; "
+         "errors: max abs, forward outputs against eager's and against float64"
+      << (plan.cuda_graph ? "; graph speedup: launches / graph replay of the fused forward" : "")
+      << "\n";
 }
 
 void print_tables(const std::vector<Result>& results, const Plan& plan, const std::string& platform,

@@ -199,8 +199,9 @@ std::vector<std::string> csv_rows(const std::string& path) {
 }
 
 // A layered model is timed whole: per precision its fused forward against eager's forward of the
-// same model, beside eager's GEMMs alone and the weights' read, in one table of its own; the
-// JSON and CSV say so (layered, linears, what each timing times) and hold no chain timed alone.
+// same model, beside eager's GEMMs alone and the weights' read, in one table of its own, with its
+// rows a second and its rate against a square GEMM's timed in the same run; the JSON and CSV say
+// so (layered, linears, what each timing times) and hold no chain timed alone.
 TEST(BenchEndToEnd, TimesALayeredSpecWhole) {
   TempDir dir;
   const std::string json = dir.file("bench.json"), csv = dir.file("bench.csv");
@@ -210,8 +211,9 @@ TEST(BenchEndToEnd, TimesALayeredSpecWhole) {
       "--out-features 16 --iters 3 --warmup 1 --precision ieee,bf16x3 --json '" +
       json + "' --csv '" + csv + "'";
   ASSERT_EQ(run_program(args, dir, &out, &err), 0) << out << err;
-  for (const char* text : {"layered models, whole forward", "fc1:gelu|fc2:gelu|fc3",
-                           "fused x GEMMs", "fused x W read", "bf16x3, CPU GEMM"}) {
+  for (const char* text :
+       {"layered models, whole forward", "fc1:gelu|fc2:gelu|fc3", "fused x GEMMs", "fused x W read",
+        "samples/s", "% dense", "bf16x3, CPU GEMM"}) {
     EXPECT_NE(out.find(text), std::string::npos) << text << "\n" << out;
   }
   EXPECT_EQ(out.find("activation chains"), std::string::npos) << out;
@@ -229,7 +231,7 @@ TEST(BenchEndToEnd, TimesALayeredSpecWhole) {
     EXPECT_EQ(r["out_features"], 16);
     EXPECT_TRUE(r["chain_bytes"].is_null());
     EXPECT_TRUE(r["chain_check"].is_null());
-    for (const char* t : {"forward_eager", "gemm_addmm", "weight_copy"}) {
+    for (const char* t : {"forward_eager", "gemm_addmm", "weight_copy", "dense_gemm"}) {
       EXPECT_GT(r["timings"][t]["median_us"].get<double>(), 0) << t;
       EXPECT_EQ(r["timings"][t]["samples"], 3) << t;
     }
@@ -237,6 +239,11 @@ TEST(BenchEndToEnd, TimesALayeredSpecWhole) {
       EXPECT_FALSE(r["timings"].contains(t)) << t;
     }
     EXPECT_GT(r["derived"]["forward_eager_x_eager_gemm"].get<double>(), 0);
+    const double dense_tflops = r["derived"]["dense_gemm_tflops"].get<double>();
+    EXPECT_NEAR(
+        dense_tflops,
+        2.0 * 1024 * 1024 * 1024 / r["timings"]["dense_gemm"]["median_us"].get<double>() / 1e6,
+        1e-9 * dense_tflops);
     ASSERT_EQ(r["fused"].size(), 2u);
     EXPECT_EQ(r["fused"][0]["precision"], "ieee");
     EXPECT_EQ(r["fused"][1]["precision"], "bf16x3");
@@ -246,6 +253,13 @@ TEST(BenchEndToEnd, TimesALayeredSpecWhole) {
       for (const char* d : {"forward_speedup", "forward_x_eager_gemm", "forward_x_weight_read"}) {
         EXPECT_GT(f["derived"][d].get<double>(), 0) << d;
       }
+      const double forward_us = f["timings"]["forward"]["median_us"].get<double>();
+      const double rows_per_s = r["batch"].get<double>() / forward_us * 1e6;
+      EXPECT_NEAR(f["derived"]["forward_samples_per_s"].get<double>(), rows_per_s,
+                  1e-9 * rows_per_s);
+      const double percent = 100 * f["derived"]["forward_tflops"].get<double>() / dense_tflops;
+      EXPECT_NEAR(f["derived"]["forward_percent_of_dense"].get<double>(), percent, 1e-9 * percent);
+      EXPECT_GT(percent, 0);
       EXPECT_TRUE(f["vs_eager"]["allclose"].get<bool>());
       EXPECT_LT(f["vs_float64"]["max_abs"].get<double>(), 1e-4);
     }
