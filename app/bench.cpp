@@ -813,8 +813,6 @@ void print_one_linear_tables(const std::vector<Result>& results, const Plan& pla
             << "\n";
 }
 
-// Layered models: one table, the whole forward per configuration and precision beside eager's and
-// the floors.
 // Rows a second span 1e3 to 1e10 over a sweep's batches: three significant digits.
 std::string samples_per_second(double value) {
   if (!std::isfinite(value)) return "-";
@@ -823,6 +821,8 @@ std::string samples_per_second(double value) {
   return buffer;
 }
 
+// Layered models: one table, the whole forward per configuration and precision beside eager's and
+// the floors.
 void print_layered_table(const std::vector<Result>& results, const Plan& plan) {
   std::cout << "\nlayered models, whole forward:\n";
   std::vector<std::string> header = {
