@@ -199,11 +199,11 @@ cudaError_t compiled_epilogue(const act::Program& program, const EpilogueCall& c
   std::string architecture;
   cudaError_t err = current_architecture(architecture);
   if (err != cudaSuccess) return err;
-  const LoadedModule& loaded =
-      module_of(*chain, architecture + " epilogue " + element_name(call.type), [&] {
-        return Unit{epilogue_unit(chain->expression, call.type, architecture),
-                    std::string("the ") + element_name(call.type) + " epilogue"};
-      });
+  const std::string unit_key = architecture + " epilogue " + element_name(call.type);
+  const LoadedModule& loaded = module_of(*chain, unit_key, [&] {
+    return Unit{epilogue_unit(chain->expression, call.type, architecture),
+                std::string("the ") + element_name(call.type) + " epilogue"};
+  });
   if (!loaded.ready) return chain->interpreter.epilogue(program, call, stream);
   EpilogueKernels kernels;
   for (int i = 0; i < kEpilogueUnitChainValue; ++i) {
