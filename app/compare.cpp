@@ -124,11 +124,9 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
   // In turns, so drifts of the device's clocks weigh on every path alike.
   const auto times = time_interleaved(settings.device, settings.warmup, settings.iters, calls);
   for (size_t i = 0; i < r.paths.size(); ++i) r.paths[i].time = times[i];
-  r.floors = ForwardFloors::from(
-      time_interleaved(
-          settings.device, settings.warmup, settings.iters,
-          ForwardFloors::calls(*model, [&](int) -> const torch::Tensor& { return x; })),
-      0, *model, rows);
+  r.floors = ForwardFloors::time(
+      settings.device, settings.warmup, settings.iters, *model,
+      [&](int) -> const torch::Tensor& { return x; }, rows);
   return r;
 }
 

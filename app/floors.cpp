@@ -4,19 +4,20 @@
 
 namespace fusedlinear {
 
-std::vector<std::function<void(int)>> ForwardFloors::calls(
-    LayeredModelImpl& model, const std::function<const torch::Tensor&(int)>& input) {
-  return {[&model, input](int i) { model.run_gemms(input(i)); },
-          [&model](int) {
-            for (LinearChainImpl* linear : model.linears()) linear->linear()->weight.clone();
-          }};
-}
-
-ForwardFloors ForwardFloors::from(const std::vector<TimingStats>& times, size_t first,
-                                  LayeredModelImpl& model, int64_t rows) {
+ForwardFloors ForwardFloors::time(const torch::Device& device, int warmup, int iters,
+                                  LayeredModelImpl& model,
+                                  const std::function<const torch::Tensor&(int)>& input,
+                                  int64_t rows) {
+  const std::vector<TimingStats> times =
+      time_interleaved(device, warmup, iters,
+                       {[&model, &input](int i) { model.run_gemms(input(i)); },
+                        [&model](int) {
+                          for (LinearChainImpl* linear : model.linears())
+                            linear->linear()->weight.clone();
+                        }});
   ForwardFloors floors;
-  floors.gemms = times.at(first);
-  floors.weight_copy = times.at(first + 1);
+  floors.gemms = times.at(0);
+  floors.weight_copy = times.at(1);
   floors.gemm_flops = double(rows) * model.flops_per_row();
   return floors;
 }

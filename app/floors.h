@@ -19,15 +19,12 @@ struct ForwardFloors {
   TimingStats gemms, weight_copy;
   double gemm_flops = 0;  // the GEMMs' 2 x multiply-adds at the rows timed
 
-  // The two calls to time in turns of their own, in this order: the GEMMs on input(i), then the
-  // copy of every weight. Not in the forwards' turns: they read the eager model's weights, which
-  // would then stay in the cache for its forward and not for the fused models' own copies.
-  static std::vector<std::function<void(int)>> calls(
-      LayeredModelImpl& model, const std::function<const torch::Tensor&(int)>& input);
-  // The floors from those calls' timings (times[first], times[first + 1]), for inputs of `rows`
-  // rows.
-  static ForwardFloors from(const std::vector<TimingStats>& times, size_t first,
-                            LayeredModelImpl& model, int64_t rows);
+  // Times the GEMMs on input(i) and the copy of every weight, in turns of their own, for inputs
+  // of `rows` rows. Not in the forwards' turns: they read the eager model's weights, which would
+  // then stay in the cache for its forward and not for the fused models' own copies.
+  static ForwardFloors time(const torch::Device& device, int warmup, int iters,
+                            LayeredModelImpl& model,
+                            const std::function<const torch::Tensor&(int)>& input, int64_t rows);
 
   double gemm_gflops() const { return gemm_flops / gemms.median_us / 1e3; }
   double weight_read_us() const { return fusedlinear::weight_read_us(weight_copy); }
