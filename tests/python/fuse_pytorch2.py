@@ -1,11 +1,14 @@
 """fusedlinear.fuse on PyTorch 2's deployment path (torch 2.x; on 1.x it says so and exits 77,
 which ctest counts as skipped):
 
-    python3 tests/python/fuse_pytorch2.py LIBRARY [--device cpu|cuda] [--out DIR] [--no-bench]
+    python3 tests/python/fuse_pytorch2.py LIBRARY [--runner PATH] [--device cpu|cuda] [--out DIR]
+                                      [--no-bench]
 
 For each model of tests/python/fuse_models.py, fused (float32, ieee): torch.compile(fullgraph=True),
-torch.export and, from torch 2.6, an AOTInductor package (in DIR, or a temporary folder) loaded
-back, each within 1e-5 of the model. Two of them fused in bf16x3 (W split once, its parts
+torch.export and, from torch 2.6, an AOTInductor package (in DIR, or a temporary folder) run from
+C++ by fusedlinear_pt2 (--runner: AOTIModelPackageLoader with the ops linked, as a server runs
+it; torch 2.11's aoti_load_package crashes loading any package back into Python, one of a
+plain nn.Linear too), each within 1e-5 of the model. Two of them fused in bf16x3 (W split once, its parts
 buffers): the same three paths with no split in their graphs, within 1e-4 of float64, and the
 compiled module after its weights changed (in place then fusedlinear.refresh; by
 load_state_dict) within 1e-4 of the new weights' float64 output. Then on CUDA, unless
@@ -19,6 +22,7 @@ import argparse
 import copy
 import importlib
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -33,6 +37,7 @@ from mlp_models import median_ms  # noqa: E402
 
 SKIP = 77
 failures = []
+RUNNER = None  # fusedlinear_pt2, which runs an AOTInductor package from C++ (--runner)
 
 
 def check_close(what, got, want, tolerance=1e-5):
@@ -80,11 +85,24 @@ def check_exported(what, fused, x, want, tolerance, package_path):
         print("skip  %s AOTInductor: torch %s has no aoti_compile_and_package (2.6+)"
               % (what, torch.__version__))
         return
+    if not RUNNER:
+        print("skip  %s AOTInductor: no --runner (fusedlinear_pt2, built where libtorch has "
+              "AOTIModelPackageLoader)" % what)
+        return
 
     def package():
         torch._inductor.aoti_compile_and_package(exported[0], package_path=package_path)
-        check_close(what + " AOTInductor package",
-                    torch._inductor.aoti_load_package(package_path)(x), want, tolerance)
+        stem = os.path.splitext(package_path)[0]
+        torch.save(x.cpu(), stem + "_input.pt")
+        torch.save(want.float().cpu(), stem + "_want.pt")
+        run = subprocess.run([RUNNER, package_path, "-", stem + "_input.pt", stem + "_want.pt",
+                              repr(tolerance * (1.0 + want.double().abs().max().item()))],
+                             capture_output=True, text=True)
+        lines = (run.stdout + run.stderr).strip().splitlines()
+        print("%s  %s AOTInductor package, run from C++: %s"
+              % ("ok  " if run.returncode == 0 else "FAIL", what, lines[-1] if lines else ""))
+        if run.returncode != 0:
+            failures.append(what + " AOTInductor package")
     step(what + " AOTInductor", package)
 
 
@@ -192,11 +210,14 @@ def bench_vit_mlp():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("library", help="libfusedlinear_ops.so")
+    parser.add_argument("--runner", help="fusedlinear_pt2, to run the AOTInductor packages")
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", help="folder for the AOTInductor packages (default: temporary)")
     parser.add_argument("--no-bench", action="store_true", help="skip the ViT-B MLP timing")
     args = parser.parse_args()
+    global RUNNER
+    RUNNER = args.runner
     if int(torch.__version__.split(".")[0]) < 2:
         print("skipped: torch %s; torch.compile and torch.export need torch 2" % torch.__version__)
         return SKIP
