@@ -49,11 +49,13 @@ inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) 
 // compiled chain makes a pass a functor alike. Each pass's
 // loop has independent iterations, which the core overlaps, where a whole chain applied a value at
 // a time is one long dependency through its calls, and every call spills the vector registers.
-// Small enough for the values to stay in L1 between passes: 32 values, and at most 256 elements
-// (AVX-512's 16 vectors): a last pass's staged stores (block_pass) measured faster copied to out
-// in pieces of that size than of twice that.
+// Small enough for the values to stay in L1 between passes.
+constexpr int kBlockValues = 32;
+
+// Values a piece of a staged pass (block_pass): at most 256 elements (AVX-512's 16 vectors),
+// which measured faster copied to out than pieces of twice that.
 template <class Lanes>
-constexpr int kBlockValuesOf = int(std::min<int64_t>(32, 256 / Lanes::kLanes));
+constexpr int kStagedValuesOf = int(std::min<int64_t>(kBlockValues, 256 / Lanes::kLanes));
 
 // A block of a row's run: `full` whole values from element `at` (column `col`), then the `rest`
 // elements (0 to kLanes - 1) of a partial one; `v` holds its values between the passes.
@@ -92,18 +94,18 @@ struct TermSource {
 // One pass over the block: apply(x, i, count) on each value, from y + bias for the chain's first
 // pass (kFirst), else from the block's values; to out for its last (kLast), times the gate where
 // the call has one (the value stored, so rounded as a separate multiply sees it, then multiplied
-// and stored again), else back. kStaged (a last pass of few instructions a value, which waits on
-// its stores): the values stored in a buffer on the stack instead, and the block copied to out at
-// the end (Lanes::copy), which the SIMD loops make a string move: it writes whole cache lines
-// without reading them first, where each vector store fetches its line of out. The call's
-// pointers are read into locals first: the vector stores may alias anything, so fields read
-// through a reference would be read again after every store.
+// and stored again), else back. kStaged (a chain's only pass, of few instructions a value, which
+// waits on its stores; after other passes staging measured slower): the values stored in a buffer
+// on the stack instead, and copied to out a piece at a time (Lanes::copy), which the SIMD loops
+// make a string move: it writes whole cache lines without reading them first, where each vector
+// store fetches its line of out. The call's pointers are read into locals first: the vector stores
+// may alias anything, so fields read through a reference would be read again after every store.
 template <bool kFirst, bool kLast, bool kStaged, class Lanes, ElementType E, class Apply>
 inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   using V = typename Lanes::Value;
   using S = Stored<E>;
   constexpr int64_t kLanes = Lanes::kLanes;
-  constexpr bool kStage = kLast && kStaged;
+  constexpr bool kStage = kFirst && kLast && kStaged;
   const EpilogueCall& call = block.call;
   const S* const y = static_cast<const S*>(call.y) + block.at;
   const S* const bias = call.bias ? static_cast<const S*>(call.bias) + block.col : nullptr;
@@ -113,20 +115,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   const int full = block.full;
   const int64_t rest = block.rest;
   const Apply fn = apply;  // a copy: what it holds by value stays in registers (op_pass)
-  // The staging buffer starts at the offset in a 4 KiB page of the pass's source, so that no load
-  // shares the low 12 bits of its address with an earlier store of the block: the core can take
-  // those for a dependence and wait on it.
-  constexpr size_t kPage = 4096;
-  alignas(64) unsigned char room[kStage ? kPage + kBlockValuesOf<Lanes> * kLanes * sizeof(S) : 1];
-  S* const sink = [&] {
-    if constexpr (kStage) {
-      const auto source = reinterpret_cast<uintptr_t>(kFirst ? static_cast<const void*>(y) : v);
-      return reinterpret_cast<S*>(room + (source - reinterpret_cast<uintptr_t>(room)) % kPage);
-    } else {
-      return out;
-    }
-  }();
-  const auto one = [&](int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+  const auto one = [&](int i, int64_t count, S* to) FUSEDLINEAR_PER_VALUE {
     V x;
     if constexpr (kFirst) {
       x = Lanes::template load<E>(y + i * kLanes, count);
@@ -136,19 +125,39 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     }
     x = fn(x, i, count);
     if constexpr (kLast) {
-      Lanes::template store<E>(sink + i * kLanes, x, count);
+      Lanes::template store<E>(to, x, count);
       if (gate) {
-        x = Lanes::template load<E>(sink + i * kLanes, count) *
-            Lanes::template load<E>(gate + i * kLanes, count);
-        Lanes::template store<E>(sink + i * kLanes, x, count);
+        x = Lanes::template load<E>(to, count) * Lanes::template load<E>(gate + i * kLanes, count);
+        Lanes::template store<E>(to, x, count);
       }
     } else {
       v[i] = x;
     }
   };
-  for (int i = 0; i < full; ++i) one(i, kLanes);
-  if (rest > 0) one(full, rest);
-  if constexpr (kStage) Lanes::template copy<E>(out, sink, full * kLanes + rest);
+  if constexpr (kStage) {
+    // A piece at a time: its buffer starts at the offset in a 4 KiB page of the piece's source, so
+    // that no load shares the low 12 bits of its address with an earlier store of the piece: the
+    // core can take those for a dependence and wait on it.
+    constexpr int kPiece = kStagedValuesOf<Lanes>;
+    constexpr size_t kPage = 4096;
+    alignas(64) unsigned char room[kPage + kPiece * kLanes * sizeof(S)];
+    const int values = full + (rest > 0 ? 1 : 0);
+    for (int p = 0; p < values; p += kPiece) {
+      const int end = std::min(values, p + kPiece);
+      const auto source = reinterpret_cast<uintptr_t>(y + p * kLanes);
+      S* const sink =
+          reinterpret_cast<S*>(room + (source - reinterpret_cast<uintptr_t>(room)) % kPage);
+      const int whole = std::min(end, full);
+      for (int i = p; i < whole; ++i) one(i, kLanes, sink + (i - p) * kLanes);
+      if (end > full) one(full, rest, sink + (full - p) * kLanes);
+      Lanes::template copy<E>(
+          out + p * kLanes, sink,
+          std::min<int64_t>(int64_t(end) * kLanes, full * kLanes + rest) - int64_t(p) * kLanes);
+    }
+  } else {
+    for (int i = 0; i < full; ++i) one(i, kLanes, out + i * kLanes);
+    if (rest > 0) one(full, rest, out + full * kLanes);
+  }
 }
 
 template <bool kFirst, bool kStaged, class Lanes, ElementType E, class Apply>
@@ -239,7 +248,6 @@ inline void block_ops(const act::ProgramChain<P, kTerms>& chain, const Block<Lan
 template <class Lanes, ElementType E, class ChainT>
 inline void run_chain(const ChainT& chain, const EpilogueCall& call, int64_t begin, int64_t end) {
   constexpr int64_t kLanes = Lanes::kLanes;
-  constexpr int kBlockValues = kBlockValuesOf<Lanes>;
   typename Lanes::Value values[kBlockValues];
   // Without per-column inputs the rows need not be told apart: one run, blocks across rows.
   const bool by_row = call.bias || call.terms.count > 0;

@@ -17,8 +17,9 @@
 // kOutputInUnitInterval, results always in [-1, 1] (so that a following GELU may take the
 // polynomial GeluOnUnitInterval, chain.h); kArgsWrittenWhenNotDefault, the canonical spec writes
 // the bare name when every argument is its default (chain_spec.h); kMemoryBound, a few instructions
-// a value, so that a loop of it alone waits on memory, not on the core (the CPU loop's stores,
-// epilogue_loop.h).
+// a value, so that a loop of it alone waits on memory, not on the core (the CPU loop stages the
+// stores of a chain of it alone, epilogue_loop.h). Not on the per-feature arithmetic: staged, it
+// measured slower at wide rows than stored directly.
 #pragma once
 
 #include <cmath>
@@ -565,7 +566,6 @@ struct DivScalar {
 // the spec only (the kernels' copies carry none).
 struct AddParam {
   static constexpr const char* kName = "add";
-  static constexpr bool kMemoryBound = true;
   static constexpr bool kTakesColumnTerm = true;
   const char* key = nullptr;
   template <class V>
@@ -580,7 +580,6 @@ struct AddParam {
 };
 struct SubParam {
   static constexpr const char* kName = "sub";
-  static constexpr bool kMemoryBound = true;
   static constexpr bool kTakesColumnTerm = true;
   const char* key = nullptr;
   template <class V>
@@ -595,7 +594,6 @@ struct SubParam {
 };
 struct MulParam {
   static constexpr const char* kName = "mul";
-  static constexpr bool kMemoryBound = true;
   static constexpr bool kTakesColumnTerm = true;
   const char* key = nullptr;
   template <class V>
@@ -610,7 +608,6 @@ struct MulParam {
 };
 struct DivParam {
   static constexpr const char* kName = "div";
-  static constexpr bool kMemoryBound = true;
   static constexpr bool kTakesColumnTerm = true;
   const char* key = nullptr;
   template <class V>
