@@ -307,7 +307,12 @@ std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
 std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
   if (mlp_refusal(x).empty()) {
     const bool float32 = x.scalar_type() == torch::kFloat32;
-    return std::string("fused MLP, ") + (float32 ? "ieee, float32 FMAs" : "tensor cores");
+    const std::string products = float32 ? "ieee, float32 FMAs" : "";
+    if (mlp_runs_clusters(gemm_device_of(x), rows_of(x))) {
+      return "fused MLP, " + (float32 ? products : "float32 FMAs") + ", clusters of " +
+             std::to_string(kMlpClusterBlocks) + " blocks a tile";
+    }
+    return "fused MLP, " + (float32 ? products : "tensor cores");
   }
   std::string text;
   std::string last;

@@ -1,6 +1,7 @@
-// The fused-MLP kernel (GemmKernel::kMlp, kernels/cuda/mlp/): its plan's refusals and, on the CPU,
-// the per-layer path it falls back to; on a GPU, its results against float64 and against the
-// per-layer path, bitwise where every sum is exact, run to run and from a CUDA graph.
+// The fused-MLP kernel (GemmKernel::kMlp, kernels/cuda/mlp/): its plan's refusals and forms and, on
+// the CPU, the per-layer path it falls back to; on a GPU, its results in both forms (a block a
+// tile, a cluster a tile) against float64 and against the per-layer path, bitwise where every sum
+// is exact, run to run and from a CUDA graph.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernels/ops/gemm_plan.h"
+#include "kernels/ops/linear_forward.h"
 #include "modules/layered_model.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -86,6 +88,18 @@ TEST(FusedMlpPlan, ItsNameParsesAndALinearOnItsOwnRunsAsAuto) {
   }
 }
 
+TEST(FusedMlpPlan, FewRowsRunAsClustersFromSm90WhileTheyFitOneWave) {
+  const GemmDevice h200{true, 9, 0, 132};
+  EXPECT_TRUE(mlp_runs_clusters(h200, 1));
+  EXPECT_TRUE(mlp_runs_clusters(h200, 9));
+  // 16 tiles of 8 rows, a cluster of 8 blocks each: 128 blocks of 132.
+  EXPECT_TRUE(mlp_runs_clusters(h200, 128));
+  EXPECT_FALSE(mlp_runs_clusters(h200, 129));
+  EXPECT_FALSE(mlp_runs_clusters(h200, 0));
+  EXPECT_FALSE(mlp_runs_clusters(GemmDevice{true, 8, 0, 108}, 1));
+  EXPECT_FALSE(mlp_runs_clusters(GemmDevice{}, 1));
+}
+
 // A model of every kind of layer the kernel takes: a chunked Linear's halves, a gated pair with a
 // gate Linear of its own, a chain with a parameter, and the residual.
 const char* const kEveryLayerSpec = "x+(w13[0]:silu*w13[1]|fc1:add(shift),tanh*g1|fc2:gelu|fc3)";
@@ -143,8 +157,9 @@ double scaled_difference(const torch::Tensor& a, const torch::Tensor& b) {
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kFloat16, torch::kBFloat16};
 
-// Each width, a chain of each activation family, every dtype, batches 1, 255 and 257: within the
-// dtype's bound of float64 and of the per-layer path.
+// Each width, a chain of each activation family, every dtype, batches 1, 2 and 9 (the cluster form
+// on sm_90, its tiles of one and of eight rows, a partial tile), 255 and 257: within the dtype's
+// bound of float64 and of the per-layer path.
 TEST(FusedMlpCuda, MatchesFloat64AndThePerLayerPath) {
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
   torch::NoGradGuard no_grad;
@@ -160,7 +175,7 @@ TEST(FusedMlpCuda, MatchesFloat64AndThePerLayerPath) {
       const std::string spec = "fc1:" + chain + "|fc2:add(shift)," + chain + "|fc3";
       SCOPED_TRACE(spec + " width " + std::to_string(width) + " " + c10::toString(dtype));
       const ModelPair pair = model_pair(spec, {width, width, width, 8}, dtype, ++seed);
-      for (const int64_t batch : {1, 255, 257}) {
+      for (const int64_t batch : {1, 2, 9, 255, 257}) {
         const torch::Tensor x =
             torch::randn({batch, width}, at::detail::createCPUGenerator(seed + 100))
                 .to(torch::kCUDA, dtype);
@@ -180,7 +195,7 @@ TEST(FusedMlpCuda, GatedChunkedAndResidualLayersMatchFloat64) {
   torch::NoGradGuard no_grad;
   uint64_t seed = 50;
   for (const torch::ScalarType dtype : kDtypes) {
-    for (const int64_t batch : {1, 257}) {
+    for (const int64_t batch : {1, 9, 257}) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + " batch " + std::to_string(batch));
       const ModelPair pair = model_pair(kEveryLayerSpec, {48, 200, 40, 256, 48}, dtype, ++seed);
       const torch::Tensor x =
@@ -244,7 +259,7 @@ TEST(FusedMlpCuda, GivesThePerLayerBitsWhereEverySumIsExact) {
       const ModelPair pair = model_pair(spec, widths, dtype, ++seed, GemmKernel::kCublas, biases);
       make_sums_exact(*pair.fused, first);
       make_sums_exact(*pair.per_layer, first);
-      for (const int64_t batch : {1, 257}) {
+      for (const int64_t batch : {1, 9, 257}) {
         const torch::Tensor x =
             torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
                 .to(torch::kCUDA, dtype);
@@ -278,6 +293,33 @@ TEST(FusedMlpCuda, ManyRowsRepeatableAndCapturedInACudaGraph) {
         testing_support::replayed_from_cuda_graph([&] { return pair.fused->forward(x); });
     EXPECT_TRUE(torch::equal(replayed, fused));
 #endif
+  }
+}
+
+// The last rows the cluster form takes on this GPU and the first it leaves to a block a tile: each
+// form as the report says, within float64's bound, repeatable to the bit.
+TEST(FusedMlpCuda, EachFormAtTheBoundaryBetweenThem) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const torch::Tensor probe = torch::zeros({1, 8}, torch::kCUDA);
+  const GemmDevice device = gemm_device_of(probe);
+  if (!mlp_runs_clusters(device, 1)) GTEST_SKIP() << "no cluster form before sm_90";
+  int64_t last = 1;
+  while (mlp_runs_clusters(device, last + 1)) ++last;
+  for (const torch::ScalarType dtype : kDtypes) {
+    const ModelPair pair = model_pair("w1:gelu*w3|fc2:tanh|fc3", {72, 136, 256, 40}, dtype, 97);
+    for (const int64_t batch : {last, last + 1}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " batch " + std::to_string(batch));
+      const torch::Tensor x =
+          torch::randn({batch, 72}, at::detail::createCPUGenerator(98)).to(torch::kCUDA, dtype);
+      const bool clusters = batch == last;
+      EXPECT_EQ(pair.fused->gemm_description(x).find("clusters of") != std::string::npos, clusters)
+          << pair.fused->gemm_description(x);
+      const torch::Tensor fused = pair.fused->forward(x);
+      EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+      EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
+      EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+    }
   }
 }
 

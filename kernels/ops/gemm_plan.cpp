@@ -101,6 +101,12 @@ std::string mlp_refusal(const MlpQuery& query) {
   return "";
 }
 
+bool mlp_runs_clusters(const GemmDevice& device, int64_t rows) {
+  const int64_t tiles = (rows + kMlpClusterTileRows - 1) / kMlpClusterTileRows;
+  return device.gpu && device.compute_major >= 9 && rows >= 1 &&
+         tiles * kMlpClusterBlocks <= device.multiprocessors;
+}
+
 GemmPlan plan_gemm(const GemmQuery& query) {
   if (query.kernel == GemmKernel::kMlp) {
     // A Linear the fused-MLP kernel does not run (a model it refused, or one Linear): auto's plan.

@@ -75,6 +75,7 @@ enum class ChainKernelKind { kDeclaration, kCompiledAtRunTime, kInterpreter };
 struct GemmDevice {
   bool gpu = false;
   int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
 };
 
 // What auto runs on one architecture, as measured: the most rows at which each mode's small-batch
@@ -149,6 +150,16 @@ struct MlpQuery {
 // The limits of the fused-MLP kernel (kernels/cuda/mlp/fused_mlp.h says why).
 constexpr int64_t kMlpMaxWidth = 256;
 constexpr int64_t kMlpMaxLayers = 8;
+
+// The fused-MLP kernel's cluster form (kernels/cuda/mlp/cluster_mlp.cuh): a cluster of this many
+// blocks a tile of this many rows (or of one row, for one row).
+constexpr int kMlpClusterBlocks = 8;
+constexpr int64_t kMlpClusterTileRows = 8;
+
+// Whether the fused-MLP kernel runs `rows` as clusters: on sm_90 and newer, while a cluster for
+// each tile fits one wave of the multiprocessors. Each block then reads a slice of every W, where
+// one block a tile (the other form) reads all of it alone: few rows wait on that read.
+bool mlp_runs_clusters(const GemmDevice& device, int64_t rows);
 
 // Why the fused-MLP kernel cannot run `query`'s model ("layer 2 is 512 wide; it takes at most
 // 256"); empty where it can.

@@ -32,6 +32,7 @@ GemmDevice gemm_device_of(const torch::Tensor& x) {
     device.gpu = true;
     device.compute_major = props->major;
     device.compute_minor = props->minor;
+    device.multiprocessors = props->multiProcessorCount;
   }
 #else
   (void)x;

@@ -4,11 +4,18 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/mlp/fused_mlp.h"
+#include "kernels/ops/gemm_plan.h"
+#include "kernels/ops/linear_forward.h"
 #include "kernels/ops/mlp_forward.h"
 #include "kernels/ops/op_support.h"
 #include "kernels/ops/ops.h"
 
 namespace fusedlinear {
+
+// The plan's limits and forms are the kernel's.
+static_assert(cuda::kMaxMlpWidth == kMlpMaxWidth && cuda::kMaxMlpLayers == kMlpMaxLayers);
+static_assert(cuda::kMlpClusterBlocks == kMlpClusterBlocks &&
+              cuda::kMlpClusterTileRows == kMlpClusterTileRows);
 
 torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
                                 bool residual) {
@@ -24,6 +31,7 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   call.rows = x_rows.size(0);
   call.layers = int(layers.size());
   call.residual = residual;
+  call.clusters = mlp_runs_clusters(gemm_device_of(x), call.rows);
   // What the call points to, alive until the launch has been issued (on the stream: libtorch's
   // allocator keeps their memory for it).
   std::vector<torch::Tensor> kept;

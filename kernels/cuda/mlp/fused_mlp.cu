@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "kernels/cuda/mlp/cluster_mlp.cuh"
 #include "kernels/cuda/mlp/fused_mlp.cuh"
 
 namespace fusedlinear {
@@ -29,6 +30,15 @@ cudaError_t check_call(const MlpCall& call) {
   return cudaSuccess;
 }
 
+// The widest layer's input or output.
+int widest_of(const MlpCall& call) {
+  int width = 0;
+  for (int l = 0; l < call.layers; ++l) {
+    width = std::max({width, call.layer[l].in, call.layer[l].out});
+  }
+  return width;
+}
+
 // Lets the kernel have more than the default 48 KiB of shared memory (the most any model takes),
 // once per device (before a CUDA graph captures it: the first call).
 template <typename T, class Shape>
@@ -49,10 +59,7 @@ cudaError_t allow_shared_bytes(int device) {
 // blocks share a multiprocessor.
 template <typename T, class Shape>
 cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
-  int width = 0;
-  for (int l = 0; l < call.layers; ++l) {
-    width = std::max({width, call.layer[l].in, call.layer[l].out});
-  }
+  const int width = widest_of(call);
   const int stride = Shape::stride_for(width);
   const int bytes = mlp::shared_bytes_of<T, Shape>(width);
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
@@ -65,6 +72,37 @@ cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, cudaSt
   return cudaGetLastError();
 }
 
+// A cluster of blocks a tile of Shape::kRows rows (cluster_mlp.cuh).
+template <typename T, class Shape>
+cudaError_t launch_clusters(const MlpCall& call, cudaStream_t stream) {
+  const int width = widest_of(call);
+  const int64_t blocks = ceil_div(call.rows, Shape::kRows) * mlp::kClusterBlocks;
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = mlp::kClusterBlocks;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(mlp::kThreads);
+  config.dynamicSmemBytes = Shape::shared_bytes_of(width);
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, &mlp::cluster_mlp_kernel<T, Shape>, call,
+                            Shape::stride_for(width));
+}
+
+// The cluster form's tile: one row for one row (no work on rows that are not there).
+template <typename T>
+cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
+                                cudaStream_t stream) {
+  if (limits.compute_major < 9) return cudaErrorNotSupported;  // clusters from sm_90
+  if (call.rows == 1) return launch_clusters<T, mlp::ClusterShape<T, 1>>(call, stream);
+  return launch_clusters<T, mlp::ClusterShape<T, kMlpClusterTileRows>>(call, stream);
+}
+
 }  // namespace
 
 cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
@@ -75,6 +113,7 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   switch (call.type) {
     case ElementType::kFloat32:
+      if (call.clusters) return launch_clusters_for<float>(call, limits, stream);
       // Up to a row a multiprocessor, a block a row (each SM reading W from L2 for its row);
       // past that, tiles of 8 rows, which read each W once for 8 rows.
       if (call.rows <= limits.multiprocessors) {
@@ -85,8 +124,10 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
     case ElementType::kBFloat16:
       if (limits.compute_major < 8) return cudaErrorNotSupported;  // mma.sync from sm_80
       if (call.type == ElementType::kFloat16) {
+        if (call.clusters) return launch_clusters_for<__half>(call, limits, stream);
         return launch_tiles<__half, mlp::MmaShape>(call, limits, stream);
       }
+      if (call.clusters) return launch_clusters_for<__nv_bfloat16>(call, limits, stream);
       return launch_tiles<__nv_bfloat16, mlp::MmaShape>(call, limits, stream);
   }
   return cudaErrorNotSupported;

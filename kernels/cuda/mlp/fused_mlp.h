@@ -18,6 +18,11 @@ namespace cuda {
 constexpr int kMaxMlpWidth = 256;
 constexpr int kMaxMlpLayers = 8;
 
+// The cluster form (cluster_mlp.cuh, sm_90): blocks a cluster, and the rows of its tile (one row
+// where the call has one).
+constexpr int kMlpClusterBlocks = 8;
+constexpr int kMlpClusterTileRows = 8;
+
 // The chain of a layer, as the interpreter runs it (program.h): the float32 forms of its ops,
 // as the per-layer path's epilogue runs a run-time chain for every element type.
 using MlpChain = act::ProgramChain<act::ResultPrecision::kFloat32>;
@@ -52,13 +57,16 @@ struct MlpCall {
   MlpLayer layer[kMaxMlpLayers];
   bool residual = false;
   bool residual_in_product = false;
+  // The cluster form: a cluster of kMlpClusterBlocks blocks a tile, each forming a slice of every
+  // layer's columns (the plan's choice: few rows on sm_90); else one block a tile.
+  bool clusters = false;
 };
 
 // Runs `call` on the current device: float32 models with float32 FMAs on the CUDA cores, 16-bit
 // models on the tensor cores (mma.sync, float32 sums; compute capability 8.0 and newer).
 // cudaErrorNotSupported, with nothing launched, where the kernel cannot take the call (a width
 // of 0 or above kMaxMlpWidth, more than kMaxMlpLayers layers, a 16-bit model before sm_80, widths
-// that do not chain); else the launch's error.
+// that do not chain, the cluster form before sm_90); else the launch's error.
 cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream);
 
 }  // namespace cuda
