@@ -88,16 +88,48 @@ TEST(FusedMlpPlan, ItsNameParsesAndALinearOnItsOwnRunsAsAuto) {
   }
 }
 
-TEST(FusedMlpPlan, FewRowsRunAsClustersFromSm90WhileTheyFitOneWave) {
-  const GemmDevice h200{true, 9, 0, 132};
-  EXPECT_TRUE(mlp_runs_clusters(h200, 1));
-  EXPECT_TRUE(mlp_runs_clusters(h200, 9));
-  // 16 tiles of 8 rows, a cluster of 8 blocks each: 128 blocks of 132.
-  EXPECT_TRUE(mlp_runs_clusters(h200, 128));
-  EXPECT_FALSE(mlp_runs_clusters(h200, 129));
-  EXPECT_FALSE(mlp_runs_clusters(h200, 0));
-  EXPECT_FALSE(mlp_runs_clusters(GemmDevice{true, 8, 0, 108}, 1));
-  EXPECT_FALSE(mlp_runs_clusters(GemmDevice{}, 1));
+TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
+  const GemmDevice h200{true, 9, 0, 132, 232448};
+  const auto form = [](MlpQuery query, GemmDevice device, int64_t rows, bool float32 = true) {
+    query.device = device;
+    query.rows = rows;
+    query.float32_model = float32;
+    return mlp_form(query);
+  };
+  using cuda::MlpForm;
+  MlpQuery policy = fitting_query();  // 64 -> 256 -> 256 -> 256 -> 8
+  // Few rows on sm_90: clusters while 8 blocks for each tile of 8 rows fit one wave (16 tiles, 128
+  // blocks of 132); then a block a tile, as on older GPUs.
+  for (const int64_t rows : {1, 9, 128}) EXPECT_EQ(form(policy, h200, rows), MlpForm::kClusters);
+  EXPECT_EQ(form(policy, h200, 129), MlpForm::kTiles);
+  EXPECT_EQ(form(policy, h200, 0), MlpForm::kTiles);
+  EXPECT_EQ(form(policy, GemmDevice{true, 8, 0, 108, 166912}, 1), MlpForm::kTiles);
+  // 16-bit models at most 64 wide whose weights fit a block's shared memory: resident past the
+  // cluster form's rows.
+  MlpQuery field = fitting_query();
+  field.widths = {32, 64, 64, 64, 64, 16};
+  field.compiled_chains.assign(5, false);
+  field.gated.assign(5, false);
+  EXPECT_EQ(form(field, h200, 1 << 21, false), MlpForm::kResident);
+  EXPECT_EQ(form(field, h200, 1, false), MlpForm::kClusters);
+  EXPECT_EQ(form(field, GemmDevice{true, 8, 0, 108, 166912}, 1, false), MlpForm::kResident);
+  EXPECT_EQ(form(field, h200, 1 << 21, true), MlpForm::kTiles);    // float32: no resident form
+  EXPECT_EQ(form(policy, h200, 1 << 21, false), MlpForm::kTiles);  // wider than 64
+  EXPECT_EQ(form(field, GemmDevice{true, 8, 6, 84, 4096}, 1 << 21, false), MlpForm::kTiles);
+  // Its shared memory: each layer's rows and k padded to 16, 8 elements past each row, 2 bytes.
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false), 64 * 40 * 2);
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(50, 10, true), 2 * 16 * 72 * 2);
+
+  policy.device = field.device = h200;
+  policy.rows = 1;
+  EXPECT_EQ(mlp_description(policy), "fused MLP, ieee, float32 FMAs, clusters of 8 blocks a tile");
+  policy.rows = 1024;
+  EXPECT_EQ(mlp_description(policy), "fused MLP, ieee, float32 FMAs");
+  field.float32_model = false;
+  field.rows = 1 << 21;
+  EXPECT_EQ(mlp_description(field), "fused MLP, tensor cores, weights resident in shared memory");
+  field.rows = 1;
+  EXPECT_EQ(mlp_description(field), "fused MLP, float32 FMAs, clusters of 8 blocks a tile");
 }
 
 // A model of every kind of layer the kernel takes: a chunked Linear's halves, a gated pair with a
@@ -249,25 +281,28 @@ TEST(FusedMlpCuda, GivesThePerLayerBitsWhereEverySumIsExact) {
       {"x+(fc1:hardtanh(-1,1)|fc2)", "fc1", {{"fc2", false}}},
   };
   uint64_t seed = 70;
+  // Hidden layers 200 wide and less, and (16-bit models: the resident form past a few rows) 64.
   for (const auto& [spec, first, biases] : cases) {
-    const int64_t in = 48;
-    const size_t layers = layered_model(spec).layers.size();
-    std::vector<int64_t> widths = {in};
-    for (size_t i = 0; i < layers; ++i) widths.push_back(i + 1 == layers ? in : 200 - 8 * i);
-    for (const torch::ScalarType dtype : kDtypes) {
-      SCOPED_TRACE(spec + " " + c10::toString(dtype));
-      const ModelPair pair = model_pair(spec, widths, dtype, ++seed, GemmKernel::kCublas, biases);
-      make_sums_exact(*pair.fused, first);
-      make_sums_exact(*pair.per_layer, first);
-      for (const int64_t batch : {1, 9, 257}) {
-        const torch::Tensor x =
-            torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
-                .to(torch::kCUDA, dtype);
-        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
-        const torch::Tensor fused = pair.fused->forward(x);
-        const torch::Tensor per_layer = pair.per_layer->forward(x);
-        EXPECT_TRUE(torch::equal(fused, per_layer))
-            << "batch " << batch << ": " << (fused - per_layer).abs().max().item<double>();
+    for (const int64_t hidden : {200, 64}) {
+      const int64_t in = 48;
+      const size_t layers = layered_model(spec).layers.size();
+      std::vector<int64_t> widths = {in};
+      for (size_t i = 0; i < layers; ++i) widths.push_back(i + 1 == layers ? in : hidden - 8 * i);
+      for (const torch::ScalarType dtype : kDtypes) {
+        SCOPED_TRACE(spec + " " + c10::toString(dtype) + " hidden " + std::to_string(hidden));
+        const ModelPair pair = model_pair(spec, widths, dtype, ++seed, GemmKernel::kCublas, biases);
+        make_sums_exact(*pair.fused, first);
+        make_sums_exact(*pair.per_layer, first);
+        for (const int64_t batch : {1, 9, 257}) {
+          const torch::Tensor x =
+              torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
+                  .to(torch::kCUDA, dtype);
+          ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+          const torch::Tensor fused = pair.fused->forward(x);
+          const torch::Tensor per_layer = pair.per_layer->forward(x);
+          EXPECT_TRUE(torch::equal(fused, per_layer))
+              << "batch " << batch << ": " << (fused - per_layer).abs().max().item<double>();
+        }
       }
     }
   }
@@ -301,11 +336,15 @@ TEST(FusedMlpCuda, ManyRowsRepeatableAndCapturedInACudaGraph) {
 TEST(FusedMlpCuda, EachFormAtTheBoundaryBetweenThem) {
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
   torch::NoGradGuard no_grad;
-  const torch::Tensor probe = torch::zeros({1, 8}, torch::kCUDA);
-  const GemmDevice device = gemm_device_of(probe);
-  if (!mlp_runs_clusters(device, 1)) GTEST_SKIP() << "no cluster form before sm_90";
+  MlpQuery query = fitting_query();
+  query.device = gemm_device_of(torch::zeros({1, 8}, torch::kCUDA));
+  const auto clusters = [&](int64_t rows) {
+    query.rows = rows;
+    return mlp_form(query) == cuda::MlpForm::kClusters;
+  };
+  if (!clusters(1)) GTEST_SKIP() << "no cluster form before sm_90";
   int64_t last = 1;
-  while (mlp_runs_clusters(device, last + 1)) ++last;
+  while (clusters(last + 1)) ++last;
   for (const torch::ScalarType dtype : kDtypes) {
     const ModelPair pair = model_pair("w1:gelu*w3|fc2:tanh|fc3", {72, 136, 256, 40}, dtype, 97);
     for (const int64_t batch : {last, last + 1}) {
@@ -319,6 +358,36 @@ TEST(FusedMlpCuda, EachFormAtTheBoundaryBetweenThem) {
       EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
       EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
       EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+    }
+  }
+}
+
+// 16-bit models at most 64 wide past the cluster form's rows: the resident form, with gated,
+// chunked and residual layers and uneven widths, a tail tile, against float64 and the per-layer
+// path, repeatable to the bit.
+TEST(FusedMlpCuda, ResidentFormMatchesFloat64) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  for (const torch::ScalarType dtype : {torch::kFloat16, torch::kBFloat16}) {
+    uint64_t seed = 110;
+    for (const auto& [spec, widths] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"fc1:relu|fc2:relu|fc3:relu|fc4:relu|fc5", {32, 64, 64, 64, 64, 16}},
+             {kEveryLayerSpec, {48, 40, 56, 64, 48}},
+             {"fc1:gelu|fc2:softplus|fc3", {3, 17, 33, 5}}}) {
+      const ModelPair pair = model_pair(spec, widths, dtype, ++seed);
+      for (const int64_t batch : {int64_t(1000), int64_t(1 << 16) + 5}) {
+        SCOPED_TRACE(spec + " " + c10::toString(dtype) + " batch " + std::to_string(batch));
+        const torch::Tensor x =
+            torch::randn({batch, widths[0]}, at::detail::createCPUGenerator(seed))
+                .to(torch::kCUDA, dtype);
+        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+        EXPECT_NE(pair.fused->gemm_description(x).find("resident"), std::string::npos)
+            << pair.fused->gemm_description(x);
+        const torch::Tensor fused = pair.fused->forward(x);
+        EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+        EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
+        EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+      }
     }
   }
 }

@@ -80,16 +80,16 @@ std::string mlp_refusal(const MlpQuery& query) {
   }
   const int64_t layers = int64_t(query.widths.size()) - 1;
   if (layers < 2) return "it runs layered models whole; a Linear on its own runs as auto plans it";
-  if (layers > kMlpMaxLayers) {
+  if (layers > cuda::kMaxMlpLayers) {
     return "the model has " + std::to_string(layers) + " layers; it takes at most " +
-           std::to_string(kMlpMaxLayers);
+           std::to_string(cuda::kMaxMlpLayers);
   }
   for (size_t i = 0; i < query.widths.size(); ++i) {
     const int64_t width = query.widths[i];
-    if (width >= 1 && width <= kMlpMaxWidth) continue;
+    if (width >= 1 && width <= cuda::kMaxMlpWidth) continue;
     const std::string what = i == 0 ? "the input" : "layer " + std::to_string(i) + "'s output";
     return what + " is " + std::to_string(width) + " wide; it takes 1 to " +
-           std::to_string(kMlpMaxWidth);
+           std::to_string(cuda::kMaxMlpWidth);
   }
   for (size_t i = 0; i < query.compiled_chains.size(); ++i) {
     if (query.compiled_chains[i]) {
@@ -101,10 +101,37 @@ std::string mlp_refusal(const MlpQuery& query) {
   return "";
 }
 
-bool mlp_runs_clusters(const GemmDevice& device, int64_t rows) {
-  const int64_t tiles = (rows + kMlpClusterTileRows - 1) / kMlpClusterTileRows;
-  return device.gpu && device.compute_major >= 9 && rows >= 1 &&
-         tiles * kMlpClusterBlocks <= device.multiprocessors;
+cuda::MlpForm mlp_form(const MlpQuery& query) {
+  const int64_t tiles = (query.rows + cuda::kMlpClusterTileRows - 1) / cuda::kMlpClusterTileRows;
+  if (query.device.gpu && query.device.compute_major >= 9 && query.rows >= 1 &&
+      tiles * cuda::kMlpClusterBlocks <= query.device.multiprocessors) {
+    return cuda::MlpForm::kClusters;
+  }
+  int64_t widest = 0, resident_bytes = 0;
+  for (size_t l = 0; l + 1 < query.widths.size(); ++l) {
+    widest = std::max({widest, query.widths[l], query.widths[l + 1]});
+    const bool gated = l < query.gated.size() && query.gated[l];
+    resident_bytes += cuda::mlp_resident_layer_bytes(query.widths[l], query.widths[l + 1], gated);
+  }
+  if (!query.float32_model && widest <= cuda::kMlpResidentMaxWidth &&
+      resident_bytes <= query.device.shared_bytes_per_block) {
+    return cuda::MlpForm::kResident;
+  }
+  return cuda::MlpForm::kTiles;
+}
+
+std::string mlp_description(const MlpQuery& query) {
+  const std::string products = query.float32_model ? "ieee, float32 FMAs" : "tensor cores";
+  switch (mlp_form(query)) {
+    case cuda::MlpForm::kClusters:
+      return std::string("fused MLP, ") + (query.float32_model ? products : "float32 FMAs") +
+             ", clusters of " + std::to_string(cuda::kMlpClusterBlocks) + " blocks a tile";
+    case cuda::MlpForm::kResident:
+      return "fused MLP, " + products + ", weights resident in shared memory";
+    case cuda::MlpForm::kTiles:
+      break;
+  }
+  return "fused MLP, " + products;
 }
 
 GemmPlan plan_gemm(const GemmQuery& query) {

@@ -4,21 +4,14 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/cuda/mlp/fused_mlp.h"
-#include "kernels/ops/gemm_plan.h"
-#include "kernels/ops/linear_forward.h"
 #include "kernels/ops/mlp_forward.h"
 #include "kernels/ops/op_support.h"
 #include "kernels/ops/ops.h"
 
 namespace fusedlinear {
 
-// The plan's limits and forms are the kernel's.
-static_assert(cuda::kMaxMlpWidth == kMlpMaxWidth && cuda::kMaxMlpLayers == kMlpMaxLayers);
-static_assert(cuda::kMlpClusterBlocks == kMlpClusterBlocks &&
-              cuda::kMlpClusterTileRows == kMlpClusterTileRows);
-
 torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
-                                bool residual) {
+                                bool residual, cuda::MlpForm form) {
   using detail::text;
   constexpr const char* kOp = "fusedlinear::model (the fused MLP kernel)";
   TORCH_CHECK(!layers.empty() && layers.size() <= size_t(cuda::kMaxMlpLayers),
@@ -31,7 +24,7 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   call.rows = x_rows.size(0);
   call.layers = int(layers.size());
   call.residual = residual;
-  call.clusters = mlp_runs_clusters(gemm_device_of(x), call.rows);
+  call.form = form;
   // What the call points to, alive until the launch has been issued (on the stream: libtorch's
   // allocator keeps their memory for it).
   std::vector<torch::Tensor> kept;
@@ -83,7 +76,8 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   TORCH_CHECK(err != cudaErrorNotSupported,
               text(kOp, ": the kernel does not take this model (layers 1 to ", cuda::kMaxMlpWidth,
                    " wide, at most ", cuda::kMaxMlpLayers,
-                   " of them, 16-bit models on compute capability 8.0 or newer)"));
+                   " of them, 16-bit models on compute capability 8.0 or newer, in the form the "
+                   "plan chose)"));
   TORCH_CHECK(err == cudaSuccess,
               text(kOp, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
   return out.view(detail::linear_output_shape(x.sizes(), out_features));

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/mlp/cluster_mlp.cuh"
 #include "kernels/cuda/mlp/fused_mlp.cuh"
+#include "kernels/cuda/mlp/resident_mlp.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -103,6 +104,46 @@ cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
   return launch_clusters<T, mlp::ClusterShape<T, kMlpClusterTileRows>>(call, stream);
 }
 
+// Every layer's W resident in each block's shared memory, one wave of blocks taking tiles in turn
+// (resident_mlp.cuh). The kernel may take the most any model within the form's width takes, or
+// what a block may have where that is less; a model needing more is not run.
+template <typename T>
+cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
+  int64_t bytes = 0;
+  for (int l = 0; l < call.layers; ++l) {
+    const MlpLayer& layer = call.layer[l];
+    if (layer.in > kMlpResidentMaxWidth || layer.out > kMlpResidentMaxWidth) {
+      return cudaErrorNotSupported;
+    }
+    bytes += mlp_resident_layer_bytes(layer.in, layer.out, layer.gate_w != nullptr);
+  }
+  if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
+  const auto kernel = &mlp::resident_mlp_kernel<T>;
+  {
+    static std::mutex mutex;
+    static std::set<int> allowed;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (allowed.count(limits.device) == 0) {
+      const int64_t most = kMaxMlpLayers * mlp_resident_layer_bytes(kMlpResidentMaxWidth,
+                                                                    kMlpResidentMaxWidth, true);
+      const cudaError_t err =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
+      if (err != cudaSuccess) return err;
+      allowed.insert(limits.device);
+    }
+  }
+  int per_multiprocessor = 0;
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel,
+                                                                  mlp::kThreads, size_t(bytes));
+  if (err != cudaSuccess) return err;
+  const int64_t tiles = ceil_div(call.rows, mlp::kResidentRows);
+  const int64_t blocks =
+      std::min<int64_t>(tiles, int64_t(std::max(per_multiprocessor, 1)) * limits.multiprocessors);
+  kernel<<<static_cast<unsigned>(blocks), mlp::kThreads, size_t(bytes), stream>>>(call, tiles);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
@@ -111,9 +152,29 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
   DeviceLimits limits;
   err = current_device_limits(limits);
   if (err != cudaSuccess) return err;
+  if (call.type != ElementType::kFloat32 && limits.compute_major < 8) {
+    return cudaErrorNotSupported;  // mma.sync from sm_80
+  }
+  switch (call.form) {
+    case MlpForm::kClusters:
+      if (call.type == ElementType::kFloat16) {
+        return launch_clusters_for<__half>(call, limits, stream);
+      }
+      if (call.type == ElementType::kBFloat16) {
+        return launch_clusters_for<__nv_bfloat16>(call, limits, stream);
+      }
+      return launch_clusters_for<float>(call, limits, stream);
+    case MlpForm::kResident:
+      if (call.type == ElementType::kFloat16) return launch_resident<__half>(call, limits, stream);
+      if (call.type == ElementType::kBFloat16) {
+        return launch_resident<__nv_bfloat16>(call, limits, stream);
+      }
+      return cudaErrorNotSupported;  // 16-bit models only
+    case MlpForm::kTiles:
+      break;
+  }
   switch (call.type) {
     case ElementType::kFloat32:
-      if (call.clusters) return launch_clusters_for<float>(call, limits, stream);
       // Up to a row a multiprocessor, a block a row (each SM reading W from L2 for its row);
       // past that, tiles of 8 rows, which read each W once for 8 rows.
       if (call.rows <= limits.multiprocessors) {
@@ -121,13 +182,8 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
       }
       return launch_tiles<float, mlp::FloatShape<8>>(call, limits, stream);
     case ElementType::kFloat16:
+      return launch_tiles<__half, mlp::MmaShape>(call, limits, stream);
     case ElementType::kBFloat16:
-      if (limits.compute_major < 8) return cudaErrorNotSupported;  // mma.sync from sm_80
-      if (call.type == ElementType::kFloat16) {
-        if (call.clusters) return launch_clusters_for<__half>(call, limits, stream);
-        return launch_tiles<__half, mlp::MmaShape>(call, limits, stream);
-      }
-      if (call.clusters) return launch_clusters_for<__nv_bfloat16>(call, limits, stream);
       return launch_tiles<__nv_bfloat16, mlp::MmaShape>(call, limits, stream);
   }
   return cudaErrorNotSupported;
