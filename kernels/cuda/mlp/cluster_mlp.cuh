@@ -173,15 +173,7 @@ __global__ void __launch_bounds__(kThreads)
     prefetch_rows<T>(layer.w, slice, layer.in);
     prefetch_rows<T>(layer.gate_w, slice, layer.in);
   }
-  // x's tile, zeros past its rows and its width (up to the first layer's last step of k).
-  const T* x = static_cast<const T*>(call.x);
-  const int in = call.layer[0].in;
-  const int in_padded = round_up(in, Shape::kKStep);
-  for (int i = threadIdx.x; i < Shape::kRows * in_padded; i += kThreads) {
-    const int r = i / in_padded, k = i % in_padded;
-    const bool inside = row0 + r < call.rows && k < in;
-    tiles[0][r * stride + k] = inside ? to_float(x[(row0 + r) * in + k]) : 0.0f;
-  }
+  load_x_tile<Shape, T>(call, tiles[0], stride, row0);
   // Every block of the cluster running, before any block writes into another's tiles.
   cluster.sync();
   for (int l = 0; l < call.layers; ++l) {
