@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -54,7 +55,9 @@ TEST(FusedMlpPlan, RefusesWhatDoesNotFitWithItsReason) {
             }),
             "the model has 9 layers; it takes at most 8");
   EXPECT_EQ(refusal([](MlpQuery& q) { q.precision = Precision::kBf16x3; }),
-            "it forms float32 products of float32 models (ieee), not bf16x3's");
+            "it forms float32 products of float32 models (ieee), and bf16 and bf16x3 products "
+            "only of models at most 64 wide whose weights fit a block's shared memory; not "
+            "bf16x3's here");
   EXPECT_EQ(refusal([](MlpQuery& q) {
               q.float32_model = false;
               q.device = GemmDevice{true, 7, 5};
@@ -117,8 +120,36 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
   EXPECT_EQ(form(policy, h200, 1 << 21, false), MlpForm::kTiles);  // wider than 64
   EXPECT_EQ(form(field, GemmDevice{true, 8, 6, 84, 4096}, 1 << 21, false), MlpForm::kTiles);
   // Its shared memory: each layer's rows and k padded to 16, 8 elements past each row, 2 bytes.
-  EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false), 64 * 40 * 2);
-  EXPECT_EQ(cuda::mlp_resident_layer_bytes(50, 10, true), 2 * 16 * 72 * 2);
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false, 1), 64 * 40 * 2);
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(50, 10, true, 1), 2 * 16 * 72 * 2);
+
+  // float32 models in bf16 and bf16x3: the resident form's products (their W split in shared
+  // memory: bf16x3 holds two parts), or float32's in the cluster form at few rows; elsewhere, and
+  // in bf16x6 and tf32, the model runs layer by layer.
+  MlpQuery split = field;
+  split.device = h200;
+  split.rows = 1 << 21;
+  for (const Precision precision : {Precision::kBf16, Precision::kBf16x3}) {
+    split.precision = precision;
+    EXPECT_EQ(mlp_form(split), MlpForm::kResident);
+    EXPECT_EQ(mlp_refusal(split), "");
+  }
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false, 2), 2 * 64 * 40 * 2);
+  EXPECT_EQ(mlp_description(split),
+            "fused MLP, bf16x3, tensor cores, weights resident in shared memory");
+  split.rows = 1;
+  EXPECT_EQ(mlp_refusal(split), "");
+  EXPECT_EQ(mlp_description(split),
+            "fused MLP, ieee, float32 FMAs (bf16x3 runs ieee's kernel at few rows), clusters of 8 "
+            "blocks a tile");
+  split.rows = 1 << 21;
+  for (const Precision precision : {Precision::kBf16x6, Precision::kTf32}) {
+    split.precision = precision;
+    EXPECT_NE(mlp_refusal(split), "");
+  }
+  split.precision = Precision::kBf16x3;
+  split.widths = policy.widths;
+  EXPECT_NE(mlp_refusal(split), "");  // wider than 64
 
   policy.device = field.device = h200;
   policy.rows = 1;
@@ -388,6 +419,46 @@ TEST(FusedMlpCuda, ResidentFormMatchesFloat64) {
         EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
         EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
       }
+    }
+  }
+}
+
+// float32 models in bf16 and bf16x3, resident (their W split in shared memory, the activations
+// split in registers): within the mode's bound of float64 and of the per-layer path in the same
+// mode; eager's inf and NaN where x holds them, as the per-layer path gives them.
+TEST(FusedMlpCuda, ResidentFormSplitsFloat32ModelsAsTheModeSays) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> widths = {32, 64, 64, 64, 16};
+  for (const Precision precision : {Precision::kBf16x3, Precision::kBf16}) {
+    for (const std::string spec : {"fc1:relu|fc2:relu|fc3:tanh|fc4", "w1:silu*w3|fc2:gelu|fc3"}) {
+      const std::vector<int64_t> model_widths =
+          spec[0] == 'w' ? std::vector<int64_t>{32, 64, 48, 16} : widths;
+      SCOPED_TRACE(spec + " " + precision_name(precision));
+      const ModelPair pair = model_pair(spec, model_widths, torch::kFloat32, 120);
+      pair.fused->set_precision(precision);
+      pair.per_layer->set_precision(precision);
+      torch::Tensor x = torch::randn({5000, model_widths[0]}, at::detail::createCPUGenerator(121))
+                            .to(torch::kCUDA);
+      ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+      EXPECT_NE(pair.fused->gemm_description(x).find(std::string(precision_name(precision)) +
+                                                     ", tensor cores, weights resident"),
+                std::string::npos)
+          << pair.fused->gemm_description(x);
+      const double bound = precision == Precision::kBf16x3 ? 2e-5 : 2e-2;
+      const torch::Tensor fused = pair.fused->forward(x);
+      EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+      EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), bound);
+      EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), bound);
+      x[0][0] = std::numeric_limits<float>::infinity();
+      x[1][3] = -std::numeric_limits<float>::infinity();
+      x[2][5] = std::numeric_limits<float>::quiet_NaN();
+      const torch::Tensor with_inf = pair.fused->forward(x);
+      const torch::Tensor per_layer = pair.per_layer->forward(x);
+      EXPECT_TRUE(torch::equal(torch::isnan(with_inf), torch::isnan(per_layer)));
+      EXPECT_TRUE(torch::equal(torch::isinf(with_inf), torch::isinf(per_layer)));
+      const float inf = std::numeric_limits<float>::infinity();
+      EXPECT_TRUE(torch::equal(with_inf.eq(inf), per_layer.eq(inf)));
     }
   }
 }

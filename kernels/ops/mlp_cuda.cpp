@@ -11,7 +11,7 @@
 namespace fusedlinear {
 
 torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
-                                bool residual, cuda::MlpForm form) {
+                                bool residual, cuda::MlpForm form, Precision precision) {
   using detail::text;
   constexpr const char* kOp = "fusedlinear::model (the fused MLP kernel)";
   TORCH_CHECK(!layers.empty() && layers.size() <= size_t(cuda::kMaxMlpLayers),
@@ -25,6 +25,7 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   call.layers = int(layers.size());
   call.residual = residual;
   call.form = form;
+  call.precision = precision;
   // What the call points to, alive until the launch has been issued (on the stream: libtorch's
   // allocator keeps their memory for it).
   std::vector<torch::Tensor> kept;

@@ -218,18 +218,20 @@ MlpQuery mlp_query_of(const ModelLayout& layout, const torch::Tensor& x, at::Ten
   return query;
 }
 
-// The whole model in one launch of the fused-MLP kernel (a model mlp_refusal accepts; ieee, so
-// each Linear is its W alone).
+// The whole model in one launch of the fused-MLP kernel (a model mlp_refusal accepts, in the
+// query's form and mode). Each Linear is its W: the kernel splits a float32 W itself, in shared
+// memory, so W's parts that follow it in `weights` are not read.
 torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
                            at::TensorList weights, const OptionalBiases& biases,
-                           at::TensorList params, cuda::MlpForm form) {
+                           at::TensorList params, const MlpQuery& query) {
+  const size_t parts = 1 + size_t(split_weight_parts(query.precision));
   std::vector<MlpLayerTensors> layers;
   for (const ModelLayout::Layer& one : layout.layers) {
     MlpLayerTensors layer;
-    layer.weight = weights[one.linear];
+    layer.weight = weights[one.linear * parts];
     layer.bias = biases.get(one.linear);
     if (one.gated && one.half < 0) {
-      layer.gate_weight = weights[one.gate];
+      layer.gate_weight = weights[one.gate * parts];
       layer.gate_bias = biases.get(one.gate);
     }
     layer.half = one.half;
@@ -239,7 +241,7 @@ torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
     layers.push_back(layer);
   }
 #ifdef FUSEDLINEAR_WITH_CUDA
-  return fused_mlp_forward(x, layers, layout.residual, form);
+  return fused_mlp_forward(x, layers, layout.residual, mlp_form(query), query.precision);
 #else
   TORCH_CHECK(false, detail::text(kModel, ": this build has no CUDA kernels"));
   return torch::Tensor();
@@ -258,7 +260,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
   if (kernel == GemmKernel::kMlp) {
     const MlpQuery query = mlp_query_of(layout, x, weights, precision);
     if (mlp_refusal(query).empty()) {
-      return fused_mlp_of(layout, x, weights, biases, params, mlp_form(query));
+      return fused_mlp_of(layout, x, weights, biases, params, query);
     }
   }
   const size_t parts = 1 + size_t(split_weight_parts(precision));

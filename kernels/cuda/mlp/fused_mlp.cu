@@ -28,6 +28,10 @@ cudaError_t check_call(const MlpCall& call) {
   if (call.residual && call.layer[call.layers - 1].out != call.layer[0].in) {
     return cudaErrorNotSupported;
   }
+  // Split products are the resident form's; the cluster form forms float32's (ieee) instead.
+  if (call.precision != Precision::kIeee && call.form == MlpForm::kTiles) {
+    return cudaErrorNotSupported;
+  }
   return cudaSuccess;
 }
 
@@ -107,7 +111,7 @@ cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
 // Every layer's W resident in each block's shared memory, one wave of blocks taking tiles in turn
 // (resident_mlp.cuh). The kernel may take the most any model within the form's width takes, or
 // what a block may have where that is less; a model needing more is not run.
-template <typename T>
+template <typename T, int kParts>
 cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
   int64_t bytes = 0;
   for (int l = 0; l < call.layers; ++l) {
@@ -115,17 +119,18 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cud
     if (layer.in > kMlpResidentMaxWidth || layer.out > kMlpResidentMaxWidth) {
       return cudaErrorNotSupported;
     }
-    bytes += mlp_resident_layer_bytes(layer.in, layer.out, layer.gate_w != nullptr);
+    bytes += mlp_resident_layer_bytes(layer.in, layer.out, layer.gate_w != nullptr, kParts);
   }
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
-  const auto kernel = &mlp::resident_mlp_kernel<T>;
+  const auto kernel = &mlp::resident_mlp_kernel<T, kParts>;
   {
     static std::mutex mutex;
     static std::set<int> allowed;
     const std::lock_guard<std::mutex> lock(mutex);
     if (allowed.count(limits.device) == 0) {
-      const int64_t most = kMaxMlpLayers * mlp_resident_layer_bytes(kMlpResidentMaxWidth,
-                                                                    kMlpResidentMaxWidth, true);
+      const int64_t most =
+          kMaxMlpLayers *
+          mlp_resident_layer_bytes(kMlpResidentMaxWidth, kMlpResidentMaxWidth, true, kParts);
       const cudaError_t err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
@@ -142,6 +147,27 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cud
       std::min<int64_t>(tiles, int64_t(std::max(per_multiprocessor, 1)) * limits.multiprocessors);
   kernel<<<static_cast<unsigned>(blocks), mlp::kThreads, size_t(bytes), stream>>>(call, tiles);
   return cudaGetLastError();
+}
+
+// The resident form for the call's type and mode: 16-bit models as they are, float32 models in
+// bf16 or bf16x3 only.
+cudaError_t launch_resident_for(const MlpCall& call, const DeviceLimits& limits,
+                                cudaStream_t stream) {
+  switch (call.type) {
+    case ElementType::kFloat16:
+      return launch_resident<__half, 1>(call, limits, stream);
+    case ElementType::kBFloat16:
+      return launch_resident<__nv_bfloat16, 1>(call, limits, stream);
+    case ElementType::kFloat32:
+      if (limits.compute_major < 8) return cudaErrorNotSupported;  // bf16 mma.sync from sm_80
+      if (call.precision == Precision::kBf16)
+        return launch_resident<float, 1>(call, limits, stream);
+      if (call.precision == Precision::kBf16x3) {
+        return launch_resident<float, 2>(call, limits, stream);
+      }
+      return cudaErrorNotSupported;
+  }
+  return cudaErrorNotSupported;
 }
 
 }  // namespace
@@ -165,11 +191,7 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
       }
       return launch_clusters_for<float>(call, limits, stream);
     case MlpForm::kResident:
-      if (call.type == ElementType::kFloat16) return launch_resident<__half>(call, limits, stream);
-      if (call.type == ElementType::kBFloat16) {
-        return launch_resident<__nv_bfloat16>(call, limits, stream);
-      }
-      return cudaErrorNotSupported;  // 16-bit models only
+      return launch_resident_for(call, limits, stream);
     case MlpForm::kTiles:
       break;
   }

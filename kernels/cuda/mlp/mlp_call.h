@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/math/element.h"
+#include "kernels/math/precision.h"
 #include "kernels/math/program.h"
 
 namespace fusedlinear {
@@ -21,19 +22,26 @@ constexpr int kMaxMlpLayers = 8;
 //   kClusters  a cluster of kMlpClusterBlocks blocks a tile of kMlpClusterTileRows rows (one row
 //              for one row), each block forming a slice of every layer (cluster_mlp.cuh, sm_90):
 //              few rows, which one block a tile would leave waiting on its read of every W.
-//   kResident  16-bit models at most kMlpResidentMaxWidth wide: every layer's W resident in each
-//              block's shared memory, a warp's 16 rows held in registers from layer to layer
-//              (resident_mlp.cuh): many rows, bound by the tensor cores.
+//   kResident  models at most kMlpResidentMaxWidth wide on the tensor cores (16-bit models, float32
+//              models in bf16 or bf16x3): every layer's W resident in each block's shared memory,
+//              a warp's 16 rows held in registers from layer to layer (resident_mlp.cuh): many
+//              rows, bound by the tensor cores.
 enum class MlpForm { kTiles, kClusters, kResident };
 constexpr int kMlpClusterBlocks = 8;
 constexpr int kMlpClusterTileRows = 8;
 constexpr int kMlpResidentMaxWidth = 64;
 
-// The shared memory the resident form takes for a layer `in` x `out` of 16-bit W: its rows padded
-// to the next 16, each row to the next 16 k and 8 elements past it (resident_mlp.cuh); twice that
-// for a gated layer.
-inline int64_t mlp_resident_layer_bytes(int64_t in, int64_t out, bool gated) {
-  return (gated ? 2 : 1) * ((out + 15) / 16 * 16) * ((in + 15) / 16 * 16 + 8) * 2;
+// The 16-bit parts of W the resident form holds for a mode: a float32 W's bfloat16 hi and lo for
+// bf16x3, else one (a 16-bit model's own W, a float32 W's bfloat16 hi for bf16).
+inline int mlp_resident_parts(Precision precision) {
+  return precision == Precision::kBf16x3 ? 2 : 1;
+}
+
+// The shared memory the resident form takes for a layer `in` x `out` whose W it holds in `parts`
+// 16-bit parts: its rows padded to the next 16, each row to the next 16 k and 8 elements past it
+// (resident_mlp.cuh); twice that for a gated layer.
+inline int64_t mlp_resident_layer_bytes(int64_t in, int64_t out, bool gated, int parts) {
+  return (gated ? 2 : 1) * parts * ((out + 15) / 16 * 16) * ((in + 15) / 16 * 16 + 8) * 2;
 }
 
 // The chain of a layer, as the interpreter runs it (program.h): the float32 forms of its ops,
@@ -71,6 +79,9 @@ struct MlpCall {
   bool residual = false;
   bool residual_in_product = false;
   MlpForm form = MlpForm::kTiles;
+  // The products: ieee (float32 FMAs, or a 16-bit model's own), or for a float32 model in the
+  // resident form bf16 or bf16x3.
+  Precision precision = Precision::kIeee;
 };
 
 }  // namespace cuda
