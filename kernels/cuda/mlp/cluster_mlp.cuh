@@ -57,7 +57,7 @@ __device__ __forceinline__ void prefetch_rows(const void* w, Slice slice, int in
   const char* first = static_cast<const char*>(w) + int64_t(slice.begin) * in * int64_t(sizeof(T));
   const int64_t bytes = int64_t(slice.end - slice.begin) * in * int64_t(sizeof(T));
   for (int64_t at = int64_t(threadIdx.x) * 128; at < bytes; at += int64_t(kThreads) * 128) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(first + at));
+    asm volatile("prefetch.L2 [%0];" ::"l"(first + at));  // a generic address
   }
 }
 
