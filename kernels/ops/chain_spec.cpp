@@ -133,6 +133,10 @@ class Parser {
       if (is_letter(c)) {
         while (end < spec_.size() && is_word_char(spec_[end])) ++end;
         token.text = spec_.substr(at, end - at);
+        // A key's parts between dots are a state dict's names, never empty.
+        if (token.text.back() == '.' || token.text.find("..") != std::string::npos) {
+          fail(at, shown_token(token.text) + " is no identifier: a part between dots is empty");
+        }
         // inf is a number, never a key.
         token.kind = token.text == "inf" ? Token::kNumber : Token::kWord;
       } else if (is_digit(c) || c == '.' || c == '+' || c == '-') {

@@ -149,7 +149,7 @@ VOCABULARY = {
 }
 BINARY = ("add", "sub", "mul", "div")
 GELU_APPROXIMATIONS = ("none", "tanh")
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*\Z")
 NUMBER = re.compile(r"[+-]?(inf|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)\Z")
 
 
@@ -272,6 +272,9 @@ def _tokens(text):
         if _is_letter(c):
             while end < n and _is_word_char(text[end]):
                 end += 1
+            if text[end - 1] == "." or ".." in text[i:end]:
+                raise _spec_error(text, i, "%s is no identifier: a part between dots is empty"
+                                  % _quoted(text[i:end]))
             tokens.append(("number" if text[i:end] == "inf" else "word", text[i:end], i))
         elif c in "0123456789.+-":
             while end < n and (_is_word_char(text[end])
