@@ -232,12 +232,14 @@ ModelSpec chain_model(const std::string& spec, const Settings& settings) {
     // The file says what follows its Linears: another chain given contradicts it.
     if (carried != file.metadata.end() &&
         canonical_model_spec(carried->second) != canonical_model_spec(spec)) {
-      throw UsageError("--chain " + spec + ": --weights " + settings.weights +
-                       " carries the chain '" + carried->second +
-                       "'; leave out --chain to run it, or give a file without a chain");
+      // Both specs excerpted and escaped: either may be long or hold a newline, and the message
+      // is one line.
+      throw UsageError("--chain " + spec_excerpt(spec, 0) + ": --weights " + settings.weights +
+                       " carries the chain " + spec_excerpt(carried->second, 0) +
+                       "; leave out --chain to run it, or give a file without a chain");
     }
   }
-  return chain_model_for(spec, settings, "--chain " + spec);
+  return chain_model_for(spec, settings, "--chain " + spec_excerpt(spec, 0));
 }
 
 ModelSpec detect_model(const Settings& settings) {
@@ -315,7 +317,7 @@ void check_carried_chain(const ModelSpec& model, const Settings& settings) {
       model.layered() || linear == file.metadata.end() || linear->second == model.linear;
   if (same_chain && same_linear) return;
   throw UsageError("--model " + model.name + ": --weights " + settings.weights +
-                   " carries the chain '" + carried->second + "'" +
+                   " carries the chain " + spec_excerpt(carried->second, 0) +
                    (linear != file.metadata.end() && !linear->second.empty()
                         ? " after Linear " + linear->second
                         : std::string()) +

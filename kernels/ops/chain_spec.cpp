@@ -446,7 +446,8 @@ act::Program program_of(const ParsedChain& chain) {
   for (const ChainOp& op : chain.ops) {
     const act::AppendError error = act::append_op(program, op.op->code, op.args, op.op->takes_param,
                                                   previous && previous->output_in_unit_interval);
-    const std::string what = "chain '" + chain.to_string() + "': ";
+    // Excerpted as a parse error's spec is: a chain past the limits may be any length.
+    const std::string what = "chain " + spec_excerpt(chain.to_string(), 0) + ": ";
     switch (error) {
       case act::AppendError::kNone:
         break;

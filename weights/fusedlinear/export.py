@@ -1159,17 +1159,18 @@ class _Trace:
         spec = ",".join(str(op) for op, _ in layer.ops)
         if len(layer.ops) > MAX_CHAIN_OPS:
             raise ChainError("fx_chain: cannot express the chain of %s (node '%s' is op %d): "
-                             "chain '%s': %d ops; a run-time chain takes at most %d: %s"
+                             "chain %s: %d ops; a run-time chain takes at most %d: %s"
                              % (layer.ref, layer.ops[MAX_CHAIN_OPS][1].name, MAX_CHAIN_OPS + 1,
-                                spec, len(layer.ops), MAX_CHAIN_OPS, WHY))
+                                excerpt(spec, 0)[0], len(layer.ops), MAX_CHAIN_OPS, WHY))
         terms = [node for op, node in layer.ops
                  if op.token in BINARY and isinstance(op.args[0], str)]
         if len(terms) > MAX_PARAMETER_TERMS:
             raise ChainError("fx_chain: cannot express the chain of %s (node '%s' is parameter "
-                             "term %d): chain '%s': more than %d parameter terms (add, sub, mul "
+                             "term %d): chain %s: more than %d parameter terms (add, sub, mul "
                              "or div by a parameter): %s"
                              % (layer.ref, terms[MAX_PARAMETER_TERMS].name,
-                                MAX_PARAMETER_TERMS + 1, spec, MAX_PARAMETER_TERMS, WHY))
+                                MAX_PARAMETER_TERMS + 1, excerpt(spec, 0)[0], MAX_PARAMETER_TERMS,
+                                WHY))
 
     # -- the kinds of node --
 
