@@ -249,14 +249,13 @@ ModelSpec chain_model(const std::string& spec, const Settings& settings) {
     // The file says what follows its Linears: another chain given contradicts it.
     if (carried != file.metadata.end() &&
         canonical_model_spec(carried->second) != canonical_model_spec(spec)) {
-      // Both specs excerpted and escaped: either may be long or hold a newline, and the message
-      // is one line.
-      throw UsageError("--chain " + spec_excerpt(spec, 0) + ": --weights " + settings.weights +
-                       " carries the chain " + spec_excerpt(carried->second, 0) +
+      // Both specs escaped: either may hold a newline, and the message is one line.
+      throw UsageError("--chain " + spec_quoted(spec) + ": --weights " + settings.weights +
+                       " carries the chain " + spec_quoted(carried->second) +
                        "; leave out --chain to run it, or give a file without a chain");
     }
   }
-  return chain_model_for(spec, settings, "--chain " + spec_excerpt(spec, 0));
+  return chain_model_for(spec, settings, "--chain " + spec_quoted(spec));
 }
 
 ModelSpec detect_model(const Settings& settings) {
@@ -343,7 +342,7 @@ void check_carried_chain(const ModelSpec& model, const Settings& settings) {
       model.layered() || linear == file.metadata.end() || linear->second == model.linear;
   if (same_chain && same_linear) return;
   throw UsageError("--model " + model.name + ": --weights " + settings.weights +
-                   " carries the chain " + spec_excerpt(carried->second, 0) +
+                   " carries the chain " + spec_quoted(carried->second) +
                    (linear != file.metadata.end() && !linear->second.empty()
                         ? " after Linear " + linear->second
                         : std::string()) +

@@ -770,14 +770,12 @@ TEST_F(Cli, MessagesPointToWhatResolvesTheCase) {
       "run --device cpu --weights " + path("tanh.safetensors") + io + " --chain relu",
       "--chain 'relu': --weights " + path("tanh.safetensors") +
           " carries the chain 'tanh,hardtanh(-1,1)'; leave out --chain to run it");
-  // A --chain of several lines or of any length is shown in the message's one line, escaped.
+  // A --chain of several lines is shown in the message's one line, escaped.
   expect_usage_error("run --device cpu --weights " + path("tanh.safetensors") + io +
                          " --chain \"$(printf 'relu\\nx')\"",
                      "--chain 'relu\\nx': --weights " + path("tanh.safetensors") +
                          " carries the chain 'tanh,hardtanh(-1,1)'; leave out --chain to run it");
-  expect_usage_error("run --device cpu --weights " + path("tanh.safetensors") + io +
-                         " --chain " + std::string(5000, 'x'),
-                     "--chain '" + std::string(40, 'x') + "...': --weights ");
+
   r = run("run --device cpu --weights " + path("tanh.safetensors") + io +
           " --chain 'tanh, hardtanh(min_val=-1, max_val=1)'");
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -349,6 +349,8 @@ std::string spec_excerpt(const std::string& text, size_t at) {
          (end < text.size() ? "..." : "") + "'";
 }
 
+std::string spec_quoted(const std::string& text) { return "'" + escaped(text) + "'"; }
+
 const std::vector<OpInfo>& vocabulary() {
   static const std::vector<OpInfo> ops = {
 #define FUSEDLINEAR_OP_INFO(F) op_info_of<act::F>(),
