@@ -322,6 +322,9 @@ TEST_F(Cli, CommandLineRefusalsAreOneLine) {
       "compare --rtol " + std::string(100, '9') + "x",
       "--rtol: expected a finite number >= 0, got '" + std::string(40, '9') + "...'");
   expect_usage_error("--batch --iters 3", "--batch: expected a value, got the option '--iters'");
+  expect_usage_error("--iters 3 --batch",
+                     "--batch: expected a value, got the end of the command line");
+  expect_usage_error("run --json", "--json: expected a value, got the end of the command line");
   expect_usage_error("--jit yes", "--jit yes: expected on or off");
   expect_usage_error("compare --output " + path("o.pt"),
                      "--output: not used by compare (only by run)");
