@@ -56,8 +56,8 @@ TEST(FusedMlpPlan, RefusesWhatDoesNotFitWithItsReason) {
             "the model has 9 layers; it takes at most 8");
   EXPECT_EQ(refusal([](MlpQuery& q) { q.precision = Precision::kBf16x3; }),
             "it forms float32 products of float32 models (ieee), and bf16 and bf16x3 products "
-            "only of models at most 64 wide whose weights fit a block's shared memory; not "
-            "bf16x3's here");
+            "only of models at most 128 wide (bf16x3: 64) whose weights fit a block's shared "
+            "memory; not bf16x3's here");
   EXPECT_EQ(refusal([](MlpQuery& q) {
               q.float32_model = false;
               q.device = GemmDevice{true, 7, 5};
@@ -107,7 +107,7 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
   EXPECT_EQ(form(policy, h200, 129), MlpForm::kTiles);
   EXPECT_EQ(form(policy, h200, 0), MlpForm::kTiles);
   EXPECT_EQ(form(policy, GemmDevice{true, 8, 0, 108, 166912}, 1), MlpForm::kTiles);
-  // 16-bit models at most 64 wide whose weights fit a block's shared memory: resident past the
+  // 16-bit models at most 128 wide whose weights fit a block's shared memory: resident past the
   // cluster form's rows.
   MlpQuery field = fitting_query();
   field.widths = {32, 64, 64, 64, 64, 16};
@@ -117,7 +117,10 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
   EXPECT_EQ(form(field, h200, 1, false), MlpForm::kClusters);
   EXPECT_EQ(form(field, GemmDevice{true, 8, 0, 108, 166912}, 1, false), MlpForm::kResident);
   EXPECT_EQ(form(field, h200, 1 << 21, true), MlpForm::kTiles);    // float32: no resident form
-  EXPECT_EQ(form(policy, h200, 1 << 21, false), MlpForm::kTiles);  // wider than 64
+  EXPECT_EQ(form(policy, h200, 1 << 21, false), MlpForm::kTiles);  // wider than 128
+  MlpQuery field_128 = field;
+  field_128.widths = {32, 128, 128, 128, 128, 16};
+  EXPECT_EQ(form(field_128, h200, 1 << 21, false), MlpForm::kResident);
   EXPECT_EQ(form(field, GemmDevice{true, 8, 6, 84, 4096}, 1 << 21, false), MlpForm::kTiles);
   // Its shared memory: each layer's rows and k padded to 16, 8 elements past each row, 2 bytes.
   EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false, 1), 64 * 40 * 2);
@@ -147,9 +150,14 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
     split.precision = precision;
     EXPECT_NE(mlp_refusal(split), "");
   }
+  // 128 wide: bf16 (one part) resident, bf16x3 (two) refused.
+  split.widths = field_128.widths;
+  split.precision = Precision::kBf16;
+  EXPECT_EQ(mlp_form(split), MlpForm::kResident);
   split.precision = Precision::kBf16x3;
+  EXPECT_NE(mlp_refusal(split), "");
   split.widths = policy.widths;
-  EXPECT_NE(mlp_refusal(split), "");  // wider than 64
+  EXPECT_NE(mlp_refusal(split), "");  // wider than 128
 
   policy.device = field.device = h200;
   policy.rows = 1;
@@ -393,7 +401,7 @@ TEST(FusedMlpCuda, EachFormAtTheBoundaryBetweenThem) {
   }
 }
 
-// 16-bit models at most 64 wide past the cluster form's rows: the resident form, with gated,
+// 16-bit models at most 128 wide past the cluster form's rows: the resident form, with gated,
 // chunked and residual layers and uneven widths, a tail tile, against float64 and the per-layer
 // path, repeatable to the bit.
 TEST(FusedMlpCuda, ResidentFormMatchesFloat64) {
@@ -404,7 +412,8 @@ TEST(FusedMlpCuda, ResidentFormMatchesFloat64) {
     for (const auto& [spec, widths] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
              {"fc1:relu|fc2:relu|fc3:relu|fc4:relu|fc5", {32, 64, 64, 64, 64, 16}},
              {kEveryLayerSpec, {48, 40, 56, 64, 48}},
-             {"fc1:gelu|fc2:softplus|fc3", {3, 17, 33, 5}}}) {
+             {"fc1:gelu|fc2:softplus|fc3", {3, 17, 33, 5}},
+             {"w1:silu*w3|fc2:relu|fc3", {72, 128, 100, 24}}}) {
       const ModelPair pair = model_pair(spec, widths, dtype, ++seed);
       for (const int64_t batch : {int64_t(1000), int64_t(1 << 16) + 5}) {
         SCOPED_TRACE(spec + " " + c10::toString(dtype) + " batch " + std::to_string(batch));

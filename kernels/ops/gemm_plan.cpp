@@ -102,9 +102,10 @@ std::string mlp_refusal(const MlpQuery& query) {
     return std::string(
                "it forms float32 products of float32 models (ieee), and bf16 and bf16x3 "
                "products only of models at most ") +
-           std::to_string(cuda::kMlpResidentMaxWidth) +
-           " wide whose weights fit a block's shared memory; not " +
-           precision_name(query.precision) + "'s here";
+           std::to_string(cuda::mlp_resident_max_width(1)) +
+           " wide (bf16x3: " + std::to_string(cuda::mlp_resident_max_width(2)) +
+           ") whose weights fit a block's shared memory; not " + precision_name(query.precision) +
+           "'s here";
   }
   return "";
 }
@@ -126,7 +127,8 @@ cuda::MlpForm mlp_form(const MlpQuery& query) {
     resident_bytes +=
         cuda::mlp_resident_layer_bytes(query.widths[l], query.widths[l + 1], gated, parts);
   }
-  if (tensor_cores && query.device.compute_major >= 8 && widest <= cuda::kMlpResidentMaxWidth &&
+  if (tensor_cores && query.device.compute_major >= 8 &&
+      widest <= cuda::mlp_resident_max_width(parts) &&
       resident_bytes <= query.device.shared_bytes_per_block) {
     return cuda::MlpForm::kResident;
   }

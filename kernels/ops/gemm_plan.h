@@ -154,8 +154,8 @@ struct MlpQuery {
 // How the fused-MLP kernel runs a model it takes (kernels/cuda/mlp/mlp_call.h: MlpForm):
 // clusters on sm_90 and newer while a cluster for each tile fits one wave of the multiprocessors
 // (each block reads a slice of every W, where a block a tile reads all of it alone, and few rows
-// wait on that read); past that, models at most kMlpResidentMaxWidth wide on the tensor cores
-// (16-bit models; float32 models in bf16 or bf16x3) whose weights fit a block's shared memory
+// wait on that read); past that, models on the tensor cores (16-bit models; float32 models in bf16
+// or bf16x3) at most mlp_resident_max_width wide whose weights fit a block's shared memory
 // resident; else a block a tile.
 cuda::MlpForm mlp_form(const MlpQuery& query);
 // What the form runs, for reports: "fused MLP, tensor cores, weights resident in shared memory".

@@ -109,28 +109,25 @@ cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
 }
 
 // Every layer's W resident in each block's shared memory, one wave of blocks taking tiles in turn
-// (resident_mlp.cuh). The kernel may take the most any model within the form's width takes, or
-// what a block may have where that is less; a model needing more is not run.
-template <typename T, int kParts>
+// (resident_mlp.cuh), the rows of kSteps 16-wide steps in registers. The kernel may take the most
+// any model within the form's width takes, or what a block may have where that is less; a model
+// needing more is not run.
+template <typename T, int kParts, int kSteps>
 cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
   int64_t bytes = 0;
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
-    if (layer.in > kMlpResidentMaxWidth || layer.out > kMlpResidentMaxWidth) {
-      return cudaErrorNotSupported;
-    }
     bytes += mlp_resident_layer_bytes(layer.in, layer.out, layer.gate_w != nullptr, kParts);
   }
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
-  const auto kernel = &mlp::resident_mlp_kernel<T, kParts>;
+  const auto kernel = &mlp::resident_mlp_kernel<T, kParts, kSteps>;
   {
     static std::mutex mutex;
     static std::set<int> allowed;
     const std::lock_guard<std::mutex> lock(mutex);
     if (allowed.count(limits.device) == 0) {
       const int64_t most =
-          kMaxMlpLayers *
-          mlp_resident_layer_bytes(kMlpResidentMaxWidth, kMlpResidentMaxWidth, true, kParts);
+          kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts);
       const cudaError_t err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
@@ -149,21 +146,33 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cud
   return cudaGetLastError();
 }
 
+// The registers for the model's widest layer: 64 wide, or 128 (one part only).
+template <typename T, int kParts>
+cudaError_t launch_resident_sized(const MlpCall& call, const DeviceLimits& limits,
+                                  cudaStream_t stream) {
+  const int width = widest_of(call);
+  if (width > mlp_resident_max_width(kParts)) return cudaErrorNotSupported;
+  if (width <= 64) return launch_resident<T, kParts, 4>(call, limits, stream);
+  if constexpr (kParts == 1) return launch_resident<T, kParts, 8>(call, limits, stream);
+  return cudaErrorNotSupported;
+}
+
 // The resident form for the call's type and mode: 16-bit models as they are, float32 models in
 // bf16 or bf16x3 only.
 cudaError_t launch_resident_for(const MlpCall& call, const DeviceLimits& limits,
                                 cudaStream_t stream) {
   switch (call.type) {
     case ElementType::kFloat16:
-      return launch_resident<__half, 1>(call, limits, stream);
+      return launch_resident_sized<__half, 1>(call, limits, stream);
     case ElementType::kBFloat16:
-      return launch_resident<__nv_bfloat16, 1>(call, limits, stream);
+      return launch_resident_sized<__nv_bfloat16, 1>(call, limits, stream);
     case ElementType::kFloat32:
       if (limits.compute_major < 8) return cudaErrorNotSupported;  // bf16 mma.sync from sm_80
-      if (call.precision == Precision::kBf16)
-        return launch_resident<float, 1>(call, limits, stream);
+      if (call.precision == Precision::kBf16) {
+        return launch_resident_sized<float, 1>(call, limits, stream);
+      }
       if (call.precision == Precision::kBf16x3) {
-        return launch_resident<float, 2>(call, limits, stream);
+        return launch_resident_sized<float, 2>(call, limits, stream);
       }
       return cudaErrorNotSupported;
   }

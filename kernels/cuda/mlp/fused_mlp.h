@@ -15,7 +15,7 @@ namespace cuda {
 // and newer) or, in the cluster form, float32 FMAs. cudaErrorNotSupported, with nothing launched,
 // where the kernel cannot take the call (a width of 0 or above kMaxMlpWidth, more than
 // kMaxMlpLayers layers, a 16-bit model before sm_80, widths that do not chain, the cluster form
-// before sm_90, the resident form for a float32 model, one wider than kMlpResidentMaxWidth or
+// before sm_90, the resident form for a float32 model in ieee, one wider than its width or
 // whose weights do not fit a block's shared memory); else the launch's error.
 cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream);
 

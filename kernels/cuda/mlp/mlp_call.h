@@ -22,20 +22,24 @@ constexpr int kMaxMlpLayers = 8;
 //   kClusters  a cluster of kMlpClusterBlocks blocks a tile of kMlpClusterTileRows rows (one row
 //              for one row), each block forming a slice of every layer (cluster_mlp.cuh, sm_90):
 //              few rows, which one block a tile would leave waiting on its read of every W.
-//   kResident  models at most kMlpResidentMaxWidth wide on the tensor cores (16-bit models, float32
-//              models in bf16 or bf16x3): every layer's W resident in each block's shared memory,
-//              a warp's 16 rows held in registers from layer to layer (resident_mlp.cuh): many
-//              rows, bound by the tensor cores.
+//   kResident  models on the tensor cores at most mlp_resident_max_width wide (16-bit models,
+//              float32 models in bf16 or bf16x3): every layer's W resident in each block's shared
+//              memory, a warp's 16 rows held in registers from layer to layer (resident_mlp.cuh):
+//              many rows, bound by the tensor cores.
 enum class MlpForm { kTiles, kClusters, kResident };
 constexpr int kMlpClusterBlocks = 8;
 constexpr int kMlpClusterTileRows = 8;
-constexpr int kMlpResidentMaxWidth = 64;
+constexpr int kMlpResidentMaxWidth = 128;
 
 // The 16-bit parts of W the resident form holds for a mode: a float32 W's bfloat16 hi and lo for
 // bf16x3, else one (a 16-bit model's own W, a float32 W's bfloat16 hi for bf16).
 inline int mlp_resident_parts(Precision precision) {
   return precision == Precision::kBf16x3 ? 2 : 1;
 }
+
+// The widest layer the resident form takes with W in `parts` parts: a warp holds its rows' values
+// and each output's sums (bf16x3's two sums each) in registers, which 128 wide fills with one part.
+inline int mlp_resident_max_width(int parts) { return parts == 2 ? 64 : kMlpResidentMaxWidth; }
 
 // The shared memory the resident form takes for a layer `in` x `out` whose W it holds in `parts`
 // 16-bit parts: its rows padded to the next 16, each row to the next 16 k and 8 elements past it

@@ -1,14 +1,14 @@
-// The fused-MLP kernel's resident form (fused_mlp.h), for models at most kMlpResidentMaxWidth wide
-// on the tensor cores: 16-bit models, and float32 models in bf16 or bf16x3. Every layer's W is
-// copied into each block's shared memory once (a float32 W split there into its bfloat16 parts),
-// and the blocks, one wave of them, then take tiles of rows in turn. A warp owns 16 rows of a tile
-// and keeps them in registers from layer to layer: an m16n8k16 product's float32 results for two
-// adjacent 8-column tiles, rounded to the model's type (or split into bfloat16 parts) and paired,
-// are exactly the A operand of the next layer's 16-wide step of k (the two layouts line up), so the
-// hidden activations never leave the warp and the warps never wait on each other. Each W is read as
-// the mma's B operand straight from shared memory (a row of W holds B's consecutive k), its rows
-// padded so that the 8 rows one load reads fall in different banks. The epilogue and its roundings
-// are fused_mlp.cuh's.
+// The fused-MLP kernel's resident form (fused_mlp.h), for models on the tensor cores at most
+// mlp_resident_max_width wide (mlp_call.h): 16-bit models, and float32 models in bf16 or bf16x3.
+// Every layer's W is copied into each block's shared memory once (a float32 W split there into its
+// bfloat16 parts), and the blocks, one wave of them, then take tiles of rows in turn. A warp owns
+// 16 rows of a tile and keeps them in registers from layer to layer: an m16n8k16 product's float32
+// results for two adjacent 8-column tiles, rounded to the model's type (or split into bfloat16
+// parts) and paired, are exactly the A operand of the next layer's 16-wide step of k (the two
+// layouts line up), so the hidden activations never leave the warp and the warps never wait on each
+// other. Each W is read as the mma's B operand straight from shared memory (a row of W holds B's
+// consecutive k), its rows padded so that the 8 rows one load reads fall in different banks. The
+// epilogue and its roundings are fused_mlp.cuh's.
 //
 // bf16x3 (kParts 2): x_hi W_hi^T in one accumulator, x_hi W_lo^T + x_lo W_hi^T in another, added
 // once in float32 (the small products apart, as cuBLAS's three GEMMs add them). A non-finite
@@ -197,8 +197,9 @@ __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const
 }
 
 // Every layer's W into shared memory, then tiles of kResidentRows rows, `tiles` in all, a block
-// taking every gridDim.x-th. T: the model's type; kParts: 2 for a float32 model in bf16x3, else 1.
-template <typename T, int kParts>
+// taking every gridDim.x-th. T: the model's type; kParts: 2 for a float32 model in bf16x3, else 1;
+// kSteps: the 16-wide steps of the model's widest layer it holds in registers.
+template <typename T, int kParts, int kSteps>
 __global__ void __launch_bounds__(kThreads)
     resident_mlp_kernel(const __grid_constant__ MlpCall call, int64_t tiles) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t row0 = tile * kResidentRows + 16 * warp;
     if (row0 >= call.rows) break;  // the last tile's rows past the batch, and every later tile's
-    uint32_t act[kParts][kResidentSteps][4];
+    uint32_t act[kParts][kSteps][4];
     load_rows<T>(call, row0, act);
     int w_at = 0;
     for (int l = 0; l < call.layers; ++l) {
