@@ -145,13 +145,7 @@ std::string linear_path(const NamedTensors& file, const Settings& settings) {
     // A path the model could not be built with (an empty part) is the metadata's fault: said so,
     // as the spec's grammar says it of a layered spec's paths.
     const std::string& path = named->second;
-    bool valid = !path.empty() && path.front() != '.' && path.back() != '.';
-    for (size_t i = 0; i < path.size(); ++i) {
-      const char c = path[i];
-      const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
-      valid = valid && (alnum || c == '_' || (c == '.' && path[i + 1] != '.'));
-    }
-    if (!valid) {
+    if (!is_attribute_path(path)) {
       throw LoadError("--weights " + settings.weights + ": its fusedlinear metadata names the " +
                       "Linear " + spec_excerpt(path, 0) +
                       ", not an attribute path ([A-Za-z0-9_.], e.g. fc or block.0); save the " +

@@ -1574,7 +1574,7 @@ def _check_runnable(state, linear, spec):
         for ref in (layer.linear, layer.gate):
             if ref is not None:
                 used.update((ref.path + ".weight", ref.path + ".bias"))
-        used.update(arg for op in layer.ops if op.token in ("add", "sub", "mul", "div")
+        used.update(arg for op in layer.ops if op.token in BINARY
                     for arg in op.args if isinstance(arg, str))
     unexpected = [key for key in state if key not in used]
     if unexpected:
