@@ -44,19 +44,20 @@ int widest_of(const MlpCall& call) {
   return width;
 }
 
-// Lets the kernel have more than the default 48 KiB of shared memory (the most any model takes),
-// once per device (before a CUDA graph captures it: the first call).
-template <typename T, class Shape>
-cudaError_t allow_shared_bytes(int device) {
-  constexpr int kMostBytes = mlp::shared_bytes_of<T, Shape>(kMaxMlpWidth);
-  if (kMostBytes <= 48 * 1024) return cudaSuccess;
+// Lets kKernel have more than the default 48 KiB of shared memory: `most` (the most any call of it
+// takes), or what a block may have where that is less; once per device (before a CUDA graph
+// captures it: the first call).
+template <auto kKernel>
+cudaError_t allow_shared_bytes(const DeviceLimits& limits, int64_t most) {
+  if (most <= 48 * 1024) return cudaSuccess;
   static std::mutex mutex;
   static std::set<int> allowed;
   const std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.count(device) > 0) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(
-      &mlp::fused_mlp_kernel<T, Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMostBytes);
-  if (err == cudaSuccess) allowed.insert(device);
+  if (allowed.count(limits.device) > 0) return cudaSuccess;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
+  if (err == cudaSuccess) allowed.insert(limits.device);
   return err;
 }
 
@@ -70,7 +71,8 @@ cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, cudaSt
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   const int64_t blocks = ceil_div(call.rows, Shape::kRows);
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_shared_bytes<T, Shape>(limits.device);
+  const cudaError_t err = allow_shared_bytes<&mlp::fused_mlp_kernel<T, Shape>>(
+      limits, mlp::shared_bytes_of<T, Shape>(kMaxMlpWidth));
   if (err != cudaSuccess) return err;
   mlp::fused_mlp_kernel<T, Shape>
       <<<static_cast<unsigned>(blocks), mlp::kThreads, bytes, stream>>>(call, stride);
@@ -120,24 +122,13 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cud
     bytes += mlp_resident_layer_bytes(layer.in, layer.out, layer.gate_w != nullptr, kParts);
   }
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
-  const auto kernel = &mlp::resident_mlp_kernel<T, kParts, kSteps>;
-  {
-    static std::mutex mutex;
-    static std::set<int> allowed;
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (allowed.count(limits.device) == 0) {
-      const int64_t most =
-          kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts);
-      const cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
-      if (err != cudaSuccess) return err;
-      allowed.insert(limits.device);
-    }
-  }
+  constexpr auto kernel = &mlp::resident_mlp_kernel<T, kParts, kSteps>;
+  cudaError_t err = allow_shared_bytes<kernel>(
+      limits, kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts));
+  if (err != cudaSuccess) return err;
   int per_multiprocessor = 0;
-  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel,
-                                                                  mlp::kThreads, size_t(bytes));
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, mlp::kThreads,
+                                                      size_t(bytes));
   if (err != cudaSuccess) return err;
   const int64_t tiles = ceil_div(call.rows, mlp::kResidentRows);
   const int64_t blocks =
