@@ -100,7 +100,6 @@ __device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int c
                                                uint32_t* slots) {
   constexpr int kTiles = kRows / 8;  // 8-column tiles of the chunk
   const MlpLayer& layer = call.layer[l];
-  const bool last = l + 1 == call.layers;
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int plane = kRows * stride;
   const uint16_t* gate_w = layer.gate_w ? w + kParts * plane : nullptr;
@@ -116,51 +115,14 @@ __device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int c
       resident_products<PartType<T>>(gate_acc[j], gate_small[j], act, gate_w + at, plane, k_steps);
     }
   }
-  // acc[j]: rows g (0, 1) and g + 8 (2, 3), columns col0 + 8j + 2q and the next.
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    float p[2][2], gate_p[2][2];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      p[i / 2][i % 2] = total_of<kParts>(acc[j][i], small[j][i]);
-      gate_p[i / 2][i % 2] = total_of<kParts>(gate_acc[j][i], gate_small[j][i]);
-    }
-    const int64_t row[2] = {row0 + g, row0 + g + 8};
-    const int col[2] = {col0 + 8 * j + 2 * q, col0 + 8 * j + 2 * q + 1};
-    finish_values<T>(layer, call, last, p, gate_p, row, col);
-    if (last) {
-      T* out = static_cast<T*>(call.out);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          if (row[r] < call.rows && col[c] < layer.out) {
-            out[row[r] * layer.out + col[c]] = from_float<T>(p[r][c]);
-          }
-        }
-      }
-      continue;
-    }
-    // Columns col0 + 8j... are k 16t + 8(j % 2)... of the next layer's step t (chunks hold whole
-    // steps: kRows is a multiple of 16).
+    // Chunks hold whole steps of the next layer's k: kRows is a multiple of 16.
     const int t = (col0 + 8 * j) / 16;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      uint16_t first[kParts] = {}, second[kParts] = {};
-      if constexpr (std::is_same_v<T, float>) {
-        if (col[0] < layer.out) parts_of<kParts>(p[r][0], first);
-        if (col[1] < layer.out) parts_of<kParts>(p[r][1], second);
-      } else {
-        const uint32_t both =
-            pack_pair<T>(col[0] < layer.out ? p[r][0] : 0.0f, col[1] < layer.out ? p[r][1] : 0.0f);
-        first[0] = uint16_t(both);
-        second[0] = uint16_t(both >> 16);
-      }
-#pragma unroll
-      for (int part = 0; part < kParts; ++part) {
-        slot<kSteps>(slots, part, t, 2 * (j % 2) + r) = pair_of(first[part], second[part]);
-      }
-    }
+    finish_tile<T, kParts>(call, l, col0 + 8 * j, row0, acc[j], small[j], gate_acc[j],
+                           gate_small[j], [&](int part, int r, uint32_t word) {
+                             slot<kSteps>(slots, part, t, 2 * (j % 2) + r) = word;
+                           });
   }
 }
 
