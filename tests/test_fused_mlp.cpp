@@ -266,7 +266,8 @@ TEST(FusedMlpCuda, MatchesFloat64AndThePerLayerPath) {
                                            "gelu(tanh)",  "hardswish", "softsign",
                                            "clamp(-2,2)", "selu"};
   uint64_t seed = 0;
-  for (const int64_t width : {16, 32, 48, 64, 128, 200, 256}) {
+  // 36 and 33: rows of W the cluster form copies element by element (not 16 bytes at a time).
+  for (const int64_t width : {16, 32, 33, 36, 48, 64, 128, 200, 256}) {
     for (const torch::ScalarType dtype : kDtypes) {
       const std::string& chain = chains[size_t(seed) % chains.size()];
       const std::string spec = "fc1:" + chain + "|fc2:add(shift)," + chain + "|fc3";
