@@ -77,28 +77,6 @@ __device__ __forceinline__ void prefetch_rows(const void* w, Slice slice, int in
   }
 }
 
-// This block's slice of a layer's W (rows [slice) of `w` [out, in]) into `to`, rows of `stride`
-// elements, zeros past W's k up to the layer's last step of k: 16 bytes at a time with cp.async
-// where the rows allow it (in a multiple of kVec, W 16-byte aligned), else element by element.
-template <class Shape, typename T>
-__device__ __forceinline__ void copy_slice(const T* w, Slice slice, int in, T* to, int stride) {
-  constexpr int kVec = Shape::kVec;
-  const int pieces = round_up(in, Shape::kKStep) / kVec;  // of kVec elements a row
-  const int count = (slice.end - slice.begin) * pieces;
-  const bool vector = in % kVec == 0 && aligned16(w) && skinny::kHasCopyAsync;
-  for (int i = threadIdx.x; i < count; i += kThreads) {
-    const int r = i / pieces, k = i % pieces * kVec;
-    const T* src = w + int64_t(slice.begin + r) * in + k;
-    T* dst = to + r * stride + k;
-    if (vector) {
-      skinny::copy16_async(shared_address(dst), k < in ? src : w, k < in);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) dst[e] = k + e < in ? src[e] : from_float<T>(0.0f);
-    }
-  }
-}
-
 // kVec consecutive elements of a row of W's slice in shared memory, as floats.
 __device__ __forceinline__ void shared_w_floats(const float* w, float (&v)[4]) {
   const float4 f = *reinterpret_cast<const float4*>(w);
@@ -120,7 +98,7 @@ __device__ __forceinline__ void shared_w_floats(const T* w, float (&v)[8]) {
 
 // One layer: this block's slice of columns for every row of the tile (`in`, zeros past the
 // layer's in up to the next step of k) from its slice of W in shared memory (`w`, and the gate's
-// at `gate_w`; copy_slice), its values written into `out_tile` of every block of the cluster, or
+// at `gate_w`; copy_rows), its values written into `out_tile` of every block of the cluster, or
 // for the last layer into the call's output.
 template <typename T, class Shape>
 __device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCall& call, bool last,
@@ -217,11 +195,13 @@ __global__ void __launch_bounds__(kThreads)
     if (l < call.layers) {
       const MlpLayer& layer = call.layer[l];
       const Slice slice = slice_of(layer.out, rank);
+      const int rows = slice.end - slice.begin, k_end = round_up(layer.in, Shape::kKStep);
       T* stage = stages + l % kClusterStages * stage_elements;
-      copy_slice<Shape>(static_cast<const T*>(layer.w), slice, layer.in, stage, stride);
+      copy_rows(static_cast<const T*>(layer.w), slice.begin, rows, layer.out, layer.in, k_end,
+                stage, stride);
       if (layer.gate_w) {
-        copy_slice<Shape>(static_cast<const T*>(layer.gate_w), slice, layer.in, stage + gate_at,
-                          stride);
+        copy_rows(static_cast<const T*>(layer.gate_w), slice.begin, rows, layer.out, layer.in,
+                  k_end, stage + gate_at, stride);
       }
     }
     skinny::copy_async_commit();

@@ -58,8 +58,7 @@ cudaError_t launch_clusters(const MlpCall& call, const DeviceLimits& limits, cud
   const int width = mlp::widest_of(call);
   const int64_t blocks = ceil_div(call.rows, Shape::kRows) * mlp::kClusterBlocks;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
-  bool gated = false;
-  for (int l = 0; l < call.layers; ++l) gated = gated || call.layer[l].gate_w != nullptr;
+  const bool gated = mlp::has_gated_layer(call);
   const int64_t bytes = Shape::shared_bytes_of(width, gated);
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   constexpr auto kernel = &mlp::cluster_mlp_kernel<T, Shape>;

@@ -366,6 +366,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Rows [first, first + rows) of w [out, in] into `to`, rows of `stride` elements, each up to k_end
+// (whole 16-byte pieces), zeros past W's rows and k; the block's threads share the copy, 16 bytes
+// at a time with cp.async where W's rows allow it (in a multiple of a piece, w 16-byte aligned),
+// else element by element. The streamed form's chunks and the cluster form's slices.
+template <typename T>
+__device__ __forceinline__ void copy_rows(const T* w, int first, int rows, int out, int in,
+                                          int k_end, T* to, int stride) {
+  constexpr int kVec = 16 / int(sizeof(T));  // elements a piece
+  const int pieces = k_end / kVec;
+  const bool vector = in % kVec == 0 && aligned16(w) && skinny::kHasCopyAsync;
+  for (int i = threadIdx.x; i < rows * pieces; i += kThreads) {
+    const int r = i / pieces, k = i % pieces * kVec, n = first + r;
+    const bool inside = n < out && k < in;
+    const T* src = inside ? w + int64_t(n) * in + k : w;
+    T* dst = to + r * stride + k;
+    if (vector) {
+      skinny::copy16_async(shared_address(dst), src, inside);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dst[e] = inside && k + e < in ? src[e] : T{};
+    }
+  }
+}
+
 // --- for the forms' launchers
 // ---------------------------------------------------------------------
 
@@ -376,6 +400,14 @@ inline int widest_of(const MlpCall& call) {
     width = std::max({width, call.layer[l].in, call.layer[l].out});
   }
   return width;
+}
+
+// Whether a layer of the call is gated (the forms then keep room for a gate's W beside each W).
+inline bool has_gated_layer(const MlpCall& call) {
+  for (int l = 0; l < call.layers; ++l) {
+    if (call.layer[l].gate_w) return true;
+  }
+  return false;
 }
 
 // Lets kKernel have more than the default 48 KiB of shared memory: `most` (the most any call of it

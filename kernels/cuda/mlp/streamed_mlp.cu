@@ -15,11 +15,8 @@ template <typename T, int kParts, int kSteps>
 cudaError_t launch_streamed_sized(const MlpCall& call, const DeviceLimits& limits,
                                   cudaStream_t stream) {
   int widest_in = 0;
-  bool gated = false;
-  for (int l = 0; l < call.layers; ++l) {
-    widest_in = std::max(widest_in, call.layer[l].in);
-    gated = gated || call.layer[l].gate_w != nullptr;
-  }
+  for (int l = 0; l < call.layers; ++l) widest_in = std::max(widest_in, call.layer[l].in);
+  const bool gated = has_gated_layer(call);
   const int64_t bytes = mlp_streamed_bytes(widest_in, widest_of(call), gated, kParts);
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   const int stride = int(mlp_padded_row(widest_in));

@@ -53,33 +53,16 @@ __device__ __forceinline__ const uint16_t* plane_of(const MlpLayer& layer, bool 
   }
 }
 
-// This thread's share of copying a chunk into `to`: [W, gate W][part][kRows rows][stride], each
-// row's k up to the next 16 (zeros past W's rows and k), 16 bytes at a time with cp.async where the
-// rows allow it (k a multiple of 8, the planes 16-byte aligned), else element by element.
+// A chunk into `to`: [W, gate W][part][kRows rows][stride], each row's k up to the next 16, zeros
+// past W's rows and k (copy_rows).
 template <typename T, int kParts, int kRows>
 __device__ __forceinline__ void copy_chunk(const MlpCall& call, StreamChunk chunk, uint16_t* to,
                                            int stride) {
   const MlpLayer& layer = call.layer[chunk.layer];
   const int planes = (layer.gate_w ? 2 : 1) * kParts;
-  const int pieces = round_up(layer.in, 16) / 8;  // of 8 elements a row
-  bool vector = layer.in % 8 == 0;
   for (int p = 0; p < planes; ++p) {
-    vector = vector && aligned16(plane_of<T>(layer, p >= kParts, p % kParts));
-  }
-  const int count = planes * kRows * pieces;
-  for (int i = threadIdx.x; i < count; i += kThreads) {
-    const int piece = i % pieces, r = i / pieces % kRows, p = i / pieces / kRows;
-    const int n = chunk.row0 + r, k = 8 * piece;
-    const uint16_t* plane = plane_of<T>(layer, p >= kParts, p % kParts);
-    uint16_t* dst = to + (p * kRows + r) * stride + k;
-    const bool inside = n < layer.out && k < layer.in;
-    const uint16_t* src = plane + int64_t(inside ? n : 0) * layer.in + (inside ? k : 0);
-    if (vector && skinny::kHasCopyAsync) {
-      skinny::copy16_async(shared_address(dst), src, inside);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) dst[e] = inside && k + e < layer.in ? src[e] : uint16_t(0);
-    }
+    copy_rows(plane_of<T>(layer, p >= kParts, p % kParts), chunk.row0, kRows, layer.out, layer.in,
+              round_up(layer.in, 16), to + p * kRows * stride, stride);
   }
 }
 
