@@ -23,6 +23,9 @@
 #include "modules/linear_chain.h"
 #include "tests/test_support.h"
 
+#ifdef FUSEDLINEAR_WITH_JIT
+#include "kernels/cuda/jit/compiled_chains.h"
+#endif
 #ifdef FUSEDLINEAR_TEST_NVRTC
 #include "kernels/cuda/jit/nvrtc_compile.h"
 #endif
@@ -389,10 +392,10 @@ std::string random_spec(std::mt19937& rng) {
   return spec;
 }
 
-// Each random spec's fused chain (the interpreter) against the eager chain of the same spec and
-// against float64, in float32 (float16 and bfloat16 against float64 at their rounding), with
-// per-feature and one-element parameters drawn away from zero.
-void check_random_specs(const torch::Device& device) {
+// Each random spec's fused chain against the eager chain of the same spec and against float64, in
+// float32 (float16 and bfloat16 against float64 at their rounding, every `half_every`th spec),
+// with per-feature and one-element parameters drawn away from zero.
+void check_random_specs(const torch::Device& device, int half_every = 1) {
   torch::NoGradGuard no_grad;
   std::mt19937 rng(1234);
   for (int i = 0; i < 200; ++i) {
@@ -417,6 +420,7 @@ void check_random_specs(const torch::Device& device) {
     const torch::Tensor error = (fused.cpu().to(torch::kFloat64) - reference).abs().nan_to_num(0);
     EXPECT_LE((error / reference.abs().clamp_min(1.0)).max().item<double>(), 1e-5)
         << spec << " on " << device << " against float64";
+    if (i % half_every != 0) continue;
     for (const auto dtype : {torch::kFloat16, torch::kBFloat16}) {
       m->to(device, dtype);
       const torch::Tensor half = m->chain_fused(y.to(dtype), c10::nullopt).cpu();
@@ -444,9 +448,27 @@ TEST(ChainSpecs, RandomSpecsMatchEagerOnEveryCpuLoop) {
   cpu::set_capability(previous);
 }
 
-TEST(ChainSpecs, RandomSpecsMatchEagerOnCuda) {
+// The interpreter's kernels: compiling off before the first spec is met (each spec compiled
+// would take the test from seconds to many minutes; the next test compiles them).
+TEST(ChainSpecs, RandomSpecsMatchEagerOnCudaByTheInterpreter) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: CUDA tests skipped";
+  ::setenv("FUSEDLINEAR_JIT", "0", 1);
   check_random_specs(torch::kCUDA);
+}
+
+// The same specs compiled by NVRTC (the default where the library has it): every spec's float32
+// epilogue, and every tenth spec's 16-bit ones, compiled and none failed.
+TEST(ChainSpecs, RandomSpecsMatchEagerOnCudaCompiled) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: CUDA tests skipped";
+#ifndef FUSEDLINEAR_WITH_JIT
+  GTEST_SKIP() << "this build has no CUDA kernels compiled at run time (no CUDA or no NVRTC)";
+#else
+  ::unsetenv("FUSEDLINEAR_JIT");
+  check_random_specs(torch::kCUDA, 10);
+  const cuda::jit::CompileCounts counts = cuda::jit::compile_counts();
+  EXPECT_EQ(counts.failed, 0);
+  EXPECT_GE(counts.compiled + counts.read_from_disk, 200);
+#endif
 }
 
 }  // namespace
