@@ -1,7 +1,7 @@
-// fusedlinear_pt2 PACKAGE WEIGHTS INPUT WANT [TOLERANCE]: runs an AOTInductor package (.pt2) whose graph calls
-// fusedlinear's ops, loaded by AOTIModelPackageLoader in this program, which links the ops (a
-// server does the same with the ops library preloaded); tests/python/pytorch2_path.py writes one
-// of swish_chain and one of a layered model (the whole-model op). Compares its output with
+// fusedlinear_pt2 PACKAGE WEIGHTS INPUT WANT [TOLERANCE]: runs an AOTInductor package (.pt2) whose
+// graph calls fusedlinear's ops, loaded by AOTIModelPackageLoader in this program, which links the
+// ops (a server does the same with the ops library preloaded); tests/python/pytorch2_path.py writes
+// one of swish_chain and one of a layered model (the whole-model op). Compares its output with
 // PyTorch's (WANT) and times it; with swish_chain's WEIGHTS (not "-"), in turns against
 // fusedlinear's own swish_chain module on the same weights, eager and fused. Exit code 0 when the
 // package's output is within TOLERANCE (default 1e-6) of PyTorch's (docs/RESULTS.md: PyTorch 2).
