@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -51,6 +52,11 @@ inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) 
 // Small enough for the values to stay in L1 between passes.
 constexpr int kBlockValues = 32;
 
+// Values a piece of a staged pass (block_pass): at most 256 elements (AVX-512's 16 vectors),
+// which measured faster copied to out than pieces of twice that.
+template <class Lanes>
+constexpr int kStagedValuesOf = int(std::min<int64_t>(kBlockValues, 256 / Lanes::kLanes));
+
 // A block of a row's run: `full` whole values from element `at` (column `col`), then the `rest`
 // elements (0 to kLanes - 1) of a partial one; `v` holds its values between the passes.
 template <class Lanes, ElementType E>
@@ -88,14 +94,18 @@ struct TermSource {
 // One pass over the block: apply(x, i, count) on each value, from y + bias for the chain's first
 // pass (kFirst), else from the block's values; to out for its last (kLast), times the gate where
 // the call has one (the value stored, so rounded as a separate multiply sees it, then multiplied
-// and stored again), else back. The call's
-// pointers are read into locals first: the vector stores may alias anything, so fields read
-// through a reference would be read again after every store.
-template <bool kFirst, bool kLast, class Lanes, ElementType E, class Apply>
+// and stored again), else back. kStaged (a chain's only pass, of few instructions a value, which
+// waits on its stores; after other passes staging measured slower): the values stored in a buffer
+// on the stack instead, and copied to out a piece at a time (Lanes::copy), which the SIMD loops
+// make a string move: it writes whole cache lines without reading them first, where each vector
+// store fetches its line of out. The call's pointers are read into locals first: the vector stores
+// may alias anything, so fields read through a reference would be read again after every store.
+template <bool kFirst, bool kLast, bool kStaged, class Lanes, ElementType E, class Apply>
 inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   using V = typename Lanes::Value;
   using S = Stored<E>;
   constexpr int64_t kLanes = Lanes::kLanes;
+  constexpr bool kStage = kFirst && kLast && kStaged;
   const EpilogueCall& call = block.call;
   const S* const y = static_cast<const S*>(call.y) + block.at;
   const S* const bias = call.bias ? static_cast<const S*>(call.bias) + block.col : nullptr;
@@ -105,7 +115,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   const int full = block.full;
   const int64_t rest = block.rest;
   const Apply fn = apply;  // a copy: what it holds by value stays in registers (op_pass)
-  const auto one = [&](int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+  const auto one = [&](int i, int64_t count, S* to) FUSEDLINEAR_PER_VALUE {
     V x;
     if constexpr (kFirst) {
       x = Lanes::template load<E>(y + i * kLanes, count);
@@ -115,26 +125,47 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     }
     x = fn(x, i, count);
     if constexpr (kLast) {
-      Lanes::template store<E>(out + i * kLanes, x, count);
+      Lanes::template store<E>(to, x, count);
       if (gate) {
-        x = Lanes::template load<E>(out + i * kLanes, count) *
-            Lanes::template load<E>(gate + i * kLanes, count);
-        Lanes::template store<E>(out + i * kLanes, x, count);
+        x = Lanes::template load<E>(to, count) * Lanes::template load<E>(gate + i * kLanes, count);
+        Lanes::template store<E>(to, x, count);
       }
     } else {
       v[i] = x;
     }
   };
-  for (int i = 0; i < full; ++i) one(i, kLanes);
-  if (rest > 0) one(full, rest);
+  if constexpr (kStage) {
+    // A piece at a time: its buffer starts at the offset in a 4 KiB page of the piece's source, so
+    // that no load shares the low 12 bits of its address with an earlier store of the piece: the
+    // core can take those for a dependence and wait on it.
+    constexpr int kPiece = kStagedValuesOf<Lanes>;
+    constexpr size_t kPage = 4096;
+    alignas(64) unsigned char room[kPage + kPiece * kLanes * sizeof(S)];
+    const int values = full + (rest > 0 ? 1 : 0);
+    for (int p = 0; p < values; p += kPiece) {
+      const int end = std::min(values, p + kPiece);
+      const auto source = reinterpret_cast<uintptr_t>(y + p * kLanes);
+      S* const sink =
+          reinterpret_cast<S*>(room + (source - reinterpret_cast<uintptr_t>(room)) % kPage);
+      const int whole = std::min(end, full);
+      for (int i = p; i < whole; ++i) one(i, kLanes, sink + (i - p) * kLanes);
+      if (end > full) one(full, rest, sink + (full - p) * kLanes);
+      Lanes::template copy<E>(
+          out + p * kLanes, sink,
+          std::min<int64_t>(int64_t(end) * kLanes, full * kLanes + rest) - int64_t(p) * kLanes);
+    }
+  } else {
+    for (int i = 0; i < full; ++i) one(i, kLanes, out + i * kLanes);
+    if (rest > 0) one(full, rest, out + full * kLanes);
+  }
 }
 
-template <bool kFirst, class Lanes, ElementType E, class Apply>
+template <bool kFirst, bool kStaged, class Lanes, ElementType E, class Apply>
 inline void block_pass(const Block<Lanes, E>& block, bool last, const Apply& apply) {
   if (last) {
-    block_pass<kFirst, true>(block, apply);
+    block_pass<kFirst, true, kStaged>(block, apply);
   } else {
-    block_pass<kFirst, false>(block, apply);
+    block_pass<kFirst, false, false>(block, apply);
   }
 }
 
@@ -150,11 +181,13 @@ inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool las
   if constexpr (act::kTakesColumnTerm<F>) {
     TermSource<Lanes, E> term;
     term.set(block, slot);
-    block_pass<kFirst>(block, last, [f, term](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
-      return f(x, term.at(i, count));
-    });
+    block_pass<kFirst, act::kMemoryBound<F>>(
+        block, last, [f, term](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+          return f(x, term.at(i, count));
+        });
   } else {
-    block_pass<kFirst>(block, last, [f](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
+    block_pass<kFirst, act::kMemoryBound<F>>(
+        block, last, [f](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
   }
 }
 
@@ -165,7 +198,7 @@ template <int kSlot, bool kFirst, class Lanes, ElementType E, class... Fs>
 inline void block_ops(const act::Chain<Fs...>& chain, const Block<Lanes, E>& block) {
   using V = typename Lanes::Value;
   if constexpr (sizeof...(Fs) == 0) {
-    block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
+    block_pass<true, true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
   } else {
     constexpr bool kLast = sizeof...(Fs) == 1;
     op_pass<kFirst>(chain.first, block, kSlot, kLast);
@@ -181,7 +214,8 @@ inline void block_ops(const act::ProgramChain<P, kTerms>& chain, const Block<Lan
   using V = typename Lanes::Value;
   const act::Program& program = chain.program;
   if (program.count == 0) {
-    return block_pass<true, true>(block, [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
+    return block_pass<true, true, true>(block,
+                                        [](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return x; });
   }
   for (int i = 0; i < program.count; ++i) {
     const act::ProgramOp& op = program.ops[i];

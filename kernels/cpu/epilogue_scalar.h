@@ -42,6 +42,10 @@ struct ScalarLanes {
       *p = c10::BFloat16(v).x;
     }
   }
+  template <ElementType E>
+  static void copy(Stored<E>* to, const Stored<E>* from, int64_t count) {
+    std::memcpy(to, from, size_t(count) * sizeof(Stored<E>));
+  }
 };
 
 template <class List>

@@ -43,6 +43,14 @@ struct OutputInUnitIntervalOf<F, std::void_t<decltype(F::kOutputInUnitInterval)>
 template <class F>
 inline constexpr bool kOutputInUnitInterval = OutputInUnitIntervalOf<F>::value;
 
+template <class F, class = void>
+struct MemoryBoundOf : std::false_type {};
+template <class F>
+struct MemoryBoundOf<F, std::void_t<decltype(F::kMemoryBound)>>
+    : std::bool_constant<F::kMemoryBound> {};
+template <class F>
+inline constexpr bool kMemoryBound = MemoryBoundOf<F>::value;
+
 // Whether F is right on part of the line only (GeluOnUnitInterval): taken by the rewrites where
 // the functor before it proves the range, never written in a chain.
 template <class F, class = void>

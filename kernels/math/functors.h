@@ -16,7 +16,10 @@
 // Optional traits: `Half`, a cheaper functor for results kept in 16 bits (chain.h picks it);
 // kOutputInUnitInterval, results always in [-1, 1] (so that a following GELU may take the
 // polynomial GeluOnUnitInterval, chain.h); kArgsWrittenWhenNotDefault, the canonical spec writes
-// the bare name when every argument is its default (chain_spec.h).
+// the bare name when every argument is its default (chain_spec.h); kMemoryBound, a few instructions
+// a value, so that a loop of it alone waits on memory, not on the core (the CPU loop stages the
+// stores of a chain of it alone, epilogue_loop.h). Not on the per-feature arithmetic: staged, it
+// measured slower at wide rows than stored directly.
 #pragma once
 
 #include <cmath>
@@ -44,6 +47,7 @@ inline double clamp_reference(double x, double lo, double hi) {
 // torch.relu: max(x, 0); NaN stays NaN.
 struct Relu {
   static constexpr const char* kName = "relu";
+  static constexpr bool kMemoryBound = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
     return at_least_keep_nan(x, 0.0f);
@@ -58,6 +62,7 @@ struct Relu {
 // F.relu6: hardtanh(x, 0, 6).
 struct Relu6 {
   static constexpr const char* kName = "relu6";
+  static constexpr bool kMemoryBound = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
     return clamp_keep_nan(x, 0.0f, 6.0f);
@@ -72,6 +77,7 @@ struct Relu6 {
 // F.leaky_relu: x if x > 0, else negative_slope * x.
 struct LeakyRelu {
   static constexpr const char* kName = "leaky_relu";
+  static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"negative_slope", 0.01f}};
   float negative_slope = 0.01f;
   template <class V>
@@ -88,6 +94,7 @@ struct LeakyRelu {
 // F.hardtanh: min(max(x, min_val), max_val); NaN stays NaN.
 struct Hardtanh {
   static constexpr const char* kName = "hardtanh";
+  static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"min_val", -1.0f}, {"max_val", 1.0f}};
   float min_val = -1.0f, max_val = 1.0f;
   template <class V>
@@ -105,6 +112,7 @@ struct Hardtanh {
 // the canonical spec writes both (-inf or inf for a side that is not bounded).
 struct Clamp {
   static constexpr const char* kName = "clamp";
+  static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"min", -INFINITY}, {"max", INFINITY}};
   float min = -INFINITY, max = INFINITY;
   template <class V>
@@ -245,6 +253,7 @@ struct Logsigmoid {
 // F.hardsigmoid: relu6(x + 3) / 6.
 struct Hardsigmoid {
   static constexpr const char* kName = "hardsigmoid";
+  static constexpr bool kMemoryBound = true;
   static constexpr bool kOutputInUnitInterval = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
@@ -260,6 +269,7 @@ struct Hardsigmoid {
 // F.hardswish: x * relu6(x + 3) / 6; -inf gives -inf * 0 = NaN, as PyTorch's does.
 struct Hardswish {
   static constexpr const char* kName = "hardswish";
+  static constexpr bool kMemoryBound = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
     return x * clamp_keep_nan(x + V(3.0f), 0.0f, 6.0f) * V(1.0f / 6.0f);
@@ -471,6 +481,7 @@ struct GeluOnUnitIntervalHalfPrecision {
 // NaN stays NaN.
 struct Square {
   static constexpr const char* kName = "square";
+  static constexpr bool kMemoryBound = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
     return x * x;
@@ -488,6 +499,7 @@ struct Square {
 // round differently from PyTorch's).
 struct AddScalar {
   static constexpr const char* kName = "add";
+  static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"value", 0.0f, true}};
   float value = 0.0f;
   template <class V>
@@ -502,6 +514,7 @@ struct AddScalar {
 };
 struct SubScalar {
   static constexpr const char* kName = "sub";
+  static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"value", 0.0f, true}};
   float value = 0.0f;
   template <class V>
@@ -516,6 +529,7 @@ struct SubScalar {
 };
 struct MulScalar {
   static constexpr const char* kName = "mul";
+  static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"value", 1.0f, true}};
   float value = 1.0f;
   template <class V>
@@ -530,6 +544,7 @@ struct MulScalar {
 };
 struct DivScalar {
   static constexpr const char* kName = "div";
+  static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"value", 1.0f, true}};
   float value = 1.0f;
   template <class V>
