@@ -195,7 +195,14 @@ void add_options(cxxopts::Options& options) {
 
 Settings parse_command_line(int argc, char** argv, cxxopts::Options& options,
                             cxxopts::ParseResult& parsed) {
-  parsed = options.parse(argc, argv);
+  try {
+    parsed = options.parse(argc, argv);
+  } catch (const cxxopts::exceptions::missing_argument&) {
+    // cxxopts takes any next word as the value, so only the last argument can lack one; said as
+    // the other refusals of a value are.
+    throw UsageError(std::string(argv[argc - 1]) +
+                     ": expected a value, got the end of the command line");
+  }
   // The values first: in `[compare] --batch --iters 3` the fault is the missing value, not a
   // command or an extra argument "3".
   check_option_values(parsed);

@@ -141,7 +141,18 @@ std::string several_linears_advice(const std::vector<std::string>& paths) {
 // "<path>.weight" tensor.
 std::string linear_path(const NamedTensors& file, const Settings& settings) {
   const auto named = file.metadata.find("linear");
-  if (named != file.metadata.end()) return named->second;
+  if (named != file.metadata.end()) {
+    // A path the model could not be built with (an empty part) is the metadata's fault: said so,
+    // as the spec's grammar says it of a layered spec's paths.
+    const std::string& path = named->second;
+    if (!is_attribute_path(path)) {
+      throw LoadError("--weights " + settings.weights + ": its fusedlinear metadata names the " +
+                      "Linear " + spec_excerpt(path, 0) +
+                      ", not an attribute path ([A-Za-z0-9_.], e.g. fc or block.0); save the " +
+                      "file again with weights/fx_chain.py save_with_chain");
+    }
+    return path;
+  }
   const std::vector<std::string> candidates = linear_paths(file);
   if (candidates.size() == 1) return candidates.front();
   throw UsageError("--weights " + settings.weights + ": " +
@@ -232,18 +243,28 @@ ModelSpec chain_model(const std::string& spec, const Settings& settings) {
     // The file says what follows its Linears: another chain given contradicts it.
     if (carried != file.metadata.end() &&
         canonical_model_spec(carried->second) != canonical_model_spec(spec)) {
-      throw UsageError("--chain " + spec + ": --weights " + settings.weights +
-                       " carries the chain '" + carried->second +
-                       "'; leave out --chain to run it, or give a file without a chain");
+      // Both specs escaped: either may hold a newline, and the message is one line.
+      throw UsageError("--chain " + spec_quoted(spec) + ": --weights " + settings.weights +
+                       " carries the chain " + spec_quoted(carried->second) +
+                       "; leave out --chain to run it, or give a file without a chain");
     }
   }
-  return chain_model_for(spec, settings, "--chain " + spec);
+  return chain_model_for(spec, settings, "--chain " + spec_quoted(spec));
 }
 
 ModelSpec detect_model(const Settings& settings) {
   const NamedTensors& file = weights_file(settings);
   const auto carried = file.metadata.find("chain");
   if (carried != file.metadata.end()) {
+    // A chain names at least one op, in a file as on the command line (the empty spec is the
+    // ops' way to say a layer's Linear alone, not a spec).
+    if (!is_layered_spec(carried->second)) {
+      try {
+        parse_chain(carried->second);
+      } catch (const ChainSpecError& e) {
+        throw UsageError("--weights " + settings.weights + "'s " + e.what());
+      }
+    }
     return chain_model_for(carried->second, settings, "--weights " + settings.weights + "'s chain");
   }
   if (bare_linear_files().count(settings.weights)) {
@@ -315,7 +336,7 @@ void check_carried_chain(const ModelSpec& model, const Settings& settings) {
       model.layered() || linear == file.metadata.end() || linear->second == model.linear;
   if (same_chain && same_linear) return;
   throw UsageError("--model " + model.name + ": --weights " + settings.weights +
-                   " carries the chain '" + carried->second + "'" +
+                   " carries the chain " + spec_quoted(carried->second) +
                    (linear != file.metadata.end() && !linear->second.empty()
                         ? " after Linear " + linear->second
                         : std::string()) +
@@ -346,6 +367,17 @@ const torch::Tensor& file_weight(const NamedTensors& file, const std::string& pa
     s << "--weights " << settings.weights << ": " << key << " has shape " << weight->sizes()
       << ", expected [out_features, in_features]";
     throw LoadError(s.str());
+  }
+  // A Linear of no inputs or outputs computes nothing a chain could follow (and has no
+  // initialisation to build the model from); the exporter refuses it with the same words.
+  for (const int64_t dim : {int64_t{0}, int64_t{1}}) {
+    if (weight->size(dim) == 0) {
+      std::ostringstream s;
+      s << "--weights " << settings.weights << ": " << key << " has shape " << weight->sizes()
+        << ": a Linear of 0 " << (dim == 0 ? "output" : "input")
+        << " features; fusedlinear runs Linears of at least 1 of each";
+      throw LoadError(s.str());
+    }
   }
   return *weight;
 }

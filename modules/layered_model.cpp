@@ -301,13 +301,15 @@ std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
     return fusedlinear::mlp_refusal(one);
   }
   const ModelOpArguments a = op_arguments();
-  return fused_model_mlp_refusal(x, a.weights, a.biases, a.params, a.spec, a.precision);
+  return fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision).refusal;
 }
 
 std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
-  if (mlp_refusal(x).empty()) {
-    const bool float32 = x.scalar_type() == torch::kFloat32;
-    return std::string("fused MLP, ") + (float32 ? "ieee, float32 FMAs" : "tensor cores");
+  if (asks_for_mlp() && spec_.layered()) {
+    const ModelOpArguments a = op_arguments();
+    const FusedMlpPlan plan =
+        fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision);
+    if (plan.refusal.empty()) return plan.description;
   }
   std::string text;
   std::string last;

@@ -310,6 +310,13 @@ TEST(ChainSpecs, RefusedByTheInterpreter) {
   for (int i = 0; i < act::kMaxProgramOps; ++i) many += ",relu";
   EXPECT_NE(message_of<ChainSpecError>([&] { program_of(parse_chain(many)); }).find("at most 16"),
             std::string::npos);
+  // However long the chain, the message shows its start, as a parse error shows the spec.
+  for (int i = 0; i < 2000; ++i) many += ",relu";
+  const std::string long_message =
+      message_of<ChainSpecError>([&] { program_of(parse_chain(many)); });
+  EXPECT_EQ(long_message,
+            "chain 'relu,relu,relu,relu,relu,relu,relu,relu,...': 2017 ops; a run-time chain "
+            "takes at most 16");
   EXPECT_NE(message_of<ChainSpecError>([&] {
               program_of(parse_chain("add(a),add(b),add(c),add(d),add(e)"));
             }).find("more than 4 parameter terms"),

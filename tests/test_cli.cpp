@@ -322,6 +322,9 @@ TEST_F(Cli, CommandLineRefusalsAreOneLine) {
       "compare --rtol " + std::string(100, '9') + "x",
       "--rtol: expected a finite number >= 0, got '" + std::string(40, '9') + "...'");
   expect_usage_error("--batch --iters 3", "--batch: expected a value, got the option '--iters'");
+  expect_usage_error("--iters 3 --batch",
+                     "--batch: expected a value, got the end of the command line");
+  expect_usage_error("run --json", "--json: expected a value, got the end of the command line");
   expect_usage_error("--jit yes", "--jit yes: expected on or off");
   expect_usage_error("compare --output " + path("o.pt"),
                      "--output: not used by compare (only by run)");
@@ -662,6 +665,59 @@ TEST_F(Cli, MetadataOfAnotherVersionIsRefused) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// What the exporter refuses of a model that traces (tests/python/test_fx_chain.py,
+// test_what_run_refuses_is_refused_first), run refuses of its file in the same words; and
+// metadata that names no model (an empty chain, a Linear's path with an empty part) is refused
+// in one line, not run or passed to libtorch.
+TEST_F(Cli, ExporterRefusalsAreRunsOwn) {
+  write_tensor(torch::rand({2, 8}), path("x.pt"));
+  const std::string io = " --input " + path("x.pt") + " --output " + path("o.pt");
+  const auto refused = [&](const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                           const std::map<std::string, std::string>& metadata,
+                           const std::string& reason) {
+    write_safetensors(path("w.safetensors"), tensors, metadata);
+    expect_usage_error("run --device cpu --weights " + path("w.safetensors") + io, reason);
+  };
+  refused({{"0.weight", torch::rand({4, 0})}, {"0.bias", torch::rand({4})}},
+          chain_metadata("gelu", "0"),
+          "0.weight has shape [4, 0]: a Linear of 0 input features; fusedlinear runs Linears "
+          "of at least 1 of each");
+  refused({{"fc1.weight", torch::rand({0, 8})},
+           {"fc1.bias", torch::rand({0})},
+           {"fc2.weight", torch::rand({3, 0})},
+           {"fc2.bias", torch::rand({3})}},
+          chain_metadata("fc1:gelu|fc2", ""),
+          "fc1.weight has shape [0, 8]: a Linear of 0 output features");
+  refused({{"fc1.weight", torch::rand({16, 8})},
+           {"fc1.bias", torch::rand({16})},
+           {"fc2.weight", torch::rand({4, 12})},
+           {"fc2.bias", torch::rand({4})}},
+          chain_metadata("fc1:gelu|fc2", ""),
+          "fc2.weight takes 12 inputs, but the layer before (fc1) gives 16");
+  refused({{"fc1.weight", torch::rand({16, 8})},
+           {"gate.weight", torch::rand({16, 6})},
+           {"fc2.weight", torch::rand({4, 16})}},
+          chain_metadata("fc1:gelu*gate|fc2", ""),
+          "fc1.weight is [16, 8] and its gate's gate.weight is [16, 6]: a gated pair's Linears "
+          "take the same shape");
+  refused({{"fc.weight", torch::rand({4, 8})},
+           {"fc.bias", torch::rand({4})},
+           {"steps", torch::rand({})}},
+          chain_metadata("tanh"), "unexpected key(s) steps; the model expects fc.weight, fc.bias");
+
+  const std::vector<std::pair<std::string, torch::Tensor>> linear = {
+      {"fc.weight", torch::rand({4, 8})}, {"fc.bias", torch::rand({4})}};
+  refused(linear, chain_metadata(""),
+          "--weights " + path("w.safetensors") + "'s chain '': expected an op");
+  refused(linear, chain_metadata(" \t"), "'s chain ' \\t': expected an op");
+  for (const std::string bad : {"", "fc.", "a..b", ".fc", "fc[0]"}) {
+    refused(linear, chain_metadata("tanh", bad),
+            "its fusedlinear metadata names the Linear '" + bad +
+                "', not an attribute path ([A-Za-z0-9_.], e.g. fc or block.0)");
+  }
+  EXPECT_FALSE(file_exists(path("o.pt")));
+}
+
 // Input values beyond the run's dtype are refused, as weights' are, not made infinite.
 TEST_F(Cli, InputBeyondTheRunsDtypeIsRefused) {
   torch::Tensor x = read_tensor(kFixtures + "mish_mish_input.pt").to(torch::kFloat64);
@@ -717,8 +773,14 @@ TEST_F(Cli, MessagesPointToWhatResolvesTheCase) {
                     chain_metadata("tanh,hardtanh(-1,1)"));
   expect_usage_error(
       "run --device cpu --weights " + path("tanh.safetensors") + io + " --chain relu",
-      "--chain relu: --weights " + path("tanh.safetensors") +
+      "--chain 'relu': --weights " + path("tanh.safetensors") +
           " carries the chain 'tanh,hardtanh(-1,1)'; leave out --chain to run it");
+  // A --chain of several lines is shown in the message's one line, escaped.
+  expect_usage_error("run --device cpu --weights " + path("tanh.safetensors") + io +
+                         " --chain \"$(printf 'relu\\nx')\"",
+                     "--chain 'relu\\nx': --weights " + path("tanh.safetensors") +
+                         " carries the chain 'tanh,hardtanh(-1,1)'; leave out --chain to run it");
+
   r = run("run --device cpu --weights " + path("tanh.safetensors") + io +
           " --chain 'tanh, hardtanh(min_val=-1, max_val=1)'");
   EXPECT_EQ(r.exit_code, 0) << r.err;

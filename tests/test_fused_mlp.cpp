@@ -1,15 +1,18 @@
-// The fused-MLP kernel (GemmKernel::kMlp, kernels/cuda/mlp/): its plan's refusals and, on the CPU,
-// the per-layer path it falls back to; on a GPU, its results against float64 and against the
-// per-layer path, bitwise where every sum is exact, run to run and from a CUDA graph.
+// The fused-MLP kernel (GemmKernel::kMlp, kernels/cuda/mlp/): its plan's refusals and forms and, on
+// the CPU, the per-layer path it falls back to; on a GPU, its results in both forms (a block a
+// tile, a cluster a tile) against float64 and against the per-layer path, bitwise where every sum
+// is exact, run to run and from a CUDA graph.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "kernels/ops/gemm_plan.h"
+#include "kernels/ops/linear_forward.h"
 #include "modules/layered_model.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -52,7 +55,9 @@ TEST(FusedMlpPlan, RefusesWhatDoesNotFitWithItsReason) {
             }),
             "the model has 9 layers; it takes at most 8");
   EXPECT_EQ(refusal([](MlpQuery& q) { q.precision = Precision::kBf16x3; }),
-            "it forms float32 products of float32 models (ieee), not bf16x3's");
+            "it forms float32 products of float32 models (ieee), and bf16 and bf16x3 products "
+            "only of models at most 128 wide (bf16x3: 64) whose weights fit a block's shared "
+            "memory; not bf16x3's here");
   EXPECT_EQ(refusal([](MlpQuery& q) {
               q.float32_model = false;
               q.device = GemmDevice{true, 7, 5};
@@ -84,6 +89,86 @@ TEST(FusedMlpPlan, ItsNameParsesAndALinearOnItsOwnRunsAsAuto) {
     EXPECT_NE(plan.reason.find("the fused MLP kernel was asked for"), std::string::npos)
         << plan.reason;
   }
+}
+
+TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
+  const GemmDevice h200{true, 9, 0, 132, 232448};
+  const auto form = [](MlpQuery query, GemmDevice device, int64_t rows, bool float32 = true) {
+    query.device = device;
+    query.rows = rows;
+    query.float32_model = float32;
+    return mlp_form(query);
+  };
+  using cuda::MlpForm;
+  MlpQuery policy = fitting_query();  // 64 -> 256 -> 256 -> 256 -> 8
+  // Few rows on sm_90: clusters while 8 blocks for each tile of 8 rows fit one wave (16 tiles, 128
+  // blocks of 132); then a block a tile, as on older GPUs.
+  for (const int64_t rows : {1, 9, 128}) EXPECT_EQ(form(policy, h200, rows), MlpForm::kClusters);
+  EXPECT_EQ(form(policy, h200, 129), MlpForm::kTiles);
+  EXPECT_EQ(form(policy, h200, 0), MlpForm::kTiles);
+  EXPECT_EQ(form(policy, GemmDevice{true, 8, 0, 108, 166912}, 1), MlpForm::kTiles);
+  // 16-bit models at most 128 wide whose weights fit a block's shared memory: resident past the
+  // cluster form's rows.
+  MlpQuery field = fitting_query();
+  field.widths = {32, 64, 64, 64, 64, 16};
+  field.compiled_chains.assign(5, false);
+  field.gated.assign(5, false);
+  EXPECT_EQ(form(field, h200, 1 << 21, false), MlpForm::kResident);
+  EXPECT_EQ(form(field, h200, 1, false), MlpForm::kClusters);
+  EXPECT_EQ(form(field, GemmDevice{true, 8, 0, 108, 166912}, 1, false), MlpForm::kResident);
+  EXPECT_EQ(form(field, h200, 1 << 21, true), MlpForm::kTiles);    // float32: no resident form
+  EXPECT_EQ(form(policy, h200, 1 << 21, false), MlpForm::kTiles);  // wider than 128
+  MlpQuery field_128 = field;
+  field_128.widths = {32, 128, 128, 128, 128, 16};
+  EXPECT_EQ(form(field_128, h200, 1 << 21, false), MlpForm::kResident);
+  EXPECT_EQ(form(field, GemmDevice{true, 8, 6, 84, 4096}, 1 << 21, false), MlpForm::kTiles);
+  // Its shared memory: each layer's rows and k padded to 16, 8 elements past each row, 2 bytes.
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false, 1), 64 * 40 * 2);
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(50, 10, true, 1), 2 * 16 * 72 * 2);
+
+  // float32 models in bf16 and bf16x3: the resident form's products (their W split in shared
+  // memory: bf16x3 holds two parts), or float32's in the cluster form at few rows; elsewhere, and
+  // in bf16x6 and tf32, the model runs layer by layer.
+  MlpQuery split = field;
+  split.device = h200;
+  split.rows = 1 << 21;
+  for (const Precision precision : {Precision::kBf16, Precision::kBf16x3}) {
+    split.precision = precision;
+    EXPECT_EQ(mlp_form(split), MlpForm::kResident);
+    EXPECT_EQ(mlp_refusal(split), "");
+  }
+  EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false, 2), 2 * 64 * 40 * 2);
+  EXPECT_EQ(mlp_description(split),
+            "fused MLP, bf16x3, tensor cores, weights resident in shared memory");
+  split.rows = 1;
+  EXPECT_EQ(mlp_refusal(split), "");
+  EXPECT_EQ(mlp_description(split),
+            "fused MLP, ieee, float32 FMAs (bf16x3 runs ieee's kernel at few rows), clusters of 8 "
+            "blocks a tile");
+  split.rows = 1 << 21;
+  for (const Precision precision : {Precision::kBf16x6, Precision::kTf32}) {
+    split.precision = precision;
+    EXPECT_NE(mlp_refusal(split), "");
+  }
+  // 128 wide: bf16 (one part) resident, bf16x3 (two) refused.
+  split.widths = field_128.widths;
+  split.precision = Precision::kBf16;
+  EXPECT_EQ(mlp_form(split), MlpForm::kResident);
+  split.precision = Precision::kBf16x3;
+  EXPECT_NE(mlp_refusal(split), "");
+  split.widths = policy.widths;
+  EXPECT_NE(mlp_refusal(split), "");  // wider than 128
+
+  policy.device = field.device = h200;
+  policy.rows = 1;
+  EXPECT_EQ(mlp_description(policy), "fused MLP, ieee, float32 FMAs, clusters of 8 blocks a tile");
+  policy.rows = 1024;
+  EXPECT_EQ(mlp_description(policy), "fused MLP, ieee, float32 FMAs");
+  field.float32_model = false;
+  field.rows = 1 << 21;
+  EXPECT_EQ(mlp_description(field), "fused MLP, tensor cores, weights resident in shared memory");
+  field.rows = 1;
+  EXPECT_EQ(mlp_description(field), "fused MLP, float32 FMAs, clusters of 8 blocks a tile");
 }
 
 // A model of every kind of layer the kernel takes: a chunked Linear's halves, a gated pair with a
@@ -143,8 +228,9 @@ double scaled_difference(const torch::Tensor& a, const torch::Tensor& b) {
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kFloat16, torch::kBFloat16};
 
-// Each width, a chain of each activation family, every dtype, batches 1, 255 and 257: within the
-// dtype's bound of float64 and of the per-layer path.
+// Each width, a chain of each activation family, every dtype, batches 1, 2 and 9 (the cluster form
+// on sm_90, its tiles of one and of eight rows, a partial tile), 255 and 257: within the dtype's
+// bound of float64 and of the per-layer path.
 TEST(FusedMlpCuda, MatchesFloat64AndThePerLayerPath) {
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
   torch::NoGradGuard no_grad;
@@ -160,7 +246,7 @@ TEST(FusedMlpCuda, MatchesFloat64AndThePerLayerPath) {
       const std::string spec = "fc1:" + chain + "|fc2:add(shift)," + chain + "|fc3";
       SCOPED_TRACE(spec + " width " + std::to_string(width) + " " + c10::toString(dtype));
       const ModelPair pair = model_pair(spec, {width, width, width, 8}, dtype, ++seed);
-      for (const int64_t batch : {1, 255, 257}) {
+      for (const int64_t batch : {1, 2, 9, 255, 257}) {
         const torch::Tensor x =
             torch::randn({batch, width}, at::detail::createCPUGenerator(seed + 100))
                 .to(torch::kCUDA, dtype);
@@ -180,7 +266,7 @@ TEST(FusedMlpCuda, GatedChunkedAndResidualLayersMatchFloat64) {
   torch::NoGradGuard no_grad;
   uint64_t seed = 50;
   for (const torch::ScalarType dtype : kDtypes) {
-    for (const int64_t batch : {1, 257}) {
+    for (const int64_t batch : {1, 9, 257}) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + " batch " + std::to_string(batch));
       const ModelPair pair = model_pair(kEveryLayerSpec, {48, 200, 40, 256, 48}, dtype, ++seed);
       const torch::Tensor x =
@@ -234,25 +320,28 @@ TEST(FusedMlpCuda, GivesThePerLayerBitsWhereEverySumIsExact) {
       {"x+(fc1:hardtanh(-1,1)|fc2)", "fc1", {{"fc2", false}}},
   };
   uint64_t seed = 70;
+  // Hidden layers 200 wide and less, and (16-bit models: the resident form past a few rows) 64.
   for (const auto& [spec, first, biases] : cases) {
-    const int64_t in = 48;
-    const size_t layers = layered_model(spec).layers.size();
-    std::vector<int64_t> widths = {in};
-    for (size_t i = 0; i < layers; ++i) widths.push_back(i + 1 == layers ? in : 200 - 8 * i);
-    for (const torch::ScalarType dtype : kDtypes) {
-      SCOPED_TRACE(spec + " " + c10::toString(dtype));
-      const ModelPair pair = model_pair(spec, widths, dtype, ++seed, GemmKernel::kCublas, biases);
-      make_sums_exact(*pair.fused, first);
-      make_sums_exact(*pair.per_layer, first);
-      for (const int64_t batch : {1, 257}) {
-        const torch::Tensor x =
-            torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
-                .to(torch::kCUDA, dtype);
-        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
-        const torch::Tensor fused = pair.fused->forward(x);
-        const torch::Tensor per_layer = pair.per_layer->forward(x);
-        EXPECT_TRUE(torch::equal(fused, per_layer))
-            << "batch " << batch << ": " << (fused - per_layer).abs().max().item<double>();
+    for (const int64_t hidden : {200, 64}) {
+      const int64_t in = 48;
+      const size_t layers = layered_model(spec).layers.size();
+      std::vector<int64_t> widths = {in};
+      for (size_t i = 0; i < layers; ++i) widths.push_back(i + 1 == layers ? in : hidden - 8 * i);
+      for (const torch::ScalarType dtype : kDtypes) {
+        SCOPED_TRACE(spec + " " + c10::toString(dtype) + " hidden " + std::to_string(hidden));
+        const ModelPair pair = model_pair(spec, widths, dtype, ++seed, GemmKernel::kCublas, biases);
+        make_sums_exact(*pair.fused, first);
+        make_sums_exact(*pair.per_layer, first);
+        for (const int64_t batch : {1, 9, 257}) {
+          const torch::Tensor x =
+              torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
+                  .to(torch::kCUDA, dtype);
+          ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+          const torch::Tensor fused = pair.fused->forward(x);
+          const torch::Tensor per_layer = pair.per_layer->forward(x);
+          EXPECT_TRUE(torch::equal(fused, per_layer))
+              << "batch " << batch << ": " << (fused - per_layer).abs().max().item<double>();
+        }
       }
     }
   }
@@ -278,6 +367,108 @@ TEST(FusedMlpCuda, ManyRowsRepeatableAndCapturedInACudaGraph) {
         testing_support::replayed_from_cuda_graph([&] { return pair.fused->forward(x); });
     EXPECT_TRUE(torch::equal(replayed, fused));
 #endif
+  }
+}
+
+// The last rows the cluster form takes on this GPU and the first it leaves to a block a tile: each
+// form as the report says, within float64's bound, repeatable to the bit.
+TEST(FusedMlpCuda, EachFormAtTheBoundaryBetweenThem) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  MlpQuery query = fitting_query();
+  query.device = gemm_device_of(torch::zeros({1, 8}, torch::kCUDA));
+  const auto clusters = [&](int64_t rows) {
+    query.rows = rows;
+    return mlp_form(query) == cuda::MlpForm::kClusters;
+  };
+  if (!clusters(1)) GTEST_SKIP() << "no cluster form before sm_90";
+  int64_t last = 1;
+  while (clusters(last + 1)) ++last;
+  for (const torch::ScalarType dtype : kDtypes) {
+    const ModelPair pair = model_pair("w1:gelu*w3|fc2:tanh|fc3", {72, 136, 256, 40}, dtype, 97);
+    for (const int64_t batch : {last, last + 1}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " batch " + std::to_string(batch));
+      const torch::Tensor x =
+          torch::randn({batch, 72}, at::detail::createCPUGenerator(98)).to(torch::kCUDA, dtype);
+      const bool clusters = batch == last;
+      EXPECT_EQ(pair.fused->gemm_description(x).find("clusters of") != std::string::npos, clusters)
+          << pair.fused->gemm_description(x);
+      const torch::Tensor fused = pair.fused->forward(x);
+      EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+      EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
+      EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+    }
+  }
+}
+
+// 16-bit models at most 128 wide past the cluster form's rows: the resident form, with gated,
+// chunked and residual layers and uneven widths, a tail tile, against float64 and the per-layer
+// path, repeatable to the bit.
+TEST(FusedMlpCuda, ResidentFormMatchesFloat64) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  for (const torch::ScalarType dtype : {torch::kFloat16, torch::kBFloat16}) {
+    uint64_t seed = 110;
+    for (const auto& [spec, widths] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"fc1:relu|fc2:relu|fc3:relu|fc4:relu|fc5", {32, 64, 64, 64, 64, 16}},
+             {kEveryLayerSpec, {48, 40, 56, 64, 48}},
+             {"fc1:gelu|fc2:softplus|fc3", {3, 17, 33, 5}},
+             {"w1:silu*w3|fc2:relu|fc3", {72, 128, 100, 24}}}) {
+      const ModelPair pair = model_pair(spec, widths, dtype, ++seed);
+      for (const int64_t batch : {int64_t(1000), int64_t(1 << 16) + 5}) {
+        SCOPED_TRACE(spec + " " + c10::toString(dtype) + " batch " + std::to_string(batch));
+        const torch::Tensor x =
+            torch::randn({batch, widths[0]}, at::detail::createCPUGenerator(seed))
+                .to(torch::kCUDA, dtype);
+        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+        EXPECT_NE(pair.fused->gemm_description(x).find("resident"), std::string::npos)
+            << pair.fused->gemm_description(x);
+        const torch::Tensor fused = pair.fused->forward(x);
+        EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+        EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
+        EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
+      }
+    }
+  }
+}
+
+// float32 models in bf16 and bf16x3, resident (their W split in shared memory, the activations
+// split in registers): within the mode's bound of float64 and of the per-layer path in the same
+// mode; eager's inf and NaN where x holds them, as the per-layer path gives them.
+TEST(FusedMlpCuda, ResidentFormSplitsFloat32ModelsAsTheModeSays) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> widths = {32, 64, 64, 64, 16};
+  for (const Precision precision : {Precision::kBf16x3, Precision::kBf16}) {
+    for (const std::string spec : {"fc1:relu|fc2:relu|fc3:tanh|fc4", "w1:silu*w3|fc2:gelu|fc3"}) {
+      const std::vector<int64_t> model_widths =
+          spec[0] == 'w' ? std::vector<int64_t>{32, 64, 48, 16} : widths;
+      SCOPED_TRACE(spec + " " + precision_name(precision));
+      const ModelPair pair = model_pair(spec, model_widths, torch::kFloat32, 120);
+      pair.fused->set_precision(precision);
+      pair.per_layer->set_precision(precision);
+      torch::Tensor x = torch::randn({5000, model_widths[0]}, at::detail::createCPUGenerator(121))
+                            .to(torch::kCUDA);
+      ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+      EXPECT_NE(pair.fused->gemm_description(x).find(std::string(precision_name(precision)) +
+                                                     ", tensor cores, weights resident"),
+                std::string::npos)
+          << pair.fused->gemm_description(x);
+      const double bound = precision == Precision::kBf16x3 ? 2e-5 : 2e-2;
+      const torch::Tensor fused = pair.fused->forward(x);
+      EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+      EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), bound);
+      EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), bound);
+      x[0][0] = std::numeric_limits<float>::infinity();
+      x[1][3] = -std::numeric_limits<float>::infinity();
+      x[2][5] = std::numeric_limits<float>::quiet_NaN();
+      const torch::Tensor with_inf = pair.fused->forward(x);
+      const torch::Tensor per_layer = pair.per_layer->forward(x);
+      EXPECT_TRUE(torch::equal(torch::isnan(with_inf), torch::isnan(per_layer)));
+      EXPECT_TRUE(torch::equal(torch::isinf(with_inf), torch::isinf(per_layer)));
+      const float inf = std::numeric_limits<float>::infinity();
+      EXPECT_TRUE(torch::equal(with_inf.eq(inf), per_layer.eq(inf)));
+    }
   }
 }
 

@@ -133,6 +133,10 @@ class Parser {
       if (is_letter(c)) {
         while (end < spec_.size() && is_word_char(spec_[end])) ++end;
         token.text = spec_.substr(at, end - at);
+        // A key's parts between dots are a state dict's names, never empty.
+        if (token.text.back() == '.' || token.text.find("..") != std::string::npos) {
+          fail(at, shown_token(token.text) + " is no identifier: a part between dots is empty");
+        }
         // inf is a number, never a key.
         token.kind = token.text == "inf" ? Token::kNumber : Token::kWord;
       } else if (is_digit(c) || c == '.' || c == '+' || c == '-') {
@@ -345,6 +349,8 @@ std::string spec_excerpt(const std::string& text, size_t at) {
          (end < text.size() ? "..." : "") + "'";
 }
 
+std::string spec_quoted(const std::string& text) { return "'" + escaped(text) + "'"; }
+
 const std::vector<OpInfo>& vocabulary() {
   static const std::vector<OpInfo> ops = {
 #define FUSEDLINEAR_OP_INFO(F) op_info_of<act::F>(),
@@ -442,7 +448,8 @@ act::Program program_of(const ParsedChain& chain) {
   for (const ChainOp& op : chain.ops) {
     const act::AppendError error = act::append_op(program, op.op->code, op.args, op.op->takes_param,
                                                   previous && previous->output_in_unit_interval);
-    const std::string what = "chain '" + chain.to_string() + "': ";
+    // Excerpted as a parse error's spec is: a chain past the limits may be any length.
+    const std::string what = "chain " + spec_excerpt(chain.to_string(), 0) + ": ";
     switch (error) {
       case act::AppendError::kNone:
         break;

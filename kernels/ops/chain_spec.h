@@ -84,6 +84,9 @@ bool is_spec_number(const std::string& text);
 // `text` for a one-line message: its bytes within 40 of byte `at`, "..." where it is cut, in single
 // quotes, with backslash, control bytes and bytes outside ASCII escaped ("\\", "\n", "\x00").
 std::string spec_excerpt(const std::string& text, size_t at);
+// `text` whole, in single quotes and escaped as spec_excerpt escapes it: for a message that names
+// a spec to compare with another, where a cut one would not do.
+std::string spec_quoted(const std::string& text);
 
 // The op list the interpreter runs for `chain`, with chain.h's rewrites (GELU after an op whose
 // results lie in [-1, 1] as GeluOnUnitInterval) and without the clamps that cannot change a value

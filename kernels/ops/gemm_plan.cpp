@@ -74,22 +74,18 @@ std::string mlp_refusal(const MlpQuery& query) {
            std::to_string(query.device.compute_major) + "." +
            std::to_string(query.device.compute_minor);
   }
-  if (query.precision != Precision::kIeee) {
-    return std::string("it forms float32 products of float32 models (ieee), not ") +
-           precision_name(query.precision) + "'s";
-  }
   const int64_t layers = int64_t(query.widths.size()) - 1;
   if (layers < 2) return "it runs layered models whole; a Linear on its own runs as auto plans it";
-  if (layers > kMlpMaxLayers) {
+  if (layers > cuda::kMaxMlpLayers) {
     return "the model has " + std::to_string(layers) + " layers; it takes at most " +
-           std::to_string(kMlpMaxLayers);
+           std::to_string(cuda::kMaxMlpLayers);
   }
   for (size_t i = 0; i < query.widths.size(); ++i) {
     const int64_t width = query.widths[i];
-    if (width >= 1 && width <= kMlpMaxWidth) continue;
+    if (width >= 1 && width <= cuda::kMaxMlpWidth) continue;
     const std::string what = i == 0 ? "the input" : "layer " + std::to_string(i) + "'s output";
     return what + " is " + std::to_string(width) + " wide; it takes 1 to " +
-           std::to_string(kMlpMaxWidth);
+           std::to_string(cuda::kMaxMlpWidth);
   }
   for (size_t i = 0; i < query.compiled_chains.size(); ++i) {
     if (query.compiled_chains[i]) {
@@ -98,7 +94,64 @@ std::string mlp_refusal(const MlpQuery& query) {
              "interpreter)";
     }
   }
+  // bf16 and bf16x3: the resident form's products, or float32's (ieee) in the cluster form.
+  const bool split_taken = query.float32_model && (query.precision == Precision::kBf16 ||
+                                                   query.precision == Precision::kBf16x3);
+  if (query.precision != Precision::kIeee &&
+      !(split_taken && mlp_form(query) != cuda::MlpForm::kTiles)) {
+    return std::string(
+               "it forms float32 products of float32 models (ieee), and bf16 and bf16x3 "
+               "products only of models at most ") +
+           std::to_string(cuda::mlp_resident_max_width(1)) +
+           " wide (bf16x3: " + std::to_string(cuda::mlp_resident_max_width(2)) +
+           ") whose weights fit a block's shared memory; not " + precision_name(query.precision) +
+           "'s here";
+  }
   return "";
+}
+
+cuda::MlpForm mlp_form(const MlpQuery& query) {
+  const int64_t tiles = (query.rows + cuda::kMlpClusterTileRows - 1) / cuda::kMlpClusterTileRows;
+  if (query.device.gpu && query.device.compute_major >= 9 && query.rows >= 1 &&
+      tiles * cuda::kMlpClusterBlocks <= query.device.multiprocessors) {
+    return cuda::MlpForm::kClusters;
+  }
+  // The tensor cores' products: a 16-bit model's own, or a float32 model's bf16 and bf16x3.
+  const bool tensor_cores = !query.float32_model || query.precision == Precision::kBf16 ||
+                            query.precision == Precision::kBf16x3;
+  const int parts = cuda::mlp_resident_parts(query.precision);
+  int64_t widest = 0, resident_bytes = 0;
+  for (size_t l = 0; l + 1 < query.widths.size(); ++l) {
+    widest = std::max({widest, query.widths[l], query.widths[l + 1]});
+    const bool gated = l < query.gated.size() && query.gated[l];
+    resident_bytes +=
+        cuda::mlp_resident_layer_bytes(query.widths[l], query.widths[l + 1], gated, parts);
+  }
+  if (tensor_cores && query.device.compute_major >= 8 &&
+      widest <= cuda::mlp_resident_max_width(parts) &&
+      resident_bytes <= query.device.shared_bytes_per_block) {
+    return cuda::MlpForm::kResident;
+  }
+  return cuda::MlpForm::kTiles;
+}
+
+std::string mlp_description(const MlpQuery& query) {
+  const std::string mode = precision_name(query.precision);
+  switch (mlp_form(query)) {
+    case cuda::MlpForm::kClusters:
+      return std::string("fused MLP, ") +
+             (!query.float32_model ? "float32 FMAs"
+              : query.precision == Precision::kIeee
+                  ? "ieee, float32 FMAs"
+                  : "ieee, float32 FMAs (" + mode + " runs ieee's kernel at few rows)") +
+             ", clusters of " + std::to_string(cuda::kMlpClusterBlocks) + " blocks a tile";
+    case cuda::MlpForm::kResident:
+      return "fused MLP, " + (query.float32_model ? mode + ", " : std::string()) +
+             "tensor cores, weights resident in shared memory";
+    case cuda::MlpForm::kTiles:
+      break;
+  }
+  return std::string("fused MLP, ") + (query.float32_model ? "ieee, float32 FMAs" : "tensor cores");
 }
 
 GemmPlan plan_gemm(const GemmQuery& query) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/mlp/mlp_call.h"
 #include "kernels/math/precision.h"
 
 namespace fusedlinear {
@@ -75,6 +76,8 @@ enum class ChainKernelKind { kDeclaration, kCompiledAtRunTime, kInterpreter };
 struct GemmDevice {
   bool gpu = false;
   int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+  int64_t shared_bytes_per_block = 0;  // the most a block may ask for
 };
 
 // What auto runs on one architecture, as measured: the most rows at which each mode's small-batch
@@ -144,11 +147,19 @@ struct MlpQuery {
   // Whether each layer's chain is a declaration's compiled chain (the kernel runs the
   // interpreter's op lists).
   std::vector<bool> compiled_chains;
+  std::vector<bool> gated;  // whether each layer forms a gate's product too
+  int64_t rows = 0;         // x's rows
 };
 
-// The limits of the fused-MLP kernel (kernels/cuda/mlp/fused_mlp.h says why).
-constexpr int64_t kMlpMaxWidth = 256;
-constexpr int64_t kMlpMaxLayers = 8;
+// How the fused-MLP kernel runs a model it takes (kernels/cuda/mlp/mlp_call.h: MlpForm):
+// clusters on sm_90 and newer while a cluster for each tile fits one wave of the multiprocessors
+// (each block reads a slice of every W, where a block a tile reads all of it alone, and few rows
+// wait on that read); past that, models on the tensor cores (16-bit models; float32 models in bf16
+// or bf16x3) at most mlp_resident_max_width wide whose weights fit a block's shared memory
+// resident; else a block a tile.
+cuda::MlpForm mlp_form(const MlpQuery& query);
+// What the form runs, for reports: "fused MLP, tensor cores, weights resident in shared memory".
+std::string mlp_description(const MlpQuery& query);
 
 // Why the fused-MLP kernel cannot run `query`'s model ("layer 2 is 512 wide; it takes at most
 // 256"); empty where it can.

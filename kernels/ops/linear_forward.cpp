@@ -32,6 +32,8 @@ GemmDevice gemm_device_of(const torch::Tensor& x) {
     device.gpu = true;
     device.compute_major = props->major;
     device.compute_minor = props->minor;
+    device.multiprocessors = props->multiProcessorCount;
+    device.shared_bytes_per_block = int64_t(props->sharedMemPerBlockOptin);
   }
 #else
   (void)x;

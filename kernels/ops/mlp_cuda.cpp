@@ -11,7 +11,7 @@
 namespace fusedlinear {
 
 torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
-                                bool residual) {
+                                bool residual, cuda::MlpForm form, Precision precision) {
   using detail::text;
   constexpr const char* kOp = "fusedlinear::model (the fused MLP kernel)";
   TORCH_CHECK(!layers.empty() && layers.size() <= size_t(cuda::kMaxMlpLayers),
@@ -24,6 +24,8 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   call.rows = x_rows.size(0);
   call.layers = int(layers.size());
   call.residual = residual;
+  call.form = form;
+  call.precision = precision;
   // What the call points to, alive until the launch has been issued (on the stream: libtorch's
   // allocator keeps their memory for it).
   std::vector<torch::Tensor> kept;
@@ -75,7 +77,8 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   TORCH_CHECK(err != cudaErrorNotSupported,
               text(kOp, ": the kernel does not take this model (layers 1 to ", cuda::kMaxMlpWidth,
                    " wide, at most ", cuda::kMaxMlpLayers,
-                   " of them, 16-bit models on compute capability 8.0 or newer)"));
+                   " of them, 16-bit models on compute capability 8.0 or newer, in the form the "
+                   "plan chose)"));
   TORCH_CHECK(err == cudaSuccess,
               text(kOp, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
   return out.view(detail::linear_output_shape(x.sizes(), out_features));

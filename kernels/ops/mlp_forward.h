@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "kernels/cuda/mlp/mlp_call.h"
 #include "kernels/math/program.h"
 
 namespace fusedlinear {
@@ -22,10 +23,11 @@ struct MlpLayerTensors {
   std::vector<torch::Tensor> params;      // the chain's parameters, in its slot order
 };
 
-// The whole forward of `layers` on CUDA x [..., in] in one launch, x added to the output where
-// `residual`: what the whole-model op computes layer by layer, up to the order of each sum
-// (fused_mlp.cuh). The model must be one mlp_refusal (gemm_plan.h) accepts.
+// The whole forward of `layers` on CUDA x [..., in] in one launch of the kernel's `form`
+// (gemm_plan.h: mlp_form) with `precision`'s products, x added to the output where `residual`:
+// what the whole-model op computes layer by layer, up to the order of each sum (fused_mlp.cuh).
+// The model must be one mlp_refusal (gemm_plan.h) accepts.
 torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
-                                bool residual);
+                                bool residual, cuda::MlpForm form, Precision precision);
 
 }  // namespace fusedlinear

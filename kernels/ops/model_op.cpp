@@ -207,27 +207,31 @@ MlpQuery mlp_query_of(const ModelLayout& layout, const torch::Tensor& x, at::Ten
   query.precision = precision;
   query.float32_model = x.scalar_type() == torch::kFloat32;
   query.device = gemm_device_of(x);
+  query.rows = rows_of(x);
   query.widths.push_back(x.size(-1));
   for (const ModelLayout::Layer& layer : layout.layers) {
     const int64_t out = weights[layer.linear * parts].size(0);
     query.widths.push_back(layer.half >= 0 ? out / 2 : out);
     query.compiled_chains.push_back(layer.compiled);
+    query.gated.push_back(layer.gated || layer.half >= 0);
   }
   return query;
 }
 
-// The whole model in one launch of the fused-MLP kernel (a model mlp_refusal accepts; ieee, so
-// each Linear is its W alone).
+// The whole model in one launch of the fused-MLP kernel (a model mlp_refusal accepts, in the
+// query's form and mode). Each Linear is its W: the kernel splits a float32 W itself, in shared
+// memory, so W's parts that follow it in `weights` are not read.
 torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
                            at::TensorList weights, const OptionalBiases& biases,
-                           at::TensorList params) {
+                           at::TensorList params, const MlpQuery& query) {
+  const size_t parts = 1 + size_t(split_weight_parts(query.precision));
   std::vector<MlpLayerTensors> layers;
   for (const ModelLayout::Layer& one : layout.layers) {
     MlpLayerTensors layer;
-    layer.weight = weights[one.linear];
+    layer.weight = weights[one.linear * parts];
     layer.bias = biases.get(one.linear);
     if (one.gated && one.half < 0) {
-      layer.gate_weight = weights[one.gate];
+      layer.gate_weight = weights[one.gate * parts];
       layer.gate_bias = biases.get(one.gate);
     }
     layer.half = one.half;
@@ -237,7 +241,7 @@ torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
     layers.push_back(layer);
   }
 #ifdef FUSEDLINEAR_WITH_CUDA
-  return fused_mlp_forward(x, layers, layout.residual);
+  return fused_mlp_forward(x, layers, layout.residual, mlp_form(query), query.precision);
 #else
   TORCH_CHECK(false, detail::text(kModel, ": this build has no CUDA kernels"));
   return torch::Tensor();
@@ -253,9 +257,11 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
   const Precision precision = precision_for(precision_name_given);
   const GemmKernel kernel = gemm_for(gemm);
   check_model(layout, x, weights, biases, params, precision);
-  if (kernel == GemmKernel::kMlp &&
-      mlp_refusal(mlp_query_of(layout, x, weights, precision)).empty()) {
-    return fused_mlp_of(layout, x, weights, biases, params);
+  if (kernel == GemmKernel::kMlp) {
+    const MlpQuery query = mlp_query_of(layout, x, weights, precision);
+    if (mlp_refusal(query).empty()) {
+      return fused_mlp_of(layout, x, weights, biases, params, query);
+    }
   }
   const size_t parts = 1 + size_t(split_weight_parts(precision));
   const auto weights_of = [&](size_t i) {
@@ -360,16 +366,19 @@ torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tenso
                  precision_name(precision), gemm_kernel_name(gemm));
 }
 
-std::string fused_model_mlp_refusal(const torch::Tensor& x,
-                                    const std::vector<torch::Tensor>& weights,
-                                    const std::vector<c10::optional<torch::Tensor>>& biases,
-                                    const std::vector<torch::Tensor>& params,
-                                    const std::string& spec, Precision precision) {
+FusedMlpPlan fused_model_mlp_plan(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                  const std::vector<c10::optional<torch::Tensor>>& biases,
+                                  const std::vector<torch::Tensor>& params, const std::string& spec,
+                                  Precision precision) {
   const ModelLayout& layout = layout_for(spec);
   OptionalBiases listed_biases;
   for (const auto& bias : biases) listed_biases.push_back(bias);
   check_model(layout, x, weights, listed_biases, params, precision);
-  return mlp_refusal(mlp_query_of(layout, x, weights, precision));
+  const MlpQuery query = mlp_query_of(layout, x, weights, precision);
+  FusedMlpPlan plan;
+  plan.refusal = mlp_refusal(query);
+  if (plan.refusal.empty()) plan.description = mlp_description(query);
+  return plan;
 }
 
 }  // namespace fusedlinear

@@ -102,13 +102,7 @@ class ModelParser {
       end = open;
     }
     ref.path = t.substr(0, end);
-    bool valid = !ref.path.empty() && ref.path.front() != '.' && ref.path.back() != '.';
-    for (size_t i = 0; i < ref.path.size(); ++i) {
-      const char c = ref.path[i];
-      const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
-      valid = valid && (alnum || c == '_' || (c == '.' && ref.path[i + 1] != '.'));
-    }
-    if (!valid) {
+    if (!is_attribute_path(ref.path)) {
       fail(piece.at, std::string("the ") + role + "'s attribute path ([A-Za-z0-9_.], e.g. fc1 or " +
                          "block.0), got " + spec_excerpt(t, 0));
     }
@@ -189,6 +183,16 @@ std::string ParsedModel::description() const {
     text += (text.empty() ? "" : " | ") + one;
   }
   return residual ? "x + (" + text + ")" : text;
+}
+
+bool is_attribute_path(const std::string& path) {
+  bool valid = !path.empty() && path.front() != '.' && path.back() != '.';
+  for (size_t i = 0; i < path.size(); ++i) {
+    const char c = path[i];
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+    valid = valid && (alnum || c == '_' || (c == '.' && path[i + 1] != '.'));
+  }
+  return valid;
 }
 
 bool is_layered_spec(const std::string& spec) {

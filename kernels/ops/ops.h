@@ -98,14 +98,16 @@ torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tenso
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
                           Precision precision, GemmKernel gemm = GemmKernel::kAuto);
-// Why fused_model with GemmKernel::kMlp runs these arguments layer by layer rather than in the
-// fused-MLP kernel (gemm_plan.h: mlp_refusal); empty where the kernel takes them. Checks the
-// arguments as the op does.
-std::string fused_model_mlp_refusal(const torch::Tensor& x,
-                                    const std::vector<torch::Tensor>& weights,
-                                    const std::vector<c10::optional<torch::Tensor>>& biases,
-                                    const std::vector<torch::Tensor>& params,
-                                    const std::string& spec, Precision precision);
+// What fused_model with GemmKernel::kMlp runs for these arguments: why it runs them layer by layer
+// rather than in the fused-MLP kernel (gemm_plan.h: mlp_refusal), empty where the kernel takes
+// them; and then the kernel's form (mlp_description). Checks the arguments as the op does.
+struct FusedMlpPlan {
+  std::string refusal, description;
+};
+FusedMlpPlan fused_model_mlp_plan(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                  const std::vector<c10::optional<torch::Tensor>>& biases,
+                                  const std::vector<torch::Tensor>& params, const std::string& spec,
+                                  Precision precision);
 
 // v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
 // hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,

@@ -59,8 +59,7 @@ def step(what, run):
 
 
 def aoti_available():
-    return hasattr(torch._inductor, "aoti_compile_and_package") and \
-        hasattr(torch._inductor, "aoti_load_package")
+    return hasattr(torch._inductor, "aoti_compile_and_package")
 
 
 def split_ops_in(graph):
@@ -221,7 +220,7 @@ def main():
     if int(torch.__version__.split(".")[0]) < 2:
         print("skipped: torch %s; torch.compile and torch.export need torch 2" % torch.__version__)
         return SKIP
-    importlib.import_module("torch._inductor")  # aoti_compile_and_package, aoti_load_package
+    importlib.import_module("torch._inductor")  # aoti_compile_and_package
     torch.ops.load_library(args.library)
     with tempfile.TemporaryDirectory(prefix="fuse-pt2-") as temporary:
         out = args.out or temporary

@@ -927,6 +927,53 @@ class Refusals(unittest.TestCase):
                 fx.save_with_chain(Probe(lambda s, x: torch.matmul(s.fc(x), s.fc.weight)), path)
             self.assertEqual(os.listdir(folder), [])
 
+    def test_what_run_refuses_is_refused_first(self):
+        """A model that traces but whose file `fusedlinear run` would refuse: refused with run's
+        reason (test_cli's Cli.ExporterRefusalsAreRunsOwn holds run to the same words)."""
+        class Two(nn.Module):
+            def __init__(self, one, two, gate=None):
+                super().__init__()
+                self.fc1, self.fc2, self.gate = one, two, gate
+
+            def forward(self, x):
+                h = F.gelu(self.fc1(x))
+                return self.fc2(h * self.gate(x) if self.gate is not None else h)
+
+        class Unused(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 4)
+                self.register_buffer("steps", torch.tensor(3))
+
+            def forward(self, x):
+                return torch.tanh(self.fc(x))
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's on initialising zero-element tensors
+            cases = [
+                (nn.Sequential(nn.Linear(0, 4), nn.GELU()),
+                 "0.weight has shape [4, 0]: a Linear of 0 input features; fusedlinear runs "
+                 "Linears of at least 1 of each"),
+                (Two(nn.Linear(8, 0), nn.Linear(0, 3)),
+                 "fc1.weight has shape [0, 8]: a Linear of 0 output features"),
+                (Two(nn.Linear(8, 16), nn.Linear(12, 4)),
+                 "fc2.weight takes 12 inputs, but the layer before (fc1) gives 16"),
+                (Two(nn.Linear(8, 16), nn.Linear(16, 4), nn.Linear(6, 16)),
+                 "fc1.weight is [16, 8] and its gate's gate.weight is [16, 6]: a gated pair's "
+                 "Linears take the same shape"),
+                (Unused(), "unexpected key(s) steps; the model expects fc.weight, fc.bias"),
+                (nn.Sequential(nn.Linear(8, 4), nn.Tanh()).double().requires_grad_(False),
+                 "0.bias: cannot convert Double to the model's Float: 2 finite values beyond "
+                 "its range would become infinite"),
+            ]
+        cases[-1][0][0].bias[1:3] = 1e39
+        for model, reason in cases:
+            with self.subTest(reason=reason), tempfile.TemporaryDirectory() as folder:
+                with self.assertRaises(fx.ChainError) as caught:
+                    fx.save_with_chain(model, os.path.join(folder, "w.pt"))
+                self.assertIn(reason, str(caught.exception))
+                self.assertEqual(os.listdir(folder), [])
+
 
 class Limits(unittest.TestCase):
     """What fusedlinear's interpreter takes in one chain, refused here with its reason."""

@@ -149,7 +149,7 @@ VOCABULARY = {
 }
 BINARY = ("add", "sub", "mul", "div")
 GELU_APPROXIMATIONS = ("none", "tanh")
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*\Z")
 NUMBER = re.compile(r"[+-]?(inf|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)\Z")
 
 
@@ -272,6 +272,9 @@ def _tokens(text):
         if _is_letter(c):
             while end < n and _is_word_char(text[end]):
                 end += 1
+            if text[end - 1] == "." or ".." in text[i:end]:
+                raise _spec_error(text, i, "%s is no identifier: a part between dots is empty"
+                                  % _quoted(text[i:end]))
             tokens.append(("number" if text[i:end] == "inf" else "word", text[i:end], i))
         elif c in "0123456789.+-":
             while end < n and (_is_word_char(text[end])
@@ -1156,17 +1159,18 @@ class _Trace:
         spec = ",".join(str(op) for op, _ in layer.ops)
         if len(layer.ops) > MAX_CHAIN_OPS:
             raise ChainError("fx_chain: cannot express the chain of %s (node '%s' is op %d): "
-                             "chain '%s': %d ops; a run-time chain takes at most %d: %s"
+                             "chain %s: %d ops; a run-time chain takes at most %d: %s"
                              % (layer.ref, layer.ops[MAX_CHAIN_OPS][1].name, MAX_CHAIN_OPS + 1,
-                                spec, len(layer.ops), MAX_CHAIN_OPS, WHY))
+                                excerpt(spec, 0)[0], len(layer.ops), MAX_CHAIN_OPS, WHY))
         terms = [node for op, node in layer.ops
                  if op.token in BINARY and isinstance(op.args[0], str)]
         if len(terms) > MAX_PARAMETER_TERMS:
             raise ChainError("fx_chain: cannot express the chain of %s (node '%s' is parameter "
-                             "term %d): chain '%s': more than %d parameter terms (add, sub, mul "
+                             "term %d): chain %s: more than %d parameter terms (add, sub, mul "
                              "or div by a parameter): %s"
                              % (layer.ref, terms[MAX_PARAMETER_TERMS].name,
-                                MAX_PARAMETER_TERMS + 1, spec, MAX_PARAMETER_TERMS, WHY))
+                                MAX_PARAMETER_TERMS + 1, excerpt(spec, 0)[0], MAX_PARAMETER_TERMS,
+                                WHY))
 
     # -- the kinds of node --
 
@@ -1532,11 +1536,60 @@ def save_with_chain(model, path, overwrite=False):
     unless overwrite=True. ChainError (nothing written) when the model cannot be expressed."""
     linear, spec = chain_spec(model)
     state = model.state_dict()
+    _check_runnable(state, linear, spec)
     if str(path).endswith(".safetensors"):
         _save_safetensors(state, str(path), linear, spec, overwrite)
     else:
         _save_torch(state, str(path), linear, spec, overwrite)
     return linear, spec
+
+
+def _check_runnable(state, linear, spec):
+    """ChainError where `fusedlinear run` would refuse the file (app/model_setup.cpp, the
+    loader), in its words: a Linear of no features, widths from layer to layer that do not
+    chain, keys the spec does not use, float64 values beyond float32's range."""
+    model = parse_model_spec(spec) if is_layered_spec(spec) else ModelSpec(
+        [Layer(LinearRef(linear), parse_spec(spec))])
+    widths = []
+    for i, layer in enumerate(model.layers):
+        key = layer.linear.path + ".weight"
+        out, width_in = state[key].shape
+        for size, what in ((out, "output"), (width_in, "input")):
+            if size == 0:
+                raise ChainError("fx_chain: %s has shape %s: a Linear of 0 %s features; "
+                                 "fusedlinear runs Linears of at least 1 of each"
+                                 % (key, list(state[key].shape), what))
+        if layer.gate is not None and layer.gate.path != layer.linear.path:
+            gate = layer.gate.path + ".weight"
+            if state[gate].shape != state[key].shape:
+                raise ChainError("fx_chain: %s is %s and its gate's %s is %s: a gated pair's "
+                                 "Linears take the same shape" % (
+                                     key, list(state[key].shape), gate, list(state[gate].shape)))
+        if i > 0 and width_in != widths[-1]:
+            raise ChainError("fx_chain: %s takes %d inputs, but the layer before (%s) gives %d"
+                             % (key, width_in, model.layers[i - 1].linear.path, widths[-1]))
+        widths.append(out // 2 if layer.linear.half >= 0 else out)
+    used = set()
+    for layer in model.layers:
+        for ref in (layer.linear, layer.gate):
+            if ref is not None:
+                used.update((ref.path + ".weight", ref.path + ".bias"))
+        used.update(arg for op in layer.ops if op.token in BINARY
+                    for arg in op.args if isinstance(arg, str))
+    unexpected = [key for key in state if key not in used]
+    if unexpected:
+        raise ChainError("fx_chain: unexpected key(s) %s; the model expects %s, and fusedlinear "
+                         "refuses others (unless --no-strict): remove them from the model, or "
+                         "save a module of the Linears and their chains alone"
+                         % (", ".join(unexpected), ", ".join(k for k in state if k in used)))
+    for key, tensor in state.items():
+        if tensor.dtype == torch.float64:
+            beyond = int((torch.isfinite(tensor) & (tensor.abs() > torch.finfo(torch.float32).max))
+                         .sum())
+            if beyond:
+                raise ChainError("fx_chain: %s: cannot convert Double to the model's Float: %d "
+                                 "finite values beyond its range would become infinite"
+                                 % (key, beyond))
 
 
 def _save_torch(state, path, linear, spec, overwrite):

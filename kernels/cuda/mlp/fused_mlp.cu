@@ -6,7 +6,9 @@
 #include <mutex>
 #include <set>
 
+#include "kernels/cuda/mlp/cluster_mlp.cuh"
 #include "kernels/cuda/mlp/fused_mlp.cuh"
+#include "kernels/cuda/mlp/resident_mlp.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -26,22 +28,36 @@ cudaError_t check_call(const MlpCall& call) {
   if (call.residual && call.layer[call.layers - 1].out != call.layer[0].in) {
     return cudaErrorNotSupported;
   }
+  // Split products are the resident form's; the cluster form forms float32's (ieee) instead.
+  if (call.precision != Precision::kIeee && call.form == MlpForm::kTiles) {
+    return cudaErrorNotSupported;
+  }
   return cudaSuccess;
 }
 
-// Lets the kernel have more than the default 48 KiB of shared memory (the most any model takes),
-// once per device (before a CUDA graph captures it: the first call).
-template <typename T, class Shape>
-cudaError_t allow_shared_bytes(int device) {
-  constexpr int kMostBytes = mlp::shared_bytes_of<T, Shape>(kMaxMlpWidth);
-  if (kMostBytes <= 48 * 1024) return cudaSuccess;
+// The widest layer's input or output.
+int widest_of(const MlpCall& call) {
+  int width = 0;
+  for (int l = 0; l < call.layers; ++l) {
+    width = std::max({width, call.layer[l].in, call.layer[l].out});
+  }
+  return width;
+}
+
+// Lets kKernel have more than the default 48 KiB of shared memory: `most` (the most any call of it
+// takes), or what a block may have where that is less; once per device (before a CUDA graph
+// captures it: the first call).
+template <auto kKernel>
+cudaError_t allow_shared_bytes(const DeviceLimits& limits, int64_t most) {
+  if (most <= 48 * 1024) return cudaSuccess;
   static std::mutex mutex;
   static std::set<int> allowed;
   const std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.count(device) > 0) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(
-      &mlp::fused_mlp_kernel<T, Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMostBytes);
-  if (err == cudaSuccess) allowed.insert(device);
+  if (allowed.count(limits.device) > 0) return cudaSuccess;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
+  if (err == cudaSuccess) allowed.insert(limits.device);
   return err;
 }
 
@@ -49,20 +65,109 @@ cudaError_t allow_shared_bytes(int device) {
 // blocks share a multiprocessor.
 template <typename T, class Shape>
 cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
-  int width = 0;
-  for (int l = 0; l < call.layers; ++l) {
-    width = std::max({width, call.layer[l].in, call.layer[l].out});
-  }
+  const int width = widest_of(call);
   const int stride = Shape::stride_for(width);
   const int bytes = mlp::shared_bytes_of<T, Shape>(width);
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   const int64_t blocks = ceil_div(call.rows, Shape::kRows);
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_shared_bytes<T, Shape>(limits.device);
+  const cudaError_t err = allow_shared_bytes<&mlp::fused_mlp_kernel<T, Shape>>(
+      limits, mlp::shared_bytes_of<T, Shape>(kMaxMlpWidth));
   if (err != cudaSuccess) return err;
   mlp::fused_mlp_kernel<T, Shape>
       <<<static_cast<unsigned>(blocks), mlp::kThreads, bytes, stream>>>(call, stride);
   return cudaGetLastError();
+}
+
+// A cluster of blocks a tile of Shape::kRows rows (cluster_mlp.cuh).
+template <typename T, class Shape>
+cudaError_t launch_clusters(const MlpCall& call, cudaStream_t stream) {
+  const int width = widest_of(call);
+  const int64_t blocks = ceil_div(call.rows, Shape::kRows) * mlp::kClusterBlocks;
+  if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = mlp::kClusterBlocks;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(mlp::kThreads);
+  config.dynamicSmemBytes = Shape::shared_bytes_of(width);
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, &mlp::cluster_mlp_kernel<T, Shape>, call,
+                            Shape::stride_for(width));
+}
+
+// The cluster form's tile: one row for one row (no work on rows that are not there).
+template <typename T>
+cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
+                                cudaStream_t stream) {
+  if (limits.compute_major < 9) return cudaErrorNotSupported;  // clusters from sm_90
+  if (call.rows == 1) return launch_clusters<T, mlp::ClusterShape<T, 1>>(call, stream);
+  return launch_clusters<T, mlp::ClusterShape<T, kMlpClusterTileRows>>(call, stream);
+}
+
+// Every layer's W resident in each block's shared memory, one wave of blocks taking tiles in turn
+// (resident_mlp.cuh), the rows of kSteps 16-wide steps in registers. The kernel may take the most
+// any model within the form's width takes, or what a block may have where that is less; a model
+// needing more is not run.
+template <typename T, int kParts, int kSteps>
+cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
+  int64_t bytes = 0;
+  for (int l = 0; l < call.layers; ++l) {
+    const MlpLayer& layer = call.layer[l];
+    bytes += mlp_resident_layer_bytes(layer.in, layer.out, layer.gate_w != nullptr, kParts);
+  }
+  if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
+  constexpr auto kernel = &mlp::resident_mlp_kernel<T, kParts, kSteps>;
+  cudaError_t err = allow_shared_bytes<kernel>(
+      limits, kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts));
+  if (err != cudaSuccess) return err;
+  int per_multiprocessor = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, mlp::kThreads,
+                                                      size_t(bytes));
+  if (err != cudaSuccess) return err;
+  const int64_t tiles = ceil_div(call.rows, mlp::kResidentRows);
+  const int64_t blocks =
+      std::min<int64_t>(tiles, int64_t(std::max(per_multiprocessor, 1)) * limits.multiprocessors);
+  kernel<<<static_cast<unsigned>(blocks), mlp::kThreads, size_t(bytes), stream>>>(call, tiles);
+  return cudaGetLastError();
+}
+
+// The registers for the model's widest layer: 64 wide, or 128 (one part only).
+template <typename T, int kParts>
+cudaError_t launch_resident_sized(const MlpCall& call, const DeviceLimits& limits,
+                                  cudaStream_t stream) {
+  const int width = widest_of(call);
+  if (width > mlp_resident_max_width(kParts)) return cudaErrorNotSupported;
+  if (width <= 64) return launch_resident<T, kParts, 4>(call, limits, stream);
+  if constexpr (kParts == 1) return launch_resident<T, kParts, 8>(call, limits, stream);
+  return cudaErrorNotSupported;
+}
+
+// The resident form for the call's type and mode: 16-bit models as they are, float32 models in
+// bf16 or bf16x3 only.
+cudaError_t launch_resident_for(const MlpCall& call, const DeviceLimits& limits,
+                                cudaStream_t stream) {
+  switch (call.type) {
+    case ElementType::kFloat16:
+      return launch_resident_sized<__half, 1>(call, limits, stream);
+    case ElementType::kBFloat16:
+      return launch_resident_sized<__nv_bfloat16, 1>(call, limits, stream);
+    case ElementType::kFloat32:
+      if (limits.compute_major < 8) return cudaErrorNotSupported;  // bf16 mma.sync from sm_80
+      if (call.precision == Precision::kBf16) {
+        return launch_resident_sized<float, 1>(call, limits, stream);
+      }
+      if (call.precision == Precision::kBf16x3) {
+        return launch_resident_sized<float, 2>(call, limits, stream);
+      }
+      return cudaErrorNotSupported;
+  }
+  return cudaErrorNotSupported;
 }
 
 }  // namespace
@@ -73,6 +178,23 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
   DeviceLimits limits;
   err = current_device_limits(limits);
   if (err != cudaSuccess) return err;
+  if (call.type != ElementType::kFloat32 && limits.compute_major < 8) {
+    return cudaErrorNotSupported;  // mma.sync from sm_80
+  }
+  switch (call.form) {
+    case MlpForm::kClusters:
+      if (call.type == ElementType::kFloat16) {
+        return launch_clusters_for<__half>(call, limits, stream);
+      }
+      if (call.type == ElementType::kBFloat16) {
+        return launch_clusters_for<__nv_bfloat16>(call, limits, stream);
+      }
+      return launch_clusters_for<float>(call, limits, stream);
+    case MlpForm::kResident:
+      return launch_resident_for(call, limits, stream);
+    case MlpForm::kTiles:
+      break;
+  }
   switch (call.type) {
     case ElementType::kFloat32:
       // Up to a row a multiprocessor, a block a row (each SM reading W from L2 for its row);
@@ -82,11 +204,8 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
       }
       return launch_tiles<float, mlp::FloatShape<8>>(call, limits, stream);
     case ElementType::kFloat16:
+      return launch_tiles<__half, mlp::MmaShape>(call, limits, stream);
     case ElementType::kBFloat16:
-      if (limits.compute_major < 8) return cudaErrorNotSupported;  // mma.sync from sm_80
-      if (call.type == ElementType::kFloat16) {
-        return launch_tiles<__half, mlp::MmaShape>(call, limits, stream);
-      }
       return launch_tiles<__nv_bfloat16, mlp::MmaShape>(call, limits, stream);
   }
   return cudaErrorNotSupported;

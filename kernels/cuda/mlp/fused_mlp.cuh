@@ -313,6 +313,21 @@ __device__ __forceinline__ void zero_columns(T* tile, int stride, int from, int 
   }
 }
 
+// x's tile of Shape::kRows rows from row0 into `tile` (as T, or as floats), zeros past its rows and
+// its width, up to the first layer's last step of k.
+template <class Shape, typename T, typename Tile>
+__device__ __forceinline__ void load_x_tile(const MlpCall& call, Tile* tile, int stride,
+                                            int64_t row0) {
+  const T* x = static_cast<const T*>(call.x);
+  const int in = call.layer[0].in;
+  const int in_padded = round_up(in, Shape::kKStep);
+  for (int i = threadIdx.x; i < Shape::kRows * in_padded; i += kThreads) {
+    const int r = i / in_padded, k = i % in_padded;
+    const bool inside = row0 + r < call.rows && k < in;
+    tile[r * stride + k] = from_float<Tile>(inside ? to_float(x[(row0 + r) * in + k]) : 0.0f);
+  }
+}
+
 // The whole forward of one tile of Shape::kRows rows a block; `stride`: Shape::stride_for the
 // model's widest layer, the elements of a tile's row in shared memory.
 template <typename T, class Shape>
@@ -322,15 +337,7 @@ __global__ void __launch_bounds__(kThreads)
   T* tiles[2] = {reinterpret_cast<T*>(shared_bytes),
                  reinterpret_cast<T*>(shared_bytes) + Shape::kRows * stride};
   const int64_t row0 = int64_t(blockIdx.x) * Shape::kRows;
-  const T* x = static_cast<const T*>(call.x);
-  // x's tile, zeros past its rows and its width (up to the first layer's last step of k).
-  const int in = call.layer[0].in;
-  const int in_padded = round_up(in, Shape::kKStep);
-  for (int i = threadIdx.x; i < Shape::kRows * in_padded; i += kThreads) {
-    const int r = i / in_padded, k = i % in_padded;
-    const bool inside = row0 + r < call.rows && k < in;
-    tiles[0][r * stride + k] = inside ? x[(row0 + r) * in + k] : from_float<T>(0.0f);
-  }
+  load_x_tile<Shape, T>(call, tiles[0], stride, row0);
   __syncthreads();
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];

@@ -1,0 +1,197 @@
+// The fused-MLP kernel for a few rows, on sm_90 (fused_mlp.h): a cluster of kClusterBlocks blocks
+// shares one tile of rows. Each block forms a slice of every layer's columns and writes its values
+// into every block's copy of the next layer's input (distributed shared memory), with one cluster
+// barrier a layer, so that W is read by as many multiprocessors as the cluster holds, where one
+// block a tile (fused_mlp.cuh) reads every layer's W alone. At its start each block asks L2 for its
+// slices of every layer's W, which depend on nothing computed, so that later layers find them
+// there.
+//
+// Products: float32 FMAs on the CUDA cores for every type (a product of two 16-bit values is exact
+// in float32, so this is the tensor cores' float32 sum in another order). A lane takes k in
+// 16-byte pieces of W, a warp kCols columns at a time for each row of the tile; the lanes' sums are
+// added in a fixed order (skinny::add_across_lanes). The epilogue and its roundings are
+// fused_mlp.cuh's (finish_values); the tiles hold the values as floats, rounded to the model's
+// type.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include "kernels/cuda/mlp/fused_mlp.cuh"
+
+namespace fusedlinear {
+namespace cuda {
+namespace mlp {
+
+// Blocks a cluster: the largest cluster every sm_90 GPU runs (larger ones are not portable).
+constexpr int kClusterBlocks = kMlpClusterBlocks;
+
+// The tile of kRowsOf rows (1, or kMlpClusterTileRows); W's elements as a lane loads them.
+template <typename T, int kRowsOf>
+struct ClusterShape {
+  static constexpr int kRows = kRowsOf;
+  static constexpr int kVec = 16 / int(sizeof(T));  // elements of W in a lane's 16-byte load
+  static constexpr int kKStep = 32 * kVec;          // the k a warp covers in one step
+  static constexpr int kCols = 4;                   // columns a warp forms at a time
+  static constexpr int kValues = kRows * kCols;     // sums a lane holds, added across the warp
+  static_assert(kValues <= 32 && (kValues & (kValues - 1)) == 0);
+  // A tile row's floats for a model at most `width` wide: its last step of k.
+  static constexpr int stride_for(int width) { return (width + kKStep - 1) / kKStep * kKStep; }
+  static constexpr int shared_bytes_of(int width) {
+    return 2 * kRows * stride_for(width) * int(sizeof(float));
+  }
+};
+
+// The columns [begin, end) of a layer `out` wide that block `rank` of the cluster forms.
+struct Slice {
+  int begin, end;
+};
+__device__ __forceinline__ Slice slice_of(int out, int rank) {
+  const int size = (out + kClusterBlocks - 1) / kClusterBlocks;
+  return {min(out, rank * size), min(out, (rank + 1) * size)};
+}
+
+// Asks L2 for rows [slice) of w [out, in], a 128-byte line a thread at a time.
+template <typename T>
+__device__ __forceinline__ void prefetch_rows(const void* w, Slice slice, int in) {
+  if (w == nullptr || slice.end <= slice.begin) return;
+  const char* first = static_cast<const char*>(w) + int64_t(slice.begin) * in * int64_t(sizeof(T));
+  const int64_t bytes = int64_t(slice.end - slice.begin) * in * int64_t(sizeof(T));
+  for (int64_t at = int64_t(threadIdx.x) * 128; at < bytes; at += int64_t(kThreads) * 128) {
+    asm volatile("prefetch.L2 [%0];" ::"l"(first + at));  // a generic address
+  }
+}
+
+// kVec consecutive k of row n of w [out, in] from k on, as floats, zeros past the matrix: one
+// 16-byte load where `vector` (w aligned, in a multiple of kVec).
+__device__ __forceinline__ void load_w_floats(const float* w, int n, int k, int in, int out,
+                                              bool vector, float (&v)[4]) {
+  const float4 f = load_w4(w, n, k, in, out, vector);
+  v[0] = f.x;
+  v[1] = f.y;
+  v[2] = f.z;
+  v[3] = f.w;
+}
+template <typename T>
+__device__ __forceinline__ void load_w_floats(const T* w, int n, int k, int in, int out,
+                                              bool vector, float (&v)[8]) {
+  const skinny::Words words = load_w8(reinterpret_cast<const uint16_t*>(w), n, k, in, out, vector);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = unpack_pair(words.v[i], T());
+    v[2 * i] = pair.x;
+    v[2 * i + 1] = pair.y;
+  }
+}
+
+// One layer: this block's slice of columns for every row of the tile (`in`, zeros past the
+// layer's in up to the next step of k), its values written into `out_tile` of every block of the
+// cluster, or for the last layer into the call's output.
+template <typename T, class Shape>
+__device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCall& call, bool last,
+                                              const float* in, float* out_tile, int stride,
+                                              int64_t row0,
+                                              cooperative_groups::cluster_group& cluster) {
+  constexpr int kRows = Shape::kRows, kCols = Shape::kCols, kVec = Shape::kVec;
+  constexpr int kValues = Shape::kValues;
+  constexpr int kLanesAValue = 32 / kValues;  // lanes that end holding the same total
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* w = static_cast<const T*>(layer.w);
+  const T* gate_w = static_cast<const T*>(layer.gate_w);
+  const bool gated = gate_w != nullptr;
+  const bool vector = layer.in % kVec == 0 && aligned16(w) && (!gated || aligned16(gate_w));
+  const int k_end = round_up(layer.in, Shape::kKStep);
+  const Slice slice = slice_of(layer.out, int(cluster.block_rank()));
+  for (int n0 = slice.begin + warp * kCols; n0 < slice.end; n0 += kWarps * kCols) {
+    float sums[kValues] = {};
+    float gate_sums[kValues] = {};
+    for (int k = kVec * lane; k < k_end; k += Shape::kKStep) {
+      float h[kRows][kVec];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < kVec; j += 4) {
+          const float4 f = *reinterpret_cast<const float4*>(in + r * stride + k + j);
+          h[r][j] = f.x;
+          h[r][j + 1] = f.y;
+          h[r][j + 2] = f.z;
+          h[r][j + 3] = f.w;
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        float wv[kVec];
+        load_w_floats(w, n0 + c, k, layer.in, layer.out, vector, wv);
+        float gv[kVec] = {};
+        if (gated) load_w_floats(gate_w, n0 + c, k, layer.in, layer.out, vector, gv);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) {
+            sums[c * kRows + r] = fmaf(h[r][j], wv[j], sums[c * kRows + r]);
+            if (gated) gate_sums[c * kRows + r] = fmaf(h[r][j], gv[j], gate_sums[c * kRows + r]);
+          }
+        }
+      }
+    }
+    // Lane l then holds the total of index l / kLanesAValue: column n0 + i / kRows, row i % kRows.
+    skinny::add_across_lanes<kValues, 16>(sums, lane);
+    if (gated) skinny::add_across_lanes<kValues, 16>(gate_sums, lane);
+    const int i = lane / kLanesAValue, c = i / kRows, r = i % kRows;
+    float p[1][1] = {{sums[0]}};
+    const float gate_p[1][1] = {{gate_sums[0]}};
+    const int64_t row[1] = {row0 + r};
+    const int col[1] = {n0 + c};
+    finish_values<T>(layer, call, last, p, gate_p, row, col);
+    if (lane % kLanesAValue != 0 || col[0] >= slice.end) continue;
+    if (last) {
+      if (row[0] < call.rows) {
+        static_cast<T*>(call.out)[row[0] * layer.out + col[0]] = from_float<T>(p[0][0]);
+      }
+    } else {
+#pragma unroll
+      for (int b = 0; b < kClusterBlocks; ++b) {
+        cluster.map_shared_rank(out_tile, b)[r * stride + col[0]] = p[0][0];
+      }
+    }
+  }
+}
+
+// The whole forward of one tile of Shape::kRows rows a cluster; `stride`: Shape::stride_for the
+// model's widest layer. Launched with clusters of kClusterBlocks blocks along x.
+template <typename T, class Shape>
+__global__ void __launch_bounds__(kThreads)
+    cluster_mlp_kernel(const __grid_constant__ MlpCall call, int stride) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  float* tiles[2] = {reinterpret_cast<float*>(shared_bytes),
+                     reinterpret_cast<float*>(shared_bytes) + Shape::kRows * stride};
+  const int64_t row0 = int64_t(blockIdx.x / kClusterBlocks) * Shape::kRows;
+  for (int l = 0; l < call.layers; ++l) {
+    const MlpLayer& layer = call.layer[l];
+    const Slice slice = slice_of(layer.out, int(cluster.block_rank()));
+    prefetch_rows<T>(layer.w, slice, layer.in);
+    prefetch_rows<T>(layer.gate_w, slice, layer.in);
+  }
+  load_x_tile<Shape, T>(call, tiles[0], stride, row0);
+  // Every block of the cluster running, before any block writes into another's tiles.
+  cluster.sync();
+  for (int l = 0; l < call.layers; ++l) {
+    const MlpLayer& layer = call.layer[l];
+    const bool last = l + 1 == call.layers;
+    float* tile_out = tiles[(l + 1) % 2];
+    // The k past this layer's width that the next layer's last step reads: this block's own copy
+    // (the other blocks write only columns within the width).
+    if (!last)
+      zero_columns<float, Shape>(tile_out, stride, layer.out, round_up(layer.out, Shape::kKStep));
+    cluster_layer<T, Shape>(layer, call, last, tiles[l % 2], tile_out, stride, row0, cluster);
+    // Every block's slice written into every tile, and every read of this layer's input done,
+    // before the next layer reads the one and writes the other.
+    if (!last) cluster.sync();
+  }
+#endif
+}
+
+}  // namespace mlp
+}  // namespace cuda
+}  // namespace fusedlinear

@@ -1,0 +1,92 @@
+// The fused-MLP kernel's call: a small layered model's whole forward in one launch, every layer at
+// most kMaxMlpWidth wide (fused_mlp.h launches it). Torch-free and CUDA-free, so that the plan
+// (kernels/ops/gemm_plan.h) names the kernel's limits and forms as the kernel does.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/math/element.h"
+#include "kernels/math/precision.h"
+#include "kernels/math/program.h"
+
+namespace fusedlinear {
+namespace cuda {
+
+// The widest layer (inputs and outputs) and the most layers one launch takes: a block holds a tile
+// of rows at this width twice in shared memory, and the layers travel in the kernel's parameters.
+constexpr int kMaxMlpWidth = 256;
+constexpr int kMaxMlpLayers = 8;
+
+// How the kernel runs a call (the plan's choice, gemm_plan.h: mlp_form):
+//   kTiles     a block a tile of rows (fused_mlp.cuh): the general form.
+//   kClusters  a cluster of kMlpClusterBlocks blocks a tile of kMlpClusterTileRows rows (one row
+//              for one row), each block forming a slice of every layer (cluster_mlp.cuh, sm_90):
+//              few rows, which one block a tile would leave waiting on its read of every W.
+//   kResident  models on the tensor cores at most mlp_resident_max_width wide (16-bit models,
+//              float32 models in bf16 or bf16x3): every layer's W resident in each block's shared
+//              memory, a warp's 16 rows held in registers from layer to layer (resident_mlp.cuh):
+//              many rows, bound by the tensor cores.
+enum class MlpForm { kTiles, kClusters, kResident };
+constexpr int kMlpClusterBlocks = 8;
+constexpr int kMlpClusterTileRows = 8;
+constexpr int kMlpResidentMaxWidth = 128;
+
+// The 16-bit parts of W the resident form holds for a mode: a float32 W's bfloat16 hi and lo for
+// bf16x3, else one (a 16-bit model's own W, a float32 W's bfloat16 hi for bf16).
+inline int mlp_resident_parts(Precision precision) {
+  return precision == Precision::kBf16x3 ? 2 : 1;
+}
+
+// The widest layer the resident form takes with W in `parts` parts: a warp holds its rows' values
+// and each output's sums (bf16x3's two sums each) in registers, which 128 wide fills with one part.
+inline int mlp_resident_max_width(int parts) { return parts == 2 ? 64 : kMlpResidentMaxWidth; }
+
+// The shared memory the resident form takes for a layer `in` x `out` whose W it holds in `parts`
+// 16-bit parts: its rows padded to the next 16, each row to the next 16 k and 8 elements past it
+// (resident_mlp.cuh); twice that for a gated layer.
+inline int64_t mlp_resident_layer_bytes(int64_t in, int64_t out, bool gated, int parts) {
+  return (gated ? 2 : 1) * parts * ((out + 15) / 16 * 16) * ((in + 15) / 16 * 16 + 8) * 2;
+}
+
+// The chain of a layer, as the interpreter runs it (program.h): the float32 forms of its ops,
+// as the per-layer path's epilogue runs a run-time chain for every element type.
+using MlpChain = act::ProgramChain<act::ResultPrecision::kFloat32>;
+
+// One layer: out[m, n] = chain(x[m, :] . w[n, :] + bias[n], terms[.][n]) [* gate[m, n]], each
+// rounding to the model's type where the per-layer path rounds (fused_mlp.cuh says where).
+//   w [out, in] row-major (output-major) in the model's type; bias [out] or null;
+//   gate_w, gate_bias: a gated layer's other product (a Linear of its own, or the other half of
+//   a chunked Linear: then `round_before_chain`, as the chunked layer's chain reads the Linear's
+//   rounded output); null for a plain layer.
+struct MlpLayer {
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  const void* gate_w = nullptr;
+  const void* gate_bias = nullptr;
+  bool round_before_chain = false;
+  ColumnTerms terms;  // the chain's per-feature parameters, [out] or one value each
+  MlpChain chain;
+  int in = 0, out = 0;
+};
+
+// A whole forward: x [rows, layer[0].in] row-major, out [rows, layer[layers - 1].out]. With
+// `residual`, x is added to the last layer's output (in == out); `residual_in_product`: the last
+// layer is a Linear alone (no bias, chain or gate), whose product x takes in one rounding, as
+// cuBLAS adds it (beta = 1) on the per-layer path.
+struct MlpCall {
+  ElementType type = ElementType::kFloat32;
+  const void* x = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0;
+  int layers = 0;
+  MlpLayer layer[kMaxMlpLayers];
+  bool residual = false;
+  bool residual_in_product = false;
+  MlpForm form = MlpForm::kTiles;
+  // The products: ieee (float32 FMAs, or a 16-bit model's own), or for a float32 model in the
+  // resident form bf16 or bf16x3.
+  Precision precision = Precision::kIeee;
+};
+
+}  // namespace cuda
+}  // namespace fusedlinear

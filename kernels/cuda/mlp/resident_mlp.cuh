@@ -1,0 +1,240 @@
+// The fused-MLP kernel's resident form (fused_mlp.h), for models on the tensor cores at most
+// mlp_resident_max_width wide (mlp_call.h): 16-bit models, and float32 models in bf16 or bf16x3.
+// Every layer's W is copied into each block's shared memory once (a float32 W split there into its
+// bfloat16 parts), and the blocks, one wave of them, then take tiles of rows in turn. A warp owns
+// 16 rows of a tile and keeps them in registers from layer to layer: an m16n8k16 product's float32
+// results for two adjacent 8-column tiles, rounded to the model's type (or split into bfloat16
+// parts) and paired, are exactly the A operand of the next layer's 16-wide step of k (the two
+// layouts line up), so the hidden activations never leave the warp and the warps never wait on each
+// other. Each W is read as the mma's B operand straight from shared memory (a row of W holds B's
+// consecutive k), its rows padded so that the 8 rows one load reads fall in different banks. The
+// epilogue and its roundings are fused_mlp.cuh's.
+//
+// bf16x3 (kParts 2): x_hi W_hi^T in one accumulator, x_hi W_lo^T + x_lo W_hi^T in another, added
+// once in float32 (the small products apart, as cuBLAS's three GEMMs add them). A non-finite
+// x_hi W_hi^T stands alone: an infinite operand's part meets the other's zero lo (inf * 0), where
+// eager's sum is that infinity, or NaN where the hi products already are.
+#pragma once
+
+#include "kernels/cuda/mlp/fused_mlp.cuh"
+#include "kernels/math/bf16_split.h"
+
+namespace fusedlinear {
+namespace cuda {
+namespace mlp {
+
+constexpr int kResidentSteps = kMlpResidentMaxWidth / 16;  // 16-wide steps of a layer's k
+constexpr int kResidentRows = 16 * kWarps;                 // a block's tile
+
+// The products' type: the model's for 16-bit models, bfloat16 parts for float32 models.
+template <typename T>
+using PartType = std::conditional_t<std::is_same_v<T, float>, __nv_bfloat16, T>;
+
+// Elements of a layer's W row in shared memory (mlp_call.h: mlp_resident_layer_bytes).
+__device__ __forceinline__ int resident_stride(int in) { return round_up(in, 16) + 8; }
+
+// v as kParts bfloat16 bits (hi, then lo), or a 16-bit value's own bits.
+template <int kParts>
+__device__ __forceinline__ void parts_of(float v, uint16_t (&part)[kParts]) {
+  const split::Bf16Pair pair = split::split_bf16(v);
+  part[0] = pair.hi;
+  if constexpr (kParts == 2) part[1] = pair.lo;
+}
+template <int kParts>
+__device__ __forceinline__ void parts_of(uint16_t v, uint16_t (&part)[kParts]) {
+  part[0] = v;
+}
+
+// W [out, in] into shared memory as kParts planes of rows of `stride` elements (its parts, or its
+// own 16-bit values), zeros past its rows up to the next 16 and past its k.
+template <typename T, int kParts>
+__device__ __forceinline__ void copy_padded(uint16_t* to, const void* from, int in, int out,
+                                            int stride) {
+  using Stored = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+  const Stored* w = static_cast<const Stored*>(from);
+  const int elements = round_up(out, 16) * stride;
+  for (int i = threadIdx.x; i < elements; i += kThreads) {
+    const int n = i / stride, k = i % stride;
+    uint16_t part[kParts] = {};
+    if (n < out && k < in) parts_of<kParts>(w[int64_t(n) * in + k], part);
+#pragma unroll
+    for (int p = 0; p < kParts; ++p) to[p * elements + i] = part[p];
+  }
+}
+
+// The bits of a pair of values as the A operand holds them: element 2k in the low half.
+__device__ __forceinline__ uint32_t pair_of(uint16_t lo, uint16_t hi) {
+  return uint32_t(lo) | uint32_t(hi) << 16;
+}
+
+// The warp's 16 rows of x from row0 on as the first layer's A operand: act[p][t] holds part p of
+// k 16t to 16t + 15 (rows g and g + 8 of the lane's group, k 2q, 2q + 1 and 2q + 8, 2q + 9);
+// zeros past the rows and the width.
+template <typename T, int kParts, int kSteps>
+__device__ __forceinline__ void load_rows(const MlpCall& call, int64_t row0,
+                                          uint32_t (&act)[kParts][kSteps][4]) {
+  using Stored = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+  const Stored* x = static_cast<const Stored*>(call.x);
+  const int in = call.layer[0].in;
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int t = 0; t < kSteps; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = row0 + g + 8 * (i % 2);
+      const int k = 16 * t + 2 * q + 8 * (i / 2);
+      uint16_t first[kParts] = {}, second[kParts] = {};
+      if (row < call.rows && k < in) {
+        parts_of<kParts>(x[row * in + k], first);
+        if (k + 1 < in) parts_of<kParts>(x[row * in + k + 1], second);
+      }
+#pragma unroll
+      for (int p = 0; p < kParts; ++p) act[p][t][i] = pair_of(first[p], second[p]);
+    }
+  }
+}
+
+// acc += the products of A (act's parts) and B (w's planes, `plane` elements apart) over the
+// layer's k: one product a step (16-bit models, bf16), or bf16x3's three with the small ones in
+// `small`.
+template <typename WT, int kParts, int kSteps>
+__device__ __forceinline__ void resident_products(float (&acc)[4], float (&small)[4],
+                                                  const uint32_t (&act)[kParts][kSteps][4],
+                                                  const uint16_t* w, int plane, int k_steps) {
+#pragma unroll
+  for (int t = 0; t < kSteps; ++t) {
+    if (t >= k_steps) continue;
+    const uint32_t hi0 = *reinterpret_cast<const uint32_t*>(w + 16 * t);
+    const uint32_t hi1 = *reinterpret_cast<const uint32_t*>(w + 16 * t + 8);
+    skinny::mma_m16n8k16<WT>(acc, act[0][t], hi0, hi1);
+    if constexpr (kParts == 2) {
+      const uint32_t lo0 = *reinterpret_cast<const uint32_t*>(w + plane + 16 * t);
+      const uint32_t lo1 = *reinterpret_cast<const uint32_t*>(w + plane + 16 * t + 8);
+      skinny::mma_m16n8k16<WT>(small, act[0][t], lo0, lo1);
+      skinny::mma_m16n8k16<WT>(small, act[1][t], hi0, hi1);
+    }
+  }
+}
+
+// The sum of bf16x3's products (the hi product alone where it is not finite), or the one product.
+template <int kParts>
+__device__ __forceinline__ float total_of(float hi, float small) {
+  if constexpr (kParts == 2) return isfinite(hi) ? __fadd_rn(hi, small) : hi;
+  return hi;
+}
+
+// Layer l on the warp's rows: the products against W (and the gate's W) in shared memory at `w`
+// (and `gate_w`, or null), each `plane` elements a part, the epilogue, then the values back into
+// `act` as the next layer's A operand (zeros past the layer's width), or for the last layer into
+// the call's output.
+template <typename T, int kParts, int kSteps>
+__device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const uint16_t* w,
+                                               const uint16_t* gate_w, int plane, int64_t row0,
+                                               uint32_t (&act)[kParts][kSteps][4]) {
+  const MlpLayer& layer = call.layer[l];
+  const bool last = l + 1 == call.layers;
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int stride = resident_stride(layer.in);
+  const int k_steps = (layer.in + 15) / 16;
+  const int out_steps = (layer.out + 15) / 16;
+  float acc[2 * kSteps][4] = {}, small[2 * kSteps][4] = {};
+  float gate_acc[2 * kSteps][4] = {}, gate_small[2 * kSteps][4] = {};
+#pragma unroll
+  for (int j = 0; j < 2 * kSteps; ++j) {
+    if (j >= 2 * out_steps) continue;
+    // B's k 2q, 2q + 1 and 2q + 8, 2q + 9 of column 8j + g: row 8j + g of W.
+    const int at = (8 * j + g) * stride + 2 * q;
+    resident_products<PartType<T>>(acc[j], small[j], act, w + at, plane, k_steps);
+    if (gate_w) {
+      resident_products<PartType<T>>(gate_acc[j], gate_small[j], act, gate_w + at, plane, k_steps);
+    }
+  }
+  // acc[j]: rows g (0, 1) and g + 8 (2, 3), columns 8j + 2q and the next.
+#pragma unroll
+  for (int j = 0; j < 2 * kSteps; ++j) {
+    if (j >= 2 * out_steps) continue;
+    float p[2][2], gate_p[2][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      p[i / 2][i % 2] = total_of<kParts>(acc[j][i], small[j][i]);
+      gate_p[i / 2][i % 2] = total_of<kParts>(gate_acc[j][i], gate_small[j][i]);
+    }
+    const int64_t row[2] = {row0 + g, row0 + g + 8};
+    const int col[2] = {8 * j + 2 * q, 8 * j + 2 * q + 1};
+    finish_values<T>(layer, call, last, p, gate_p, row, col);
+    if (last) {
+      T* out = static_cast<T*>(call.out);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          if (row[r] < call.rows && col[c] < layer.out) {
+            out[row[r] * layer.out + col[c]] = from_float<T>(p[r][c]);
+          }
+        }
+      }
+    } else {
+      // Columns 8j... are k 16t + 8(j % 2)... of the next layer's step t = j / 2.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        uint16_t first[kParts] = {}, second[kParts] = {};
+        if constexpr (std::is_same_v<T, float>) {
+          if (col[0] < layer.out) parts_of<kParts>(p[r][0], first);
+          if (col[1] < layer.out) parts_of<kParts>(p[r][1], second);
+        } else {
+          const uint32_t both = pack_pair<T>(col[0] < layer.out ? p[r][0] : 0.0f,
+                                             col[1] < layer.out ? p[r][1] : 0.0f);
+          first[0] = uint16_t(both);
+          second[0] = uint16_t(both >> 16);
+        }
+#pragma unroll
+        for (int part = 0; part < kParts; ++part) {
+          act[part][j / 2][2 * (j % 2) + r] = pair_of(first[part], second[part]);
+        }
+      }
+    }
+  }
+}
+
+// Every layer's W into shared memory, then tiles of kResidentRows rows, `tiles` in all, a block
+// taking every gridDim.x-th. T: the model's type; kParts: 2 for a float32 model in bf16x3, else 1;
+// kSteps: the 16-wide steps of the model's widest layer it holds in registers.
+template <typename T, int kParts, int kSteps>
+__global__ void __launch_bounds__(kThreads)
+    resident_mlp_kernel(const __grid_constant__ MlpCall call, int64_t tiles) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  uint16_t* weights = reinterpret_cast<uint16_t*>(shared_bytes);
+  int at = 0;
+  for (int l = 0; l < call.layers; ++l) {
+    const MlpLayer& layer = call.layer[l];
+    const int stride = resident_stride(layer.in);
+    const int plane = round_up(layer.out, 16) * stride;
+    copy_padded<T, kParts>(weights + at, layer.w, layer.in, layer.out, stride);
+    at += kParts * plane;
+    if (layer.gate_w) {
+      copy_padded<T, kParts>(weights + at, layer.gate_w, layer.in, layer.out, stride);
+      at += kParts * plane;
+    }
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t row0 = tile * kResidentRows + 16 * warp;
+    if (row0 >= call.rows) break;  // the last tile's rows past the batch, and every later tile's
+    uint32_t act[kParts][kSteps][4];
+    load_rows<T>(call, row0, act);
+    int w_at = 0;
+    for (int l = 0; l < call.layers; ++l) {
+      const MlpLayer& layer = call.layer[l];
+      const int plane = round_up(layer.out, 16) * resident_stride(layer.in);
+      const uint16_t* w = weights + w_at;
+      const uint16_t* gate_w = layer.gate_w ? w + kParts * plane : nullptr;
+      w_at += (layer.gate_w ? 2 : 1) * kParts * plane;
+      resident_layer<T>(call, l, w, gate_w, plane, row0, act);
+    }
+  }
+}
+
+}  // namespace mlp
+}  // namespace cuda
+}  // namespace fusedlinear
