@@ -208,6 +208,68 @@ TEST_F(CompiledChainsGpu, HopperGemmSameBitsAsADeclarationOfTheChain) {
             before.compiled + before.read_from_disk + instances);
 }
 
+// The small-batch kernels' whole forward of a chain spec, compiled at run time: bitwise the
+// declaration's in every variant (the rows and alignments pick them: float32 W one, four and eight
+// rows and the lane-rows kernel from 9; bf16 and bf16x3 on the tensor cores, bf16x3 staged at 9-16,
+// 17-32 and 33-64 rows; 16-bit models; each one element a load where k is odd), with bias and
+// without, k split over blocks (few outputs, a long k) so that the reduce kernel runs too.
+TEST_F(CompiledChainsGpu, SmallBatchSameBitsAsADeclarationOfTheChain) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(7);
+  const cuda::jit::CompileCounts before = cuda::jit::compile_counts();
+  const int64_t out = 136;
+  struct Case {
+    torch::ScalarType dtype;
+    Precision precision;
+    std::vector<int64_t> rows;
+  };
+  const std::vector<Case> cases = {{torch::kFloat32, Precision::kIeee, {1, 4, 8, 20}},
+                                   {torch::kFloat32, Precision::kBf16, {3}},
+                                   {torch::kFloat32, Precision::kBf16x3, {3, 12, 24, 48}},
+                                   {torch::kFloat16, Precision::kIeee, {5}},
+                                   {torch::kBFloat16, Precision::kIeee, {5}}};
+  for (const std::string name : {CompiledSwishChain::kName, CompiledMixedChain::kName}) {
+    const ChainEntry& declared = find_chain(name);
+    const std::string spec = declared.chain.to_string();
+    for (const Case& one : cases) {
+      const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(one.dtype);
+      for (const int64_t in : {int64_t(4096), int64_t(4099)}) {
+        const torch::Tensor w = (torch::rand({out, in}, options) * 2 - 1) * 0.03;
+        const torch::Tensor bias = torch::randn({out}, options) * 0.1;
+        const std::vector<torch::Tensor> params = params_for(declared.chain, out, options);
+        torch::Tensor w_main = w;
+        c10::optional<torch::Tensor> w_lo;
+        if (one.precision != Precision::kIeee) {
+          const auto [hi, lo] = split_bf16(w);
+          w_main = hi;
+          if (one.precision == Precision::kBf16x3) w_lo = lo;
+        }
+        for (const int64_t rows : one.rows) {
+          const torch::Tensor x = torch::rand({rows, in}, options);
+          for (const bool with_bias : {true, false}) {
+            const c10::optional<torch::Tensor> b =
+                with_bias ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
+            const torch::Tensor expected =
+                fused_linear_epilogue(x, w_main, w_lo, b, params, name, one.precision);
+            const torch::Tensor got =
+                fused_linear_epilogue(x, w_main, w_lo, b, params, spec, one.precision);
+            EXPECT_TRUE(torch::equal(got, expected))
+                << spec << " " << one.dtype << " " << precision_name(one.precision) << " rows "
+                << rows << " in " << in << " bias " << with_bias << ": max abs diff "
+                << (got.to(torch::kFloat64) - expected.to(torch::kFloat64))
+                       .abs()
+                       .max()
+                       .item<double>();
+          }
+        }
+      }
+    }
+  }
+  const cuda::jit::CompileCounts after = cuda::jit::compile_counts();
+  EXPECT_EQ(after.failed, before.failed);
+  EXPECT_GT(after.compiled + after.read_from_disk, before.compiled + before.read_from_disk);
+}
+
 // A chain no other test runs, in a cache of its own: its first forward compiles its kernel, and
 // once the process's modules are unloaded, the next forward reads it from the disk cache instead
 // of compiling it again, with the same bits.
@@ -257,6 +319,7 @@ TEST_F(CompiledChainsGpu, SameBitsAsADeclarationOfTheChain) {}
 TEST_F(CompiledChainsGpu, CompiledOnceThenFoundInMemoryAndOnDisk) {}
 TEST_F(CompiledChainsGpu, HopperGemmSameBitsAsADeclarationOfTheChain) {}
 TEST_F(CompiledChainsGpu, HopperGemmKernelReadFromTheDiskCacheOnTheSecondRun) {}
+TEST_F(CompiledChainsGpu, SmallBatchSameBitsAsADeclarationOfTheChain) {}
 #endif
 
 }  // namespace

@@ -54,10 +54,13 @@ TEST(FusedMlpPlan, RefusesWhatDoesNotFitWithItsReason) {
               q.compiled_chains.assign(9, false);
             }),
             "the model has 9 layers; it takes at most 8");
-  EXPECT_EQ(refusal([](MlpQuery& q) { q.precision = Precision::kBf16x3; }),
+  EXPECT_EQ(refusal([](MlpQuery& q) {
+              q.precision = Precision::kBf16x3;
+              q.device.shared_bytes_per_block = 48 * 1024;
+            }),
             "it forms float32 products of float32 models (ieee), and bf16 and bf16x3 products "
-            "only of models at most 128 wide (bf16x3: 64) whose weights fit a block's shared "
-            "memory; not bf16x3's here");
+            "on the tensor cores (compute capability 8.0 or newer) where a block's shared "
+            "memory holds the model's chunks of W; not bf16x3's here");
   EXPECT_EQ(refusal([](MlpQuery& q) {
               q.float32_model = false;
               q.device = GemmDevice{true, 7, 5};
@@ -116,8 +119,7 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
   EXPECT_EQ(form(field, h200, 1 << 21, false), MlpForm::kResident);
   EXPECT_EQ(form(field, h200, 1, false), MlpForm::kClusters);
   EXPECT_EQ(form(field, GemmDevice{true, 8, 0, 108, 166912}, 1, false), MlpForm::kResident);
-  EXPECT_EQ(form(field, h200, 1 << 21, true), MlpForm::kTiles);    // float32: no resident form
-  EXPECT_EQ(form(policy, h200, 1 << 21, false), MlpForm::kTiles);  // wider than 128
+  EXPECT_EQ(form(field, h200, 1 << 21, true), MlpForm::kTiles);  // float32 ieee: CUDA cores
   MlpQuery field_128 = field;
   field_128.widths = {32, 128, 128, 128, 128, 16};
   EXPECT_EQ(form(field_128, h200, 1 << 21, false), MlpForm::kResident);
@@ -125,6 +127,18 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
   // Its shared memory: each layer's rows and k padded to 16, 8 elements past each row, 2 bytes.
   EXPECT_EQ(cuda::mlp_resident_layer_bytes(32, 64, false, 1), 64 * 40 * 2);
   EXPECT_EQ(cuda::mlp_resident_layer_bytes(50, 10, true, 1), 2 * 16 * 72 * 2);
+  // Wider than 128, or weights that do not fit together: streamed where the ring of chunks and
+  // the threads' slots fit (3 chunks of 32 rows of W, padded as above, and 16 steps of 4 words a
+  // thread at 256 wide), else a block a tile.
+  EXPECT_EQ(form(policy, h200, 1 << 21, false), MlpForm::kStreamed);
+  EXPECT_EQ(cuda::mlp_streamed_bytes(256, 256, false, 1), 3 * 32 * 264 * 2 + 16 * 4 * 4 * 256);
+  EXPECT_EQ(cuda::mlp_streamed_bytes(64, 100, true, 2), 3 * 2 * 2 * 16 * 72 * 2 + 2 * 8 * 16 * 256);
+  MlpQuery deep = field_128;  // eight gated layers 128 wide: 557 KiB of W
+  deep.widths.assign(9, 128);
+  deep.gated.assign(8, true);
+  deep.compiled_chains.assign(8, false);
+  EXPECT_EQ(form(deep, h200, 1 << 21, false), MlpForm::kStreamed);
+  EXPECT_EQ(form(policy, GemmDevice{true, 8, 6, 84, 101376}, 1 << 21, false), MlpForm::kTiles);
 
   // float32 models in bf16 and bf16x3: the resident form's products (their W split in shared
   // memory: bf16x3 holds two parts), or float32's in the cluster form at few rows; elsewhere, and
@@ -150,14 +164,25 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
     split.precision = precision;
     EXPECT_NE(mlp_refusal(split), "");
   }
-  // 128 wide: bf16 (one part) resident, bf16x3 (two) refused.
+  // 128 wide: bf16 (one part) resident, bf16x3 (two) streamed; 256 wide streamed in both. A
+  // GPU whose blocks have too little shared memory refuses them.
   split.widths = field_128.widths;
   split.precision = Precision::kBf16;
   EXPECT_EQ(mlp_form(split), MlpForm::kResident);
   split.precision = Precision::kBf16x3;
-  EXPECT_NE(mlp_refusal(split), "");
+  EXPECT_EQ(mlp_form(split), MlpForm::kStreamed);
+  EXPECT_EQ(mlp_refusal(split), "");
   split.widths = policy.widths;
-  EXPECT_NE(mlp_refusal(split), "");  // wider than 128
+  for (const Precision precision : {Precision::kBf16, Precision::kBf16x3}) {
+    split.precision = precision;
+    EXPECT_EQ(mlp_form(split), MlpForm::kStreamed);
+    EXPECT_EQ(mlp_refusal(split), "");
+  }
+  EXPECT_EQ(mlp_description(split),
+            "fused MLP, bf16x3, tensor cores, weights streamed through shared memory");
+  split.device = GemmDevice{true, 8, 6, 84, 101376};
+  EXPECT_NE(mlp_refusal(split), "");
+  split.device = h200;
 
   policy.device = field.device = h200;
   policy.rows = 1;
@@ -468,6 +493,66 @@ TEST(FusedMlpCuda, ResidentFormSplitsFloat32ModelsAsTheModeSays) {
       EXPECT_TRUE(torch::equal(torch::isinf(with_inf), torch::isinf(per_layer)));
       const float inf = std::numeric_limits<float>::infinity();
       EXPECT_TRUE(torch::equal(with_inf.eq(inf), per_layer.eq(inf)));
+    }
+  }
+}
+
+// Models on the tensor cores too wide, or with too many weights, for the resident form: the
+// streamed form, 16-bit models and float32 models in bf16 and bf16x3, with gated, chunked and
+// residual layers, uneven widths (k not a multiple of 8: W copied element by element) and a tail
+// tile, against float64 and the per-layer path in the same mode, repeatable to the bit; eager's
+// inf and NaN where x holds them.
+TEST(FusedMlpCuda, StreamedFormMatchesFloat64) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  struct Case {
+    std::string spec;
+    std::vector<int64_t> widths;
+  };
+  const std::vector<Case> cases = {
+      {"fc1:relu|fc2:relu|fc3:relu|fc4:relu|fc5", {32, 256, 256, 256, 256, 16}},
+      {"x+(w13[0]:silu*w13[1]|fc1:add(shift),tanh*g1|fc2:gelu|fc3)", {200, 136, 256, 96, 200}},
+      {"fc1:gelu|fc2:softplus|fc3", {3, 181, 250, 5}},
+      {"w1:silu*w3|w2", {96, 256, 96}}};
+  struct Mode {
+    torch::ScalarType dtype;
+    Precision precision;
+    double bound;
+  };
+  const std::vector<Mode> modes = {
+      {torch::kFloat16, Precision::kIeee, tolerance_of(torch::kFloat16)},
+      {torch::kBFloat16, Precision::kIeee, tolerance_of(torch::kBFloat16)},
+      {torch::kFloat32, Precision::kBf16x3, 2e-5},
+      {torch::kFloat32, Precision::kBf16, 2e-2}};
+  uint64_t seed = 130;
+  for (const Mode& mode : modes) {
+    for (const Case& one : cases) {
+      const ModelPair pair = model_pair(one.spec, one.widths, mode.dtype, ++seed);
+      pair.fused->set_precision(mode.precision);
+      pair.per_layer->set_precision(mode.precision);
+      for (const int64_t batch : {int64_t(1000), int64_t(1 << 15) + 3}) {
+        SCOPED_TRACE(one.spec + " " + c10::toString(mode.dtype) + " " +
+                     precision_name(mode.precision) + " batch " + std::to_string(batch));
+        torch::Tensor x = torch::randn({batch, one.widths[0]}, at::detail::createCPUGenerator(seed))
+                              .to(torch::kCUDA, mode.dtype);
+        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+        EXPECT_NE(pair.fused->gemm_description(x).find("streamed"), std::string::npos)
+            << pair.fused->gemm_description(x);
+        const torch::Tensor fused = pair.fused->forward(x);
+        EXPECT_TRUE(torch::equal(pair.fused->forward(x), fused));
+        EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), mode.bound);
+        EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), mode.bound);
+        if (mode.dtype != torch::kFloat32 || batch != 1000) continue;
+        x[0][0] = std::numeric_limits<float>::infinity();
+        x[1][2] = -std::numeric_limits<float>::infinity();
+        x[2][1] = std::numeric_limits<float>::quiet_NaN();
+        const torch::Tensor with_inf = pair.fused->forward(x);
+        const torch::Tensor per_layer = pair.per_layer->forward(x);
+        EXPECT_TRUE(torch::equal(torch::isnan(with_inf), torch::isnan(per_layer)));
+        const float inf = std::numeric_limits<float>::infinity();
+        EXPECT_TRUE(torch::equal(with_inf.eq(inf), per_layer.eq(inf)));
+        EXPECT_TRUE(torch::equal(with_inf.eq(-inf), per_layer.eq(-inf)));
+      }
     }
   }
 }

@@ -146,6 +146,40 @@ TEST(NvrtcCompile, HopperGemmKernelsCompileForHopper) {
   }
 }
 
+// Every small-batch kernel variant with a chain in its epilogue, as the library compiles one at a
+// run-time chain's first forward that runs it: each variant in the element type it takes, the
+// kernel with and without the TMA's tile copies and the reduce kernel, each under its lowered name
+// in the image. The time each takes is printed.
+TEST(NvrtcCompile, SmallBatchKernelsCompileForHopper) {
+  SKIP_WITHOUT_TOOLKIT_HEADERS();
+  const std::pair<const char*, ElementType> variants[] = {
+      {"kFloatRows1", ElementType::kFloat32},     {"kFloatRows4", ElementType::kFloat32},
+      {"kFloatRows8", ElementType::kFloat32},     {"kFloatLaneRows", ElementType::kFloat32},
+      {"kFloatUnaligned", ElementType::kFloat32}, {"kBf16TensorCore", ElementType::kFloat32},
+      {"kBf16Unaligned", ElementType::kFloat32},  {"kBf16x3TensorCore", ElementType::kFloat32},
+      {"kBf16x3Staged16", ElementType::kFloat32}, {"kBf16x3Staged32", ElementType::kFloat32},
+      {"kBf16x3Staged64", ElementType::kFloat32}, {"kBf16x3Unaligned", ElementType::kFloat32},
+      {"kHalfTensorCore", ElementType::kFloat16}, {"kHalfTensorCore", ElementType::kBFloat16},
+      {"kHalfUnaligned", ElementType::kBFloat16}};
+  for (const auto& [variant, type] : variants) {
+    CompiledModule module;
+    std::string error;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(compile_with_nvrtc(
+        skinny_unit(chains_of_the_whole_vocabulary()[0], type, variant, "sm_90a"), module, error))
+        << variant << "\n"
+        << error;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "the small-batch kernel " << variant << ": compiled by NVRTC for sm_90a in "
+              << seconds << " s\n";
+    ASSERT_EQ(module.lowered_names.size(), size_t(kSkinnyUnitChainValue + 1));
+    for (int i = 0; i < kSkinnyUnitChainValue; ++i) {
+      EXPECT_NE(module.image.find(module.lowered_names[i]), std::string::npos) << variant << i;
+    }
+  }
+}
+
 // The code sections of an ELF image (a cubin), by name: what a kernel runs, without the symbol
 // tables, which differ from one compile to the next.
 std::map<std::string, std::string> code_sections(const std::string& image) {

@@ -54,18 +54,52 @@ inline cudaError_t launch_dependent_kernel(const DeviceLimits& limits, const voi
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 
-// The same for a __global__ function: args... converted to its parameters' types first.
+// Launches of `kernel`, a pointer to a __global__ function of type Fn or a kernel handle of one
+// (a run-time chain's, compiled by NVRTC, kernels/cuda/jit/), args... converted to Fn's parameters
+// first: `launch` as kernel<<<grid, threads, shared_bytes, stream>>>(args...), `launch_dependent`
+// as launch_dependent_kernel does.
+template <class Fn>
+struct KernelLauncher;
+template <typename... Params>
+struct KernelLauncher<void (*)(Params...)> {
+  template <class Launch, typename... Args>
+  static cudaError_t with_pointers(const Launch& launch, Args... args) {
+    std::tuple<Params...> values(args...);
+    return std::apply(
+        [&](auto&... value) {
+          void* pointers[] = {&value...};
+          return launch(pointers);
+        },
+        values);
+  }
+  template <typename... Args>
+  static cudaError_t launch(const void* kernel, dim3 grid, dim3 threads, size_t shared_bytes,
+                            cudaStream_t stream, Args... args) {
+    return with_pointers(
+        [&](void** pointers) {
+          return cudaLaunchKernel(kernel, grid, threads, pointers, shared_bytes, stream);
+        },
+        args...);
+  }
+  template <typename... Args>
+  static cudaError_t launch_dependent(const DeviceLimits& limits, const void* kernel, dim3 grid,
+                                      dim3 threads, size_t shared_bytes, cudaStream_t stream,
+                                      Args... args) {
+    return with_pointers(
+        [&](void** pointers) {
+          return launch_dependent_kernel(limits, kernel, grid, threads, shared_bytes, stream,
+                                         pointers);
+        },
+        args...);
+  }
+};
+
+// launch_dependent_kernel for a __global__ function: args... converted to its parameters' types.
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(const DeviceLimits& limits, void (*kernel)(Params...), dim3 grid,
                              dim3 threads, size_t shared_bytes, cudaStream_t stream, Args... args) {
-  std::tuple<Params...> values(args...);
-  return std::apply(
-      [&](auto&... value) {
-        void* pointers[] = {&value...};
-        return launch_dependent_kernel(limits, reinterpret_cast<const void*>(kernel), grid, threads,
-                                       shared_bytes, stream, pointers);
-      },
-      values);
+  return KernelLauncher<void (*)(Params...)>::launch_dependent(
+      limits, reinterpret_cast<const void*>(kernel), grid, threads, shared_bytes, stream, args...);
 }
 #endif
 

@@ -32,6 +32,7 @@ namespace cuda {
 // parameter, so that the interpreter's op list is read where it lies).
 template <typename T, class ChainT>
 struct ColumnEpilogue {
+  using Chain = ChainT;
   const T* bias = nullptr;
   const T* terms[act::kMaxColumnTerms] = {};
   uint32_t broadcast = 0;  // bit j: terms[j] is one value for every column

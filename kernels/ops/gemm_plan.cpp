@@ -101,11 +101,9 @@ std::string mlp_refusal(const MlpQuery& query) {
       !(split_taken && mlp_form(query) != cuda::MlpForm::kTiles)) {
     return std::string(
                "it forms float32 products of float32 models (ieee), and bf16 and bf16x3 "
-               "products only of models at most ") +
-           std::to_string(cuda::mlp_resident_max_width(1)) +
-           " wide (bf16x3: " + std::to_string(cuda::mlp_resident_max_width(2)) +
-           ") whose weights fit a block's shared memory; not " + precision_name(query.precision) +
-           "'s here";
+               "products on the tensor cores (compute capability 8.0 or newer) where a block's "
+               "shared memory holds the model's chunks of W; not ") +
+           precision_name(query.precision) + "'s here";
   }
   return "";
 }
@@ -120,17 +118,23 @@ cuda::MlpForm mlp_form(const MlpQuery& query) {
   const bool tensor_cores = !query.float32_model || query.precision == Precision::kBf16 ||
                             query.precision == Precision::kBf16x3;
   const int parts = cuda::mlp_resident_parts(query.precision);
-  int64_t widest = 0, resident_bytes = 0;
+  int64_t widest = 0, widest_in = 0, resident_bytes = 0;
+  bool any_gated = false;
   for (size_t l = 0; l + 1 < query.widths.size(); ++l) {
     widest = std::max({widest, query.widths[l], query.widths[l + 1]});
+    widest_in = std::max(widest_in, query.widths[l]);
     const bool gated = l < query.gated.size() && query.gated[l];
+    any_gated = any_gated || gated;
     resident_bytes +=
         cuda::mlp_resident_layer_bytes(query.widths[l], query.widths[l + 1], gated, parts);
   }
-  if (tensor_cores && query.device.compute_major >= 8 &&
-      widest <= cuda::mlp_resident_max_width(parts) &&
-      resident_bytes <= query.device.shared_bytes_per_block) {
+  if (!tensor_cores || query.device.compute_major < 8) return cuda::MlpForm::kTiles;
+  const int64_t shared = query.device.shared_bytes_per_block;
+  if (widest <= cuda::mlp_resident_max_width(parts) && resident_bytes <= shared) {
     return cuda::MlpForm::kResident;
+  }
+  if (cuda::mlp_streamed_bytes(widest_in, widest, any_gated, parts) <= shared) {
+    return cuda::MlpForm::kStreamed;
   }
   return cuda::MlpForm::kTiles;
 }
@@ -148,6 +152,9 @@ std::string mlp_description(const MlpQuery& query) {
     case cuda::MlpForm::kResident:
       return "fused MLP, " + (query.float32_model ? mode + ", " : std::string()) +
              "tensor cores, weights resident in shared memory";
+    case cuda::MlpForm::kStreamed:
+      return "fused MLP, " + (query.float32_model ? mode + ", " : std::string()) +
+             "tensor cores, weights streamed through shared memory";
     case cuda::MlpForm::kTiles:
       break;
   }

@@ -156,7 +156,8 @@ struct MlpQuery {
 // (each block reads a slice of every W, where a block a tile reads all of it alone, and few rows
 // wait on that read); past that, models on the tensor cores (16-bit models; float32 models in bf16
 // or bf16x3) at most mlp_resident_max_width wide whose weights fit a block's shared memory
-// resident; else a block a tile.
+// resident; other models on the tensor cores whose chunks of W fit it (mlp_streamed_bytes)
+// streamed; else a block a tile.
 cuda::MlpForm mlp_form(const MlpQuery& query);
 // What the form runs, for reports: "fused MLP, tensor cores, weights resident in shared memory".
 std::string mlp_description(const MlpQuery& query);

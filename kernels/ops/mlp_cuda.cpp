@@ -44,6 +44,14 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
     const detail::ColumnInputs& main = columns.back();
     layer.terms = main.terms;
     layer.chain.program = *in.program;
+    // W's parts (at most two: bf16x3's hi and lo), each from row `first` on.
+    const auto set_parts = [&](const std::vector<torch::Tensor>& parts, int64_t first,
+                               const void*(&to)[2]) {
+      for (size_t p = 0; p < parts.size() && p < 2; ++p) {
+        to[p] = static_cast<const char*>(keep(parts[p]).data_ptr()) +
+                first * parts[p].stride(0) * parts[p].element_size();
+      }
+    };
     if (in.half >= 0) {
       // The chunked Linear's halves: the chain's and the gate's rows of W and of its bias.
       const int64_t width = weight.size(0) / 2;
@@ -51,6 +59,8 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
       layer.out = int(width);
       layer.w = weight.narrow(0, chain_half * width, width).data_ptr();
       layer.gate_w = weight.narrow(0, gate_half * width, width).data_ptr();
+      set_parts(in.weight_parts, chain_half * width, layer.w_part);
+      set_parts(in.weight_parts, gate_half * width, layer.gate_w_part);
       if (main.bias.defined()) {
         layer.bias = main.bias.narrow(0, chain_half * width, width).data_ptr();
         layer.gate_bias = main.bias.narrow(0, gate_half * width, width).data_ptr();
@@ -59,9 +69,11 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
     } else {
       layer.out = int(weight.size(0));
       layer.w = weight.data_ptr();
+      set_parts(in.weight_parts, 0, layer.w_part);
       layer.bias = main.bias_data;
       if (in.gate_weight.defined()) {
         layer.gate_w = keep(in.gate_weight).data_ptr();
+        set_parts(in.gate_weight_parts, 0, layer.gate_w_part);
         columns.push_back(detail::column_inputs(in.gate_bias, {}));
         layer.gate_bias = columns.back().bias_data;
       }

@@ -15,8 +15,12 @@ namespace fusedlinear {
 // One layer of a layered model: chain(x W^T + bias) [* gate].
 struct MlpLayerTensors {
   torch::Tensor weight;  // [out, in]; a chunked Linear's [2 out, in]
+  // A float32 W's bfloat16 parts in a split mode, as the per-layer path holds them (bf16: hi;
+  // bf16x3: hi, lo); empty otherwise. The same for the gate's W.
+  std::vector<torch::Tensor> weight_parts;
   c10::optional<torch::Tensor> bias;
   torch::Tensor gate_weight;  // a gated layer's own gate Linear; undefined otherwise
+  std::vector<torch::Tensor> gate_weight_parts;
   c10::optional<torch::Tensor> gate_bias;
   int half = -1;                          // a chunked Linear: the half the chain takes
   const act::Program* program = nullptr;  // the layer's chain, as the interpreter runs it

@@ -219,8 +219,8 @@ MlpQuery mlp_query_of(const ModelLayout& layout, const torch::Tensor& x, at::Ten
 }
 
 // The whole model in one launch of the fused-MLP kernel (a model mlp_refusal accepts, in the
-// query's form and mode). Each Linear is its W: the kernel splits a float32 W itself, in shared
-// memory, so W's parts that follow it in `weights` are not read.
+// query's form and mode). Each Linear is its W and the parts that follow it in `weights` (the
+// streamed form copies them; the resident form splits a float32 W in shared memory itself).
 torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
                            at::TensorList weights, const OptionalBiases& biases,
                            at::TensorList params, const MlpQuery& query) {
@@ -228,10 +228,16 @@ torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
   std::vector<MlpLayerTensors> layers;
   for (const ModelLayout::Layer& one : layout.layers) {
     MlpLayerTensors layer;
+    const auto parts_of = [&](size_t linear) {
+      return std::vector<torch::Tensor>(weights.begin() + long(linear * parts + 1),
+                                        weights.begin() + long(linear * parts + parts));
+    };
     layer.weight = weights[one.linear * parts];
+    layer.weight_parts = parts_of(one.linear);
     layer.bias = biases.get(one.linear);
     if (one.gated && one.half < 0) {
       layer.gate_weight = weights[one.gate * parts];
+      layer.gate_weight_parts = parts_of(one.gate);
       layer.gate_bias = biases.get(one.gate);
     }
     layer.half = one.half;

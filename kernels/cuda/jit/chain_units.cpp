@@ -90,6 +90,30 @@ NvrtcRequest hopper_unit(const std::string& chain_expression, const HopperInstan
   return request;
 }
 
+NvrtcRequest skinny_unit(const std::string& chain_expression, ElementType type,
+                         const std::string& variant, const std::string& architecture) {
+  NvrtcRequest request;
+  request.family = "skinny";
+  request.source =
+      declaration_unit({"kernels/cuda/jit/compiled_chain.cuh", "kernels/cuda/skinny/variants.cuh"},
+                       chain_expression);
+  const std::string element =
+      std::string("fusedlinear::cuda::DeviceElement<") + element_name(type) + ">";
+  const std::string chain = compiled_epilogue(type) + "::ChainT";
+  const std::string kernel_type = "fusedlinear::cuda::skinny::KernelOf<" + element +
+                                  ", fusedlinear::cuda::SkinnyVariant::" + variant + ">::type";
+  const std::string kernel = kernel_type + "::kernel<" + chain + ", ";
+  request.name_expressions.push_back(kernel + "false>");
+  request.name_expressions.push_back(kernel + kernel_type + "::kHasTileCopies>");
+  request.name_expressions.push_back("&fusedlinear::cuda::skinny::skinny_reduce_kernel<" + element +
+                                     ", " + chain + ">");
+  request.name_expressions.push_back(chain_value(type));
+  // No -ftz, as the declarations' small-batch files (kernels/register/fusedlinear_models.cmake):
+  // their split of x may be subnormal.
+  request.architecture = architecture;
+  return request;
+}
+
 }  // namespace jit
 }  // namespace cuda
 }  // namespace fusedlinear

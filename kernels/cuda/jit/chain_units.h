@@ -39,6 +39,15 @@ NvrtcRequest hopper_unit(const std::string& chain_expression, const HopperInstan
                          const std::string& architecture);
 constexpr int kHopperUnitChainValue = 1;  // the index of the chain's value in its names
 
+// The small-batch kernel of a variant (kernels/cuda/skinny/variants.cuh: KernelOf) for results of
+// `type`, with the chain in its epilogue: its name expressions are the kernel without the TMA's
+// tile copies, the kernel with them (the same kernel for variants that have none), the kernel that
+// adds the splits of k, then the chain's value. `variant`: a SkinnyVariant enumerator's name.
+NvrtcRequest skinny_unit(const std::string& chain_expression, ElementType type,
+                         const std::string& variant, const std::string& architecture);
+constexpr int kSkinnyUnitReduce = 2;      // the index of the reduce kernel in its names
+constexpr int kSkinnyUnitChainValue = 3;  // the index of the chain's value in its names
+
 }  // namespace jit
 }  // namespace cuda
 }  // namespace fusedlinear

@@ -15,6 +15,7 @@
 #include "kernels/cuda/jit/compiled_chains.h"
 #include "kernels/cuda/jit/kernel_cache.h"
 #include "kernels/cuda/jit/nvrtc_compile.h"
+#include "kernels/cuda/skinny/launch.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -267,6 +268,63 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
   return err;
 }
 
+// A SkinnyVariant enumerator's name, as a unit names the variant's kernel.
+const char* variant_name(SkinnyVariant variant) {
+  switch (variant) {
+#define FUSEDLINEAR_VARIANT_NAME(V) \
+  case SkinnyVariant::V:            \
+    return #V;
+    FUSEDLINEAR_VARIANT_NAME(kFloatRows1)
+    FUSEDLINEAR_VARIANT_NAME(kFloatRows4)
+    FUSEDLINEAR_VARIANT_NAME(kFloatRows8)
+    FUSEDLINEAR_VARIANT_NAME(kFloatLaneRows)
+    FUSEDLINEAR_VARIANT_NAME(kFloatUnaligned)
+    FUSEDLINEAR_VARIANT_NAME(kBf16TensorCore)
+    FUSEDLINEAR_VARIANT_NAME(kBf16Unaligned)
+    FUSEDLINEAR_VARIANT_NAME(kBf16x3TensorCore)
+    FUSEDLINEAR_VARIANT_NAME(kBf16x3Staged16)
+    FUSEDLINEAR_VARIANT_NAME(kBf16x3Staged32)
+    FUSEDLINEAR_VARIANT_NAME(kBf16x3Staged64)
+    FUSEDLINEAR_VARIANT_NAME(kBf16x3Unaligned)
+    FUSEDLINEAR_VARIANT_NAME(kHalfTensorCore)
+    FUSEDLINEAR_VARIANT_NAME(kHalfUnaligned)
+#undef FUSEDLINEAR_VARIANT_NAME
+  }
+  return "";
+}
+
+// The small-batch forward of a compiled chain (a CudaSkinnyFn): the plan's variant compiled at its
+// first use in each element type, launched as a declaration's; where it is not compiled, the
+// interpreter's launcher runs the call (nothing was launched yet).
+template <SkinnyFamily kFamily>
+cudaError_t compiled_skinny(const act::Program& program, const LinearCall& call,
+                            const SkinnyPlan& plan, float* workspace, cudaStream_t stream) {
+  const std::shared_ptr<CompiledChain> chain = chain_of(program);
+  if (!chain) return cudaErrorInvalidValue;
+  std::string architecture;
+  const cudaError_t err = current_architecture(architecture);
+  if (err != cudaSuccess) return err;
+  const char* variant = variant_name(plan.variant);
+  const std::string unit_key = architecture + " skinny " + element_name(call.type) + " " + variant;
+  const LoadedModule& loaded = module_of(*chain, unit_key, [&] {
+    return Unit{skinny_unit(chain->expression, call.type, variant, architecture),
+                std::string("the ") + element_name(call.type) + " small-batch kernel " + variant};
+  });
+  if (!loaded.ready) {
+    return chain->interpreter.skinny[int(kFamily)](program, call, plan, workspace, stream);
+  }
+  skinny::SkinnyKernels kernels;
+  kernels.kernel[0] = loaded.kernels[0];
+  kernels.kernel[1] = loaded.kernels[1];
+  kernels.reduce = loaded.kernels[kSkinnyUnitReduce];
+  const auto epilogue_of = [&](auto element) {
+    return ColumnEpilogue<DeviceElement<decltype(element)::value>, CompiledChainBytes>(
+        call.bias, call.terms, loaded.chain);
+  };
+  return launch_skinny_family<kFamily>(call, plan, workspace, stream, epilogue_of,
+                                       [&](auto, auto) { return kernels; });
+}
+
 }  // namespace
 
 bool compiling_enabled() {
@@ -293,6 +351,10 @@ CudaChainKernels compiled_chain_kernels(const act::Program& program,
   kernels.hopper[int(HopperFamily::kFloat32)] = &compiled_hopper<HopperFamily::kFloat32>;
   kernels.hopper[int(HopperFamily::kBf16)] = &compiled_hopper<HopperFamily::kBf16>;
   kernels.hopper[int(HopperFamily::kHalf)] = &compiled_hopper<HopperFamily::kHalf>;
+  kernels.skinny[int(SkinnyFamily::kFloat)] = &compiled_skinny<SkinnyFamily::kFloat>;
+  kernels.skinny[int(SkinnyFamily::kBf16)] = &compiled_skinny<SkinnyFamily::kBf16>;
+  kernels.skinny[int(SkinnyFamily::kBf16x3)] = &compiled_skinny<SkinnyFamily::kBf16x3>;
+  kernels.skinny[int(SkinnyFamily::kHalf)] = &compiled_skinny<SkinnyFamily::kHalf>;
   return kernels;
 }
 

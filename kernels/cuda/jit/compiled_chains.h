@@ -1,11 +1,12 @@
 // Run-time chains with kernels compiled by NVRTC: a chain spec's kernels are those a declaration of
 // the chain gets (its source written by kernels/ops/chain_source.h, compiled by nvrtc_compile.h),
-// the epilogue and the Hopper GEMM with the chain in its epilogue, each compiled at its first call
-// on a GPU of each architecture (the Hopper GEMM a kernel instance at a time, as the calls pick
-// them), kept in memory for the process and on disk (kernel_cache.h), and launched by the same
-// host launchers as a declaration's. On unless FUSEDLINEAR_JIT=0; where it is off, NVRTC or the
-// toolkit's headers are missing or a compile fails, the interpreter's kernels run the chain (the
-// last two after one notice line on stderr). Torch-free.
+// the epilogue, the small-batch kernels and the Hopper GEMM with the chain in its epilogue, each
+// compiled at its first call on a GPU of each architecture (the small-batch kernels a variant and
+// the Hopper GEMM a kernel instance at a time, as the calls pick them), kept in memory for the
+// process and on disk (kernel_cache.h), and launched by the same host launchers as a
+// declaration's. On unless FUSEDLINEAR_JIT=0; where it is off, NVRTC or the toolkit's headers are
+// missing or a compile fails, the interpreter's kernels run the chain (the last two after one
+// notice line on stderr). Torch-free.
 #pragma once
 
 #include <string>
@@ -20,8 +21,8 @@ namespace jit {
 bool compiling_enabled();
 
 // The launchers of the run-time chain `program`, whose declaration's chain is `chain_expression`:
-// `interpreter`'s, the epilogue's and the Hopper GEMM's compiled at their first call where
-// compiling is enabled (the small-batch kernels stay the interpreter's).
+// `interpreter`'s, the epilogue's, the small-batch kernels' and the Hopper GEMM's compiled at their
+// first call where compiling is enabled.
 // Chains of the same program share their compiled kernels (the ops they leave out,
 // act::without_identity_clamps, change no value).
 CudaChainKernels compiled_chain_kernels(const act::Program& program,

@@ -25,23 +25,28 @@ bool exists(const std::string& path) {
 // headers write std::is_same_v, std::isnan, ...). libcu++ has no std::erf, which a functor's
 // float64 form (never compiled for the GPU, but parsed) calls: NVRTC's own.
 struct StandardHeader {
-  const char* name;   // as the kernel headers include it
-  const char* libcu;  // libcu++'s <cuda/std/...> that stands for it
+  const char* name;            // as the kernel headers include it
+  const char* libcu;           // libcu++'s <cuda/std/...> that stands for it
+  const char* more = nullptr;  // and a second one
 };
-constexpr StandardHeader kStandardHeaders[] = {{"type_traits", "type_traits"},
-                                               {"utility", "utility"},
-                                               {"tuple", "tuple"},
-                                               {"cstdint", "cstdint"},
-                                               {"stdint.h", "cstdint"},
-                                               {"cstring", "cstring"},
-                                               {"string.h", "cstring"},
-                                               {"algorithm", "algorithm"},
-                                               {"cmath", "cmath"},
-                                               {"math.h", "cmath"}};
+constexpr StandardHeader kStandardHeaders[] = {
+    {"type_traits", "type_traits"},
+    {"utility", "utility"},
+    {"tuple", "tuple"},
+    {"cstdint", "cstdint"},
+    {"stdint.h", "cstdint"},
+    {"cstring", "cstring"},
+    {"string.h", "cstring"},
+    // libcu++ has no <algorithm>: the kernel
+    // headers take std::max and std::min of it.
+    {"algorithm", "__algorithm/max.h", "__algorithm/min.h"},
+    {"cmath", "cmath"},
+    {"math.h", "cmath"}};
 
 std::string text_of(const StandardHeader& header) {
-  std::string text = std::string("#pragma once\n#include <cuda/std/") + header.libcu +
-                     ">\nnamespace std {\nusing namespace cuda::std;\n";
+  std::string text = std::string("#pragma once\n#include <cuda/std/") + header.libcu + ">\n";
+  if (header.more) text += std::string("#include <cuda/std/") + header.more + ">\n";
+  text += "namespace std {\nusing namespace cuda::std;\n";
   if (std::string(header.libcu) == "cmath") text += "using ::erf;\n";
   return text + "}\n";
 }

@@ -3,12 +3,11 @@
 // the chains give the per-layer path's bits.
 #include <algorithm>
 #include <climits>
-#include <mutex>
-#include <set>
 
 #include "kernels/cuda/mlp/cluster_mlp.cuh"
 #include "kernels/cuda/mlp/fused_mlp.cuh"
 #include "kernels/cuda/mlp/resident_mlp.cuh"
+#include "kernels/cuda/mlp/streamed_mlp.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -35,43 +34,17 @@ cudaError_t check_call(const MlpCall& call) {
   return cudaSuccess;
 }
 
-// The widest layer's input or output.
-int widest_of(const MlpCall& call) {
-  int width = 0;
-  for (int l = 0; l < call.layers; ++l) {
-    width = std::max({width, call.layer[l].in, call.layer[l].out});
-  }
-  return width;
-}
-
-// Lets kKernel have more than the default 48 KiB of shared memory: `most` (the most any call of it
-// takes), or what a block may have where that is less; once per device (before a CUDA graph
-// captures it: the first call).
-template <auto kKernel>
-cudaError_t allow_shared_bytes(const DeviceLimits& limits, int64_t most) {
-  if (most <= 48 * 1024) return cudaSuccess;
-  static std::mutex mutex;
-  static std::set<int> allowed;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.count(limits.device) > 0) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
-  if (err == cudaSuccess) allowed.insert(limits.device);
-  return err;
-}
-
 // The tiles sized for the model's widest layer: narrow models take less shared memory, so more
 // blocks share a multiprocessor.
 template <typename T, class Shape>
 cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
-  const int width = widest_of(call);
+  const int width = mlp::widest_of(call);
   const int stride = Shape::stride_for(width);
   const int bytes = mlp::shared_bytes_of<T, Shape>(width);
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   const int64_t blocks = ceil_div(call.rows, Shape::kRows);
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_shared_bytes<&mlp::fused_mlp_kernel<T, Shape>>(
+  const cudaError_t err = mlp::allow_shared_bytes<&mlp::fused_mlp_kernel<T, Shape>>(
       limits, mlp::shared_bytes_of<T, Shape>(kMaxMlpWidth));
   if (err != cudaSuccess) return err;
   mlp::fused_mlp_kernel<T, Shape>
@@ -82,7 +55,7 @@ cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, cudaSt
 // A cluster of blocks a tile of Shape::kRows rows (cluster_mlp.cuh).
 template <typename T, class Shape>
 cudaError_t launch_clusters(const MlpCall& call, cudaStream_t stream) {
-  const int width = widest_of(call);
+  const int width = mlp::widest_of(call);
   const int64_t blocks = ceil_div(call.rows, Shape::kRows) * mlp::kClusterBlocks;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
   cudaLaunchAttribute cluster;
@@ -123,7 +96,7 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cud
   }
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   constexpr auto kernel = &mlp::resident_mlp_kernel<T, kParts, kSteps>;
-  cudaError_t err = allow_shared_bytes<kernel>(
+  cudaError_t err = mlp::allow_shared_bytes<kernel>(
       limits, kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts));
   if (err != cudaSuccess) return err;
   int per_multiprocessor = 0;
@@ -141,7 +114,7 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cud
 template <typename T, int kParts>
 cudaError_t launch_resident_sized(const MlpCall& call, const DeviceLimits& limits,
                                   cudaStream_t stream) {
-  const int width = widest_of(call);
+  const int width = mlp::widest_of(call);
   if (width > mlp_resident_max_width(kParts)) return cudaErrorNotSupported;
   if (width <= 64) return launch_resident<T, kParts, 4>(call, limits, stream);
   if constexpr (kParts == 1) return launch_resident<T, kParts, 8>(call, limits, stream);
@@ -192,6 +165,8 @@ cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream) {
       return launch_clusters_for<float>(call, limits, stream);
     case MlpForm::kResident:
       return launch_resident_for(call, limits, stream);
+    case MlpForm::kStreamed:
+      return mlp::launch_streamed(call, limits, stream);
     case MlpForm::kTiles:
       break;
   }

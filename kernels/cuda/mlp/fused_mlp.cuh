@@ -27,7 +27,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <set>
 
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/mlp/fused_mlp.h"
@@ -38,7 +41,7 @@ namespace fusedlinear {
 namespace cuda {
 namespace mlp {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kMlpThreads;
 constexpr int kWarps = kThreads / 32;
 
 // The float32 kernel's tile: kRows rows (1: one row a block, for batches that fill the GPU with
@@ -360,6 +363,35 @@ __global__ void __launch_bounds__(kThreads)
     const int r = i / width, n = i % width;
     if (row0 + r < call.rows) out[(row0 + r) * width + n] = result[r * stride + n];
   }
+}
+
+// --- for the forms' launchers
+// ---------------------------------------------------------------------
+
+// The widest layer's input or output.
+inline int widest_of(const MlpCall& call) {
+  int width = 0;
+  for (int l = 0; l < call.layers; ++l) {
+    width = std::max({width, call.layer[l].in, call.layer[l].out});
+  }
+  return width;
+}
+
+// Lets kKernel have more than the default 48 KiB of shared memory: `most` (the most any call of it
+// takes), or what a block may have where that is less; once per device (before a CUDA graph
+// captures it: the first call).
+template <auto kKernel>
+cudaError_t allow_shared_bytes(const DeviceLimits& limits, int64_t most) {
+  if (most <= 48 * 1024) return cudaSuccess;
+  static std::mutex mutex;
+  static std::set<int> allowed;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (allowed.count(limits.device) > 0) return cudaSuccess;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
+  if (err == cudaSuccess) allowed.insert(limits.device);
+  return err;
 }
 
 }  // namespace mlp

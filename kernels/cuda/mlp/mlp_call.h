@@ -16,6 +16,7 @@ namespace cuda {
 // of rows at this width twice in shared memory, and the layers travel in the kernel's parameters.
 constexpr int kMaxMlpWidth = 256;
 constexpr int kMaxMlpLayers = 8;
+constexpr int kMlpThreads = 256;  // a block's threads, in every form
 
 // How the kernel runs a call (the plan's choice, gemm_plan.h: mlp_form):
 //   kTiles     a block a tile of rows (fused_mlp.cuh): the general form.
@@ -26,7 +27,11 @@ constexpr int kMaxMlpLayers = 8;
 //              float32 models in bf16 or bf16x3): every layer's W resident in each block's shared
 //              memory, a warp's 16 rows held in registers from layer to layer (resident_mlp.cuh):
 //              many rows, bound by the tensor cores.
-enum class MlpForm { kTiles, kClusters, kResident };
+//   kStreamed  models on the tensor cores whose weights do not fit a block's shared memory
+//              together (wider, or more layers): each layer's W streamed through shared memory
+//              in chunks of its rows, shared by the block's warps, a warp's rows held in registers
+//              as in the resident form (streamed_mlp.cuh).
+enum class MlpForm { kTiles, kClusters, kResident, kStreamed };
 constexpr int kMlpClusterBlocks = 8;
 constexpr int kMlpClusterTileRows = 8;
 constexpr int kMlpResidentMaxWidth = 128;
@@ -48,6 +53,26 @@ inline int64_t mlp_resident_layer_bytes(int64_t in, int64_t out, bool gated, int
   return (gated ? 2 : 1) * parts * ((out + 15) / 16 * 16) * ((in + 15) / 16 * 16 + 8) * 2;
 }
 
+// The streamed form's ring of chunks of W in shared memory, and the rows of W a chunk holds: fewer
+// for bf16x3, whose two parts and the warps' two sums an output fill more room.
+constexpr int kMlpStreamStages = 3;
+inline int mlp_streamed_chunk_rows(int parts) { return parts == 2 ? 16 : 32; }
+
+// The 16-wide steps of k a warp of the resident and streamed forms holds in registers for a model
+// at most `widest` wide.
+inline int mlp_register_steps(int64_t widest) { return widest <= 64 ? 4 : widest <= 128 ? 8 : 16; }
+
+// The shared memory the streamed form takes: the ring (each chunk's rows of W, and of the gate's W
+// where a layer is gated, in `parts` 16-bit parts, a row padded to the next 16 k of the widest
+// input and 8 elements past it) and each thread's slots for the next layer's A operand (its 16-bit
+// pairs of mlp_register_steps(widest) steps in `parts` parts).
+inline int64_t mlp_streamed_bytes(int64_t widest_in, int64_t widest, bool gated, int parts) {
+  const int64_t row_bytes = ((widest_in + 15) / 16 * 16 + 8) * 2;
+  const int64_t chunk = (gated ? 2 : 1) * parts * mlp_streamed_chunk_rows(parts) * row_bytes;
+  const int64_t slots = int64_t(parts) * mlp_register_steps(widest) * 4 * 4 * kMlpThreads;
+  return kMlpStreamStages * chunk + slots;
+}
+
 // The chain of a layer, as the interpreter runs it (program.h): the float32 forms of its ops,
 // as the per-layer path's epilogue runs a run-time chain for every element type.
 using MlpChain = act::ProgramChain<act::ResultPrecision::kFloat32>;
@@ -58,11 +83,16 @@ using MlpChain = act::ProgramChain<act::ResultPrecision::kFloat32>;
 //   gate_w, gate_bias: a gated layer's other product (a Linear of its own, or the other half of
 //   a chunked Linear: then `round_before_chain`, as the chunked layer's chain reads the Linear's
 //   rounded output); null for a plain layer.
+//   w_part, gate_w_part: a float32 model's W (and gate W) as the per-layer path splits them for
+//   bf16 (hi) and bf16x3 (hi, lo), [out, in] bfloat16, which the streamed form copies as they
+//   are; null otherwise.
 struct MlpLayer {
   const void* w = nullptr;
   const void* bias = nullptr;
   const void* gate_w = nullptr;
   const void* gate_bias = nullptr;
+  const void* w_part[2] = {};
+  const void* gate_w_part[2] = {};
   bool round_before_chain = false;
   ColumnTerms terms;  // the chain's per-feature parameters, [out] or one value each
   MlpChain chain;

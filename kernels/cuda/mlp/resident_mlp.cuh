@@ -123,16 +123,67 @@ __device__ __forceinline__ float total_of(float hi, float small) {
   return hi;
 }
 
+// The epilogue of the warp's output tile at columns col0... of layer l (acc: rows g (0, 1) and
+// g + 8 (2, 3), columns col0 + 2q and the next; bf16x3's small products apart): the values into
+// the call's output for the last layer, else, as the next layer's A operand, handed to
+// `keep(part, r, word)`: part `part` of the lane's two values of row g + 8r, paired (zeros past
+// the layer's width). Columns col0... are k 16t + 8(col0 / 8 % 2)... of the next layer's step
+// t = col0 / 16, the words 2(col0 / 8 % 2) + r of the lane's A of that step.
+template <typename T, int kParts, class Keep>
+__device__ __forceinline__ void finish_tile(const MlpCall& call, int l, int col0, int64_t row0,
+                                            const float (&acc)[4], const float (&small)[4],
+                                            const float (&gate_acc)[4],
+                                            const float (&gate_small)[4], Keep&& keep) {
+  const MlpLayer& layer = call.layer[l];
+  const bool last = l + 1 == call.layers;
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  float p[2][2], gate_p[2][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    p[i / 2][i % 2] = total_of<kParts>(acc[i], small[i]);
+    gate_p[i / 2][i % 2] = total_of<kParts>(gate_acc[i], gate_small[i]);
+  }
+  const int64_t row[2] = {row0 + g, row0 + g + 8};
+  const int col[2] = {col0 + 2 * q, col0 + 2 * q + 1};
+  finish_values<T>(layer, call, last, p, gate_p, row, col);
+  if (last) {
+    T* out = static_cast<T*>(call.out);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        if (row[r] < call.rows && col[c] < layer.out) {
+          out[row[r] * layer.out + col[c]] = from_float<T>(p[r][c]);
+        }
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    uint16_t first[kParts] = {}, second[kParts] = {};
+    if constexpr (std::is_same_v<T, float>) {
+      if (col[0] < layer.out) parts_of<kParts>(p[r][0], first);
+      if (col[1] < layer.out) parts_of<kParts>(p[r][1], second);
+    } else {
+      const uint32_t both =
+          pack_pair<T>(col[0] < layer.out ? p[r][0] : 0.0f, col[1] < layer.out ? p[r][1] : 0.0f);
+      first[0] = uint16_t(both);
+      second[0] = uint16_t(both >> 16);
+    }
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) keep(part, r, pair_of(first[part], second[part]));
+  }
+}
+
 // Layer l on the warp's rows: the products against W (and the gate's W) in shared memory at `w`
-// (and `gate_w`, or null), each `plane` elements a part, the epilogue, then the values back into
-// `act` as the next layer's A operand (zeros past the layer's width), or for the last layer into
-// the call's output.
+// (and `gate_w`, or null), each `plane` elements a part, then each output tile's epilogue, its
+// values back into `act` as the next layer's A operand, or for the last layer into the output.
 template <typename T, int kParts, int kSteps>
 __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const uint16_t* w,
                                                const uint16_t* gate_w, int plane, int64_t row0,
                                                uint32_t (&act)[kParts][kSteps][4]) {
   const MlpLayer& layer = call.layer[l];
-  const bool last = l + 1 == call.layers;
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int stride = resident_stride(layer.in);
   const int k_steps = (layer.in + 15) / 16;
@@ -149,50 +200,12 @@ __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const
       resident_products<PartType<T>>(gate_acc[j], gate_small[j], act, gate_w + at, plane, k_steps);
     }
   }
-  // acc[j]: rows g (0, 1) and g + 8 (2, 3), columns 8j + 2q and the next.
 #pragma unroll
   for (int j = 0; j < 2 * kSteps; ++j) {
     if (j >= 2 * out_steps) continue;
-    float p[2][2], gate_p[2][2];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      p[i / 2][i % 2] = total_of<kParts>(acc[j][i], small[j][i]);
-      gate_p[i / 2][i % 2] = total_of<kParts>(gate_acc[j][i], gate_small[j][i]);
-    }
-    const int64_t row[2] = {row0 + g, row0 + g + 8};
-    const int col[2] = {8 * j + 2 * q, 8 * j + 2 * q + 1};
-    finish_values<T>(layer, call, last, p, gate_p, row, col);
-    if (last) {
-      T* out = static_cast<T*>(call.out);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          if (row[r] < call.rows && col[c] < layer.out) {
-            out[row[r] * layer.out + col[c]] = from_float<T>(p[r][c]);
-          }
-        }
-      }
-    } else {
-      // Columns 8j... are k 16t + 8(j % 2)... of the next layer's step t = j / 2.
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        uint16_t first[kParts] = {}, second[kParts] = {};
-        if constexpr (std::is_same_v<T, float>) {
-          if (col[0] < layer.out) parts_of<kParts>(p[r][0], first);
-          if (col[1] < layer.out) parts_of<kParts>(p[r][1], second);
-        } else {
-          const uint32_t both = pack_pair<T>(col[0] < layer.out ? p[r][0] : 0.0f,
-                                             col[1] < layer.out ? p[r][1] : 0.0f);
-          first[0] = uint16_t(both);
-          second[0] = uint16_t(both >> 16);
-        }
-#pragma unroll
-        for (int part = 0; part < kParts; ++part) {
-          act[part][j / 2][2 * (j % 2) + r] = pair_of(first[part], second[part]);
-        }
-      }
-    }
+    finish_tile<T, kParts>(
+        call, l, 8 * j, row0, acc[j], small[j], gate_acc[j], gate_small[j],
+        [&](int part, int r, uint32_t word) { act[part][j / 2][2 * (j % 2) + r] = word; });
   }
 }
 

@@ -10,9 +10,14 @@
 namespace fusedlinear {
 namespace cuda {
 
-template <class Model, SkinnyFamily kFamily>
-cudaError_t launch_skinny_for(const act::Program& program, const LinearCall& call,
-                              const SkinnyPlan& plan, float* workspace, cudaStream_t stream) {
+// The small-batch forward of `call` as `plan` lays it out, for the call's element type E:
+// `epilogue_of(ElementConstant<E>{})` the epilogue (a ColumnEpilogue of the chain) and
+// `kernels_of(Kernel{}, ElementConstant<E>{})` the SkinnyKernels of the plan's variant Kernel, a
+// declaration's or a run-time chain's compiled ones (kernels/cuda/jit/), launched alike.
+template <SkinnyFamily kFamily, class EpilogueOf, class KernelsOf>
+cudaError_t launch_skinny_family(const LinearCall& call, const SkinnyPlan& plan, float* workspace,
+                                 cudaStream_t stream, const EpilogueOf& epilogue_of,
+                                 const KernelsOf& kernels_of) {
   using namespace skinny;
   if (call.rows == 0 || call.out_features == 0) return cudaSuccess;
   if (family_of(plan.variant) != kFamily) return cudaErrorInvalidValue;
@@ -23,14 +28,15 @@ cudaError_t launch_skinny_for(const act::Program& program, const LinearCall& cal
   float* partial = plan.partial_floats > 0 ? workspace + plan.x_workspace_floats : nullptr;
   cudaError_t err = cudaErrorInvalidValue;
   const auto launch = [&](auto element) {
-    constexpr ElementType E = decltype(element)::value;
-    using T = DeviceElement<E>;
-    const auto chain = device_chain<Model, kResultPrecisionOf<E>>(program);
-    const ColumnEpilogue<T, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
+    using T = DeviceElement<decltype(element)::value>;
+    const auto epilogue = epilogue_of(element);
+    using Epilogue = std::decay_t<decltype(epilogue)>;
+    SkinnyKernels kernels;
     err = with_variant<kFamily, T>(plan.variant, [&](auto kernel) {
       using Kernel = decltype(kernel);
       if constexpr (std::is_same_v<typename Kernel::Element, T>) {
-        return Kernel::launch(limits, plan, call, workspace, partial, epilogue, stream);
+        kernels = kernels_of(kernel, element);
+        return Kernel::launch(limits, plan, call, workspace, partial, epilogue, kernels, stream);
       } else {
         return cudaErrorInvalidValue;
       }
@@ -39,10 +45,10 @@ cudaError_t launch_skinny_for(const act::Program& program, const LinearCall& cal
     const int64_t count = call.rows * call.out_features;
     const int threads = 256;
     const int64_t blocks = std::min<int64_t>(ceil_div(count, threads), 65535);
-    err = launch_dependent(limits, skinny_reduce_kernel<T, std::decay_t<decltype(chain)>>,
-                           unsigned(blocks), threads, 0, stream, static_cast<const float*>(partial),
-                           plan.splits, static_cast<T*>(call.out), count, call.out_features,
-                           epilogue, split_operands_of(call));
+    err = KernelLauncher<ReduceFunction<T, typename Epilogue::Chain>>::launch_dependent(
+        limits, kernels.reduce, unsigned(blocks), threads, 0, stream,
+        static_cast<const float*>(partial), plan.splits, static_cast<T*>(call.out), count,
+        call.out_features, epilogue, split_operands_of(call));
   };
   if constexpr (kFamily == SkinnyFamily::kHalf) {
     if (call.type == ElementType::kFloat16) launch(ElementConstant<ElementType::kFloat16>{});
@@ -51,6 +57,25 @@ cudaError_t launch_skinny_for(const act::Program& program, const LinearCall& cal
     if (call.type == ElementType::kFloat32) launch(ElementConstant<ElementType::kFloat32>{});
   }
   return err;
+}
+
+// The small-batch forward of declaration Model (or, for RuntimeChain, of `program`, by the
+// interpreter's kernels), on the kernels compiled with the library.
+template <class Model, SkinnyFamily kFamily>
+cudaError_t launch_skinny_for(const act::Program& program, const LinearCall& call,
+                              const SkinnyPlan& plan, float* workspace, cudaStream_t stream) {
+  const auto epilogue_of = [&](auto element) {
+    constexpr ElementType E = decltype(element)::value;
+    const auto chain = device_chain<Model, kResultPrecisionOf<E>>(program);
+    return ColumnEpilogue<DeviceElement<E>, std::decay_t<decltype(chain)>>(call.bias, call.terms,
+                                                                           chain);
+  };
+  const auto kernels_of = [](auto kernel, auto element) {
+    constexpr ElementType E = decltype(element)::value;
+    return skinny::declared_kernels<decltype(kernel), DeviceElement<E>,
+                                    DeviceChain<Model, kResultPrecisionOf<E>>>();
+  };
+  return launch_skinny_family<kFamily>(call, plan, workspace, stream, epilogue_of, kernels_of);
 }
 
 template <class List, SkinnyFamily kFamily>

@@ -3,11 +3,13 @@
 // Torch-free: raw pointers, sizes, a stream.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 
+#ifndef __CUDACC_RTC__  // NVRTC takes the variants alone (kernels/cuda/jit/)
+#include <cuda_runtime_api.h>
+
 #include "kernels/cuda/linear_call.h"
+#endif
 
 namespace fusedlinear {
 namespace cuda {
@@ -42,14 +44,17 @@ struct SkinnyPlan {
   int64_t workspace_floats() const { return x_workspace_floats + partial_floats; }
 };
 
+// The kernel families, one a weight type (chain_kernels.h: a launcher each).
+enum class SkinnyFamily { kFloat, kBf16, kBf16x3, kHalf };
+
+#ifndef __CUDACC_RTC__
 // Picks the kernel for `call` on the current device and lays out its launch. Returns
 // cudaErrorInvalidValue for products the type does not take (bfloat16 parts with 16-bit x),
 // cudaErrorInvalidConfiguration for more rows than the grid takes (65535 tiles).
 cudaError_t plan_skinny_linear(const LinearCall& call, SkinnyPlan& plan);
 
-// The kernel families, one a weight type (chain_kernels.h: a launcher each).
-enum class SkinnyFamily { kFloat, kBf16, kBf16x3, kHalf };
 SkinnyFamily family_of(SkinnyVariant variant);
+#endif
 
 }  // namespace cuda
 }  // namespace fusedlinear

@@ -1,7 +1,9 @@
 // The small-batch kernels as plan_skinny_linear picks them: each SkinnyVariant (skinny.h) mapped to
-// one instantiation (what its block covers, its workspace, its launch), the choice of variant for
-// a call on a device, and the layout of its grid. Included by plan.cu (the choice, no chain) and
-// launch.cuh (the launches, for each chain).
+// one instantiation (the kernel, what its block covers, its workspace, its launch), the choice of
+// variant for a call on a device, and the layout of its grid. Included by plan.cu (the choice, no
+// chain), launch.cuh (the launches, for each chain) and, for the kernels alone, by the units NVRTC
+// compiles for a run-time chain (kernels/cuda/jit/chain_units.h), which take each variant's
+// `kernel` and none of the host code.
 //
 // Where too few blocks would cover the rows of W to fill the GPU, k is split over blocks: the
 // partial sums go to a workspace and skinny_reduce_kernel adds them in split order and applies the
@@ -9,28 +11,36 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/dependent_launch.cuh"
-#include "kernels/cuda/epilogue.cuh"
-#include "kernels/cuda/linear.h"
 #include "kernels/cuda/skinny/common.cuh"
 #include "kernels/cuda/skinny/cuda_core.cuh"
 #include "kernels/cuda/skinny/lane_rows.cuh"
 #include "kernels/cuda/skinny/skinny.h"
 #include "kernels/cuda/skinny/staged.cuh"
 #include "kernels/cuda/skinny/tensor_core.cuh"
+
+#ifndef __CUDACC_RTC__
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/epilogue.cuh"
+#include "kernels/cuda/linear.h"
 #include "kernels/cuda/tma.cuh"
+#endif
 
 namespace fusedlinear {
 namespace cuda {
 namespace skinny {
 
+#ifndef __CUDACC_RTC__
 // What one block of a kernel covers, and how many blocks per multiprocessor fill the GPU.
 struct BlockCover {
   int64_t w_rows, x_rows, chunk;  // rows of W and of x; values of k per chunk
@@ -68,21 +78,70 @@ inline dim3 grid_of(const SkinnyPlan& plan) {
   return dim3(plan.grid[0], plan.grid[1], plan.grid[2]);
 }
 
-// Launches a CUDA-core or tensor-core kernel (they take the same arguments) with the call's
-// pointers as its types, and what bf16x3's sums that come out inf or NaN read (split_operands_of).
-template <typename T, typename WT, class Kernel, class Epilogue>
-void launch_kernel(Kernel kernel, int threads, const SkinnyPlan& plan, const LinearCall& call,
-                   float* partial, const Epilogue& epilogue, cudaStream_t stream) {
-  kernel<<<grid_of(plan), threads, 0, stream>>>(
-      static_cast<const T*>(call.x), static_cast<const WT*>(call.w),
-      static_cast<const __nv_bfloat16*>(call.w_lo), static_cast<T*>(call.out), partial, call.rows,
-      call.out_features, call.in_features, plan.k_per_split, epilogue, split_operands_of(call));
+// The kernels a launch takes: a declaration's instances for its chain (declared_kernels), or a
+// run-time chain's compiled by NVRTC (kernels/cuda/jit/), the same instances, as pointers. Each
+// variant's launch reads its kernel's parameter types from the function's type (Kernel::Function),
+// so that it launches either alike.
+struct SkinnyKernels {
+  const void* kernel[2] = {};  // without, with the TMA's tile copies (the same where none)
+  const void* reduce = nullptr;
+};
+
+// Lets `kernel` take `bytes` of dynamic shared memory on `device`: once per kernel and device.
+inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes, int device) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> allowed;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (allowed.count({kernel, device}) > 0) return cudaSuccess;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) allowed.insert({kernel, device});
+  return err;
 }
 
-// One instantiation of the CUDA-core kernel: its element type, what its block covers, its launch.
+// The kernels' function types, written without naming an instance (naming a run-time chain's,
+// which only NVRTC compiles, would ask the library for its definition): the CUDA-core and
+// tensor-core kernels', and the reduce kernel's. declared_kernels checks each against the kernel.
+template <typename T, typename WT, class ChainT>
+using RowsKernelFunction = void (*)(const T*, const WT*, const __nv_bfloat16*, T*, float*, int64_t,
+                                    int64_t, int64_t, int64_t, ColumnEpilogue<T, ChainT>,
+                                    split::SplitOperands);
+template <typename T, class ChainT>
+using ReduceFunction = void (*)(const float*, int, T*, int64_t, int64_t, ColumnEpilogue<T, ChainT>,
+                                split::SplitOperands);
+
+// Launches a CUDA-core or tensor-core kernel (they take the same arguments) of function type Fn
+// with the call's pointers as its types, and what bf16x3's sums that come out inf or NaN read
+// (split_operands_of).
+template <class Fn, typename T, typename WT, class Epilogue>
+cudaError_t launch_kernel(const void* kernel, int threads, const SkinnyPlan& plan,
+                          const LinearCall& call, float* partial, const Epilogue& epilogue,
+                          cudaStream_t stream) {
+  return KernelLauncher<Fn>::launch(
+      kernel, grid_of(plan), threads, 0, stream, static_cast<const T*>(call.x),
+      static_cast<const WT*>(call.w), static_cast<const __nv_bfloat16*>(call.w_lo),
+      static_cast<T*>(call.out), partial, call.rows, call.out_features, call.in_features,
+      plan.k_per_split, epilogue, split_operands_of(call));
+}
+
+// Whether a launch may have the TMA copy its stages (the matrices must also be described:
+// describe_matrix): asked for, on sm_90 or newer.
+inline bool tile_copies_allowed(const LinearCall& call, const DeviceLimits& limits) {
+  return call.tile_copies && limits.compute_major >= 9;
+}
+#endif  // __CUDACC_RTC__
+
+// One instantiation of the CUDA-core kernel: its element type, its kernel, what its block covers,
+// its launch.
 template <typename T, typename WT, bool kHasLo, class Shape>
 struct CudaCoreKernel {
   using Element = T;
+  static constexpr bool kHasTileCopies = false;
+  template <class ChainT, bool kTileCopies>
+  static constexpr auto kernel = &skinny_cuda_core_kernel<T, WT, kHasLo, Shape, ChainT>;
+#ifndef __CUDACC_RTC__
+  template <class ChainT>
+  using Function = RowsKernelFunction<T, WT, ChainT>;
   // Two blocks an SM fill the GPU; the widest tile's blocks, two an SM, stay within one wave
   // (split in two, into a second wave, it measured slower: docs/PERFORMANCE.md, whole waves).
   static BlockCover cover() {
@@ -94,52 +153,48 @@ struct CudaCoreKernel {
   template <class ChainT>
   static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const LinearCall& call,
                             float*, float* partial, const ColumnEpilogue<T, ChainT>& epilogue,
-                            cudaStream_t stream) {
-    launch_kernel<T, WT>(skinny_cuda_core_kernel<T, WT, kHasLo, Shape, ChainT>, kWarps * 32, plan,
-                         call, partial, epilogue, stream);
-    return cudaGetLastError();
+                            const SkinnyKernels& kernels, cudaStream_t stream) {
+    return launch_kernel<Function<ChainT>, T, WT>(kernels.kernel[0], kWarps * 32, plan, call,
+                                                  partial, epilogue, stream);
   }
+#endif
 };
 
 template <typename T, typename WT, bool kHasLo>
 struct TensorCoreKernel {
   using Element = T;
   using Shape = MmaShape<kHasLo, 1>;  // tiles of 8 rows of x; more rows take more tiles
+  static constexpr bool kHasTileCopies = false;
+  template <class ChainT, bool kTileCopies>
+  static constexpr auto kernel = &skinny_tensor_core_kernel<T, WT, kHasLo, Shape, ChainT>;
+#ifndef __CUDACC_RTC__
+  template <class ChainT>
+  using Function = RowsKernelFunction<T, WT, ChainT>;
   static BlockCover cover() { return {kMmaRowsW, Shape::kRows, Shape::kChunk, kMmaWarps, 1}; }
   static int64_t x_workspace_floats(const LinearCall&) { return 0; }
   template <class ChainT>
   static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const LinearCall& call,
                             float*, float* partial, const ColumnEpilogue<T, ChainT>& epilogue,
-                            cudaStream_t stream) {
-    launch_kernel<T, WT>(skinny_tensor_core_kernel<T, WT, kHasLo, Shape, ChainT>, kMmaWarps * 32,
-                         plan, call, partial, epilogue, stream);
-    return cudaGetLastError();
+                            const SkinnyKernels& kernels, cudaStream_t stream) {
+    return launch_kernel<Function<ChainT>, T, WT>(kernels.kernel[0], kMmaWarps * 32, plan, call,
+                                                  partial, epilogue, stream);
   }
+#endif
 };
-
-// Lets kKernel take `bytes` of dynamic shared memory on `device`: once per device (each kernel
-// keeps its own record, bit d for device d), not per launch.
-template <auto kKernel>
-cudaError_t allow_shared_bytes_once(int bytes, int device) {
-  static std::atomic<uint64_t> allowed{0};
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;  // past 64: every launch
-  if (bit != 0 && (allowed.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) allowed.fetch_or(bit, std::memory_order_relaxed);
-  return err;
-}
-
-// Whether a launch may have the TMA copy its stages (the matrices must also be described:
-// describe_matrix): asked for, on sm_90 or newer.
-inline bool tile_copies_allowed(const LinearCall& call, const DeviceLimits& limits) {
-  return call.tile_copies && limits.compute_major >= 9;
-}
 
 // The staged kernel (bf16x3 only); x is split into its bfloat16 parts in the workspace first.
 template <class Shape>
 struct StagedKernel {
   using Element = float;
+  static constexpr bool kHasTileCopies = Shape::kTmaTiles;
+  template <class ChainT, bool kTileCopies>
+  static constexpr auto kernel = &skinny_staged_kernel<Shape, ChainT, kTileCopies>;
+#ifndef __CUDACC_RTC__
+  template <class ChainT>
+  using Function = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                            const __nv_bfloat16*, float*, float*, int64_t, int64_t, int64_t,
+                            int64_t, StagedMaps, ColumnEpilogue<float, ChainT>,
+                            split::SplitOperands);
   static BlockCover cover() {
     return {Shape::kRowsW, Shape::kRows, Shape::kK, Shape::kStages, Shape::kBlocksPerMultiprocessor,
             true};
@@ -150,7 +205,8 @@ struct StagedKernel {
   template <class ChainT>
   static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
                             const LinearCall& call, float* workspace, float* partial,
-                            const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
+                            const ColumnEpilogue<float, ChainT>& epilogue,
+                            const SkinnyKernels& kernels, cudaStream_t stream) {
     const int64_t count = call.rows * call.in_features;
     auto* x_hi = reinterpret_cast<__nv_bfloat16*>(workspace);
     __nv_bfloat16* x_lo = x_hi + count;
@@ -158,39 +214,29 @@ struct StagedKernel {
         launch_split_bf16(static_cast<const float*>(call.x), x_hi, x_lo, count, stream);
     if (err != cudaSuccess) return err;
     StagedMaps maps{};
+    bool described = false;
     if constexpr (Shape::kTmaTiles) {
-      const bool described = tile_copies_allowed(call, limits) &&
-                             describe_matrix(maps.w_hi, call.w, 2, call.out_features,
-                                             call.in_features, Shape::kRowsW) == cudaSuccess &&
-                             describe_matrix(maps.w_lo, call.w_lo, 2, call.out_features,
-                                             call.in_features, Shape::kRowsW) == cudaSuccess &&
-                             describe_matrix(maps.x_hi, x_hi, 2, call.rows, call.in_features,
-                                             Shape::kRows) == cudaSuccess &&
-                             describe_matrix(maps.x_lo, x_lo, 2, call.rows, call.in_features,
-                                             Shape::kRows) == cudaSuccess;
-      if (described) {
-        return launch_as<ChainT, true>(limits, plan, call, x_hi, x_lo, maps, partial, epilogue,
-                                       stream);
-      }
+      described = tile_copies_allowed(call, limits) &&
+                  describe_matrix(maps.w_hi, call.w, 2, call.out_features, call.in_features,
+                                  Shape::kRowsW) == cudaSuccess &&
+                  describe_matrix(maps.w_lo, call.w_lo, 2, call.out_features, call.in_features,
+                                  Shape::kRowsW) == cudaSuccess &&
+                  describe_matrix(maps.x_hi, x_hi, 2, call.rows, call.in_features, Shape::kRows) ==
+                      cudaSuccess &&
+                  describe_matrix(maps.x_lo, x_lo, 2, call.rows, call.in_features, Shape::kRows) ==
+                      cudaSuccess;
     }
-    return launch_as<ChainT, false>(limits, plan, call, x_hi, x_lo, maps, partial, epilogue,
-                                    stream);
-  }
-  template <class ChainT, bool kTileCopies>
-  static cudaError_t launch_as(const DeviceLimits& limits, const SkinnyPlan& plan,
-                               const LinearCall& call, const __nv_bfloat16* x_hi,
-                               const __nv_bfloat16* x_lo, const StagedMaps& maps, float* partial,
-                               const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
-    constexpr auto kernel = skinny_staged_kernel<Shape, ChainT, kTileCopies>;
-    const cudaError_t err = allow_shared_bytes_once<kernel>(Shape::kSmemBytes, limits.device);
+    const void* kernel = kernels.kernel[described ? 1 : 0];
+    err = allow_shared_bytes_once(kernel, Shape::kSmemBytes, limits.device);
     if (err != cudaSuccess) return err;
     // Overlapping the split's tail: the kernel waits for it before it reads x's parts.
-    return launch_dependent(
+    return KernelLauncher<Function<ChainT>>::launch_dependent(
         limits, kernel, grid_of(plan), kStagedWarps * 32, Shape::kSmemBytes, stream, x_hi, x_lo,
         static_cast<const __nv_bfloat16*>(call.w), static_cast<const __nv_bfloat16*>(call.w_lo),
         static_cast<float*>(call.out), partial, call.rows, call.out_features, call.in_features,
         plan.k_per_split, maps, epilogue, split_operands_of(call));
   }
+#endif
 };
 
 // The lane-rows kernel (float32 W, 16-byte aligned rows, sm_80 on): two blocks an SM, within one
@@ -199,6 +245,13 @@ struct StagedKernel {
 struct LaneRowsKernel {
   using Element = float;
   using Shape = LaneRowsShape;
+  static constexpr bool kHasTileCopies = true;
+  template <class ChainT, bool kTileCopies>
+  static constexpr auto kernel = &skinny_lane_rows_kernel<Shape, ChainT, kTileCopies>;
+#ifndef __CUDACC_RTC__
+  template <class ChainT>
+  using Function = void (*)(const float*, const float*, float*, float*, int64_t, int64_t, int64_t,
+                            int64_t, CUtensorMap, CUtensorMap, ColumnEpilogue<float, ChainT>);
   static BlockCover cover() {
     return {Shape::kRowsW, Shape::kRows, Shape::kK, 1, Shape::kBlocks, true};
   }
@@ -206,32 +259,24 @@ struct LaneRowsKernel {
   template <class ChainT>
   static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
                             const LinearCall& call, float*, float* partial,
-                            const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
+                            const ColumnEpilogue<float, ChainT>& epilogue,
+                            const SkinnyKernels& kernels, cudaStream_t stream) {
     CUtensorMap w_map{}, x_map{};
     const bool tile_copies =
         tile_copies_allowed(call, limits) &&
         describe_matrix(w_map, call.w, 4, call.out_features, call.in_features, Shape::kRowsW) ==
             cudaSuccess &&
         describe_matrix(x_map, call.x, 4, call.rows, call.in_features, Shape::kRows) == cudaSuccess;
-    return tile_copies ? launch_as<ChainT, true>(limits, plan, call, partial, w_map, x_map,
-                                                 epilogue, stream)
-                       : launch_as<ChainT, false>(limits, plan, call, partial, w_map, x_map,
-                                                  epilogue, stream);
-  }
-  template <class ChainT, bool kTileCopies>
-  static cudaError_t launch_as(const DeviceLimits& limits, const SkinnyPlan& plan,
-                               const LinearCall& call, float* partial, const CUtensorMap& w_map,
-                               const CUtensorMap& x_map,
-                               const ColumnEpilogue<float, ChainT>& epilogue, cudaStream_t stream) {
-    constexpr auto kernel = skinny_lane_rows_kernel<Shape, ChainT, kTileCopies>;
-    const cudaError_t err = allow_shared_bytes_once<kernel>(Shape::kSmemBytes, limits.device);
+    const void* kernel = kernels.kernel[tile_copies ? 1 : 0];
+    const cudaError_t err = allow_shared_bytes_once(kernel, Shape::kSmemBytes, limits.device);
     if (err != cudaSuccess) return err;
-    kernel<<<grid_of(plan), Shape::kWarps * 32, Shape::kSmemBytes, stream>>>(
+    return KernelLauncher<Function<ChainT>>::launch(
+        kernel, grid_of(plan), Shape::kWarps * 32, Shape::kSmemBytes, stream,
         static_cast<const float*>(call.x), static_cast<const float*>(call.w),
         static_cast<float*>(call.out), partial, call.rows, call.out_features, call.in_features,
         plan.k_per_split, w_map, x_map, epilogue);
-    return cudaGetLastError();
   }
+#endif
 };
 
 // The staged kernel's shapes: 64 rows of W a block, two blocks an SM, up to 32 rows of x; from 33
@@ -299,6 +344,7 @@ struct FamilyVariants<SkinnyFamily::kHalf> {
                                  kLast = SkinnyVariant::kHalfUnaligned;
 };
 
+#ifndef __CUDACC_RTC__
 // Calls fn(KernelOf<T, variant>::type{}) for `variant`, one of kFamily's (T: a 16-bit model's
 // element type; float for the others). The one switch from a plan's variant to its kernel.
 template <SkinnyFamily kFamily, typename T, int kV = int(FamilyVariants<kFamily>::kFirst), class Fn>
@@ -309,6 +355,25 @@ cudaError_t with_variant(SkinnyVariant variant, Fn&& fn) {
     if (int(variant) == kV) return fn(typename KernelOf<T, SkinnyVariant(kV)>::type{});
     return with_variant<kFamily, T, kV + 1>(variant, fn);
   }
+}
+
+// A declaration's (or the interpreter's) instances of variant Kernel's kernels, and of the reduce
+// kernel, for chain ChainT on elements T. Each variant's kernel is also its instance with the
+// TMA's tile copies where it has none (Kernel::kHasTileCopies).
+template <class Kernel, typename T, class ChainT>
+SkinnyKernels declared_kernels() {
+  static_assert(std::is_same_v<typename Kernel::template Function<ChainT>,
+                               std::decay_t<decltype(Kernel::template kernel<ChainT, false>)>>,
+                "a variant's Function is its kernel's type");
+  static_assert(
+      std::is_same_v<ReduceFunction<T, ChainT>, decltype(&skinny_reduce_kernel<T, ChainT>)>,
+      "ReduceFunction is the reduce kernel's type");
+  SkinnyKernels kernels;
+  kernels.kernel[0] = reinterpret_cast<const void*>(Kernel::template kernel<ChainT, false>);
+  kernels.kernel[1] =
+      reinterpret_cast<const void*>(Kernel::template kernel<ChainT, Kernel::kHasTileCopies>);
+  kernels.reduce = reinterpret_cast<const void*>(&skinny_reduce_kernel<T, ChainT>);
+  return kernels;
 }
 
 // The variant a call takes on the device `limits` describes.
@@ -349,6 +414,8 @@ inline SkinnyVariant choose_variant(const LinearCall& call, const DeviceLimits& 
   }
   return SkinnyVariant::kBf16x3TensorCore;
 }
+
+#endif  // __CUDACC_RTC__
 
 }  // namespace skinny
 }  // namespace cuda

@@ -1,0 +1,191 @@
+// The fused-MLP kernel's streamed form (mlp_call.h: MlpForm::kStreamed), for models on the tensor
+// cores whose weights do not fit a block's shared memory together (up to kMaxMlpWidth wide): 16-bit
+// models, and float32 models in bf16 or bf16x3. The layers' W go through shared memory in chunks
+// of mlp_streamed_chunk_rows rows (output columns), copied asynchronously into a ring of
+// kMlpStreamStages chunks while the block's warps form the products of the chunk before; every warp
+// reads each chunk for its 16 rows, so W is read from L2 once a tile of kResidentRows rows.
+//
+// As in the resident form (resident_mlp.cuh, whose products and epilogue it shares), a warp keeps
+// its rows in registers as the mma's A operand from layer to layer. A chunk's outputs, the next
+// layer's A for those k, go to the lane's own slots in shared memory (a lane reads back exactly the
+// words it wrote: no barrier), and are read into the registers once the layer is done: the
+// registers hold one layer's A and one chunk's sums at a time, not two layers' A.
+//
+// W is copied in 16-bit parts as they lie in memory: a 16-bit model's own, a float32 model's
+// bfloat16 parts (MlpLayer::w_part), rows of `stride` elements, zeros past W's rows and k.
+#pragma once
+
+#include "kernels/cuda/mlp/resident_mlp.cuh"
+
+namespace fusedlinear {
+namespace cuda {
+namespace mlp {
+
+// The chunks of a tile's stream: each layer's rows of W, kRows at a time.
+template <int kRows>
+__device__ __forceinline__ int chunks_of(const MlpCall& call) {
+  int chunks = 0;
+  for (int l = 0; l < call.layers; ++l) chunks += (call.layer[l].out + kRows - 1) / kRows;
+  return chunks;
+}
+
+// Chunk `index` of a tile's stream as its layer and first row of W.
+struct StreamChunk {
+  int layer, row0;
+};
+template <int kRows>
+__device__ __forceinline__ StreamChunk chunk_at(const MlpCall& call, int index) {
+  for (int l = 0; l < call.layers; ++l) {
+    const int chunks = (call.layer[l].out + kRows - 1) / kRows;
+    if (index < chunks) return {l, index * kRows};
+    index -= chunks;
+  }
+  return {0, 0};
+}
+
+// The 16-bit plane `part` of W (`gate`: of the gate's W) of a layer, as the stream copies it.
+template <typename T>
+__device__ __forceinline__ const uint16_t* plane_of(const MlpLayer& layer, bool gate, int part) {
+  if constexpr (std::is_same_v<T, float>) {
+    return static_cast<const uint16_t*>(gate ? layer.gate_w_part[part] : layer.w_part[part]);
+  } else {
+    return static_cast<const uint16_t*>(gate ? layer.gate_w : layer.w);
+  }
+}
+
+// This thread's share of copying a chunk into `to`: [W, gate W][part][kRows rows][stride], each
+// row's k up to the next 16 (zeros past W's rows and k), 16 bytes at a time with cp.async where the
+// rows allow it (k a multiple of 8, the planes 16-byte aligned), else element by element.
+template <typename T, int kParts, int kRows>
+__device__ __forceinline__ void copy_chunk(const MlpCall& call, StreamChunk chunk, uint16_t* to,
+                                           int stride) {
+  const MlpLayer& layer = call.layer[chunk.layer];
+  const int planes = (layer.gate_w ? 2 : 1) * kParts;
+  const int pieces = round_up(layer.in, 16) / 8;  // of 8 elements a row
+  bool vector = layer.in % 8 == 0;
+  for (int p = 0; p < planes; ++p) {
+    vector = vector && aligned16(plane_of<T>(layer, p >= kParts, p % kParts));
+  }
+  const int count = planes * kRows * pieces;
+  for (int i = threadIdx.x; i < count; i += kThreads) {
+    const int piece = i % pieces, r = i / pieces % kRows, p = i / pieces / kRows;
+    const int n = chunk.row0 + r, k = 8 * piece;
+    const uint16_t* plane = plane_of<T>(layer, p >= kParts, p % kParts);
+    uint16_t* dst = to + (p * kRows + r) * stride + k;
+    const bool inside = n < layer.out && k < layer.in;
+    const uint16_t* src = plane + int64_t(inside ? n : 0) * layer.in + (inside ? k : 0);
+    if (vector && skinny::kHasCopyAsync) {
+      skinny::copy16_async(shared_address(dst), src, inside);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dst[e] = inside && k + e < layer.in ? src[e] : uint16_t(0);
+    }
+  }
+}
+
+// A thread's slot for word i of step t of part p of the next layer's A operand.
+template <int kSteps>
+__device__ __forceinline__ uint32_t& slot(uint32_t* slots, int p, int t, int i) {
+  return slots[((p * kSteps + t) * 4 + i) * kThreads + threadIdx.x];
+}
+
+// The chunk's rows of W (columns row0... of layer l's output) on the warp's rows: the products
+// against the chunk at `w` (the gate's kParts planes after W's, where the layer is gated), the
+// epilogue, then the values into the thread's slots as the next layer's A operand (zeros past the
+// layer's width), or for the last layer into the call's output.
+template <typename T, int kParts, int kSteps, int kRows>
+__device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int col0,
+                                               const uint16_t* w, int stride, int64_t row0,
+                                               const uint32_t (&act)[kParts][kSteps][4],
+                                               uint32_t* slots) {
+  constexpr int kTiles = kRows / 8;  // 8-column tiles of the chunk
+  const MlpLayer& layer = call.layer[l];
+  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int plane = kRows * stride;
+  const uint16_t* gate_w = layer.gate_w ? w + kParts * plane : nullptr;
+  const int k_steps = (layer.in + 15) / 16;
+  float acc[kTiles][4] = {}, small[kTiles][4] = {};
+  float gate_acc[kTiles][4] = {}, gate_small[kTiles][4] = {};
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    // B's k 2q, 2q + 1 and 2q + 8, 2q + 9 of column 8j + g: row 8j + g of the chunk.
+    const int at = (8 * j + g) * stride + 2 * q;
+    resident_products<PartType<T>>(acc[j], small[j], act, w + at, plane, k_steps);
+    if (gate_w) {
+      resident_products<PartType<T>>(gate_acc[j], gate_small[j], act, gate_w + at, plane, k_steps);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    // Chunks hold whole steps of the next layer's k: kRows is a multiple of 16.
+    const int t = (col0 + 8 * j) / 16;
+    finish_tile<T, kParts>(call, l, col0 + 8 * j, row0, acc[j], small[j], gate_acc[j],
+                           gate_small[j], [&](int part, int r, uint32_t word) {
+                             slot<kSteps>(slots, part, t, 2 * (j % 2) + r) = word;
+                           });
+  }
+}
+
+// Tiles of kResidentRows rows, `tiles` in all, a block taking every gridDim.x-th, each through
+// the whole stream of chunks; `stride`: a chunk row's elements (for the widest input),
+// `chunk_elements`: a chunk's. T: the model's type; kParts: 2 for a float32 model in bf16x3,
+// else 1; kSteps: the 16-wide steps of the model's widest layer it holds in registers.
+template <typename T, int kParts, int kSteps>
+__global__ void __launch_bounds__(kThreads)
+    streamed_mlp_kernel(const __grid_constant__ MlpCall call, int64_t tiles, int stride,
+                        int chunk_elements) {
+  constexpr int kRows = kParts == 2 ? 16 : 32;  // mlp_streamed_chunk_rows
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(shared_bytes);
+  uint32_t* slots = reinterpret_cast<uint32_t*>(ring + kMlpStreamStages * chunk_elements);
+  const int per_tile = chunks_of<kRows>(call);
+  const int64_t my_tiles =
+      tiles > int64_t(blockIdx.x) ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int64_t chunks = my_tiles * per_tile;
+  const auto fill = [&](int64_t index) {  // chunk `index` of the block's stream into its stage
+    if (index < chunks) {
+      copy_chunk<T, kParts, kRows>(call, chunk_at<kRows>(call, int(index % per_tile)),
+                                   ring + index % kMlpStreamStages * chunk_elements, stride);
+    }
+    skinny::copy_async_commit();  // a group even when empty: the waits count groups
+  };
+  for (int s = 0; s + 1 < kMlpStreamStages; ++s) fill(s);
+  const int warp = threadIdx.x / 32;
+  int64_t index = 0;
+  for (int64_t i = 0; i < my_tiles; ++i) {
+    const int64_t row0 = (blockIdx.x + i * gridDim.x) * kResidentRows + 16 * warp;
+    uint32_t act[kParts][kSteps][4];
+    load_rows<T>(call, row0, act);
+    for (int l = 0; l < call.layers; ++l) {
+      for (int col0 = 0; col0 < call.layer[l].out; col0 += kRows, ++index) {
+        skinny::copy_async_wait<kMlpStreamStages - 2>();
+        // Chunk `index` is in for every thread, and every warp is done with the stage refilled
+        // next (the chunk before).
+        __syncthreads();
+        fill(index + kMlpStreamStages - 1);
+        streamed_chunk<T, kParts, kSteps, kRows>(call, l, col0,
+                                                 ring + index % kMlpStreamStages * chunk_elements,
+                                                 stride, row0, act, slots);
+      }
+      if (l + 1 == call.layers) break;
+      const int steps = (call.layer[l].out + 15) / 16;
+#pragma unroll
+      for (int p = 0; p < kParts; ++p) {
+#pragma unroll
+        for (int t = 0; t < kSteps; ++t) {
+#pragma unroll
+          for (int w = 0; w < 4; ++w) act[p][t][w] = t < steps ? slot<kSteps>(slots, p, t, w) : 0u;
+        }
+      }
+    }
+  }
+  skinny::copy_async_wait<0>();  // no copy outlives the block
+}
+
+// Launches the streamed form for `call` (fused_mlp.h): cudaErrorNotSupported where it does not
+// take the call (its type and mode, its width, or more shared memory than a block may have).
+cudaError_t launch_streamed(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream);
+
+}  // namespace mlp
+}  // namespace cuda
+}  // namespace fusedlinear
