@@ -44,6 +44,14 @@ class CompiledChainsGpu : public ::testing::Test {
 };
 
 #ifdef FUSEDLINEAR_WITH_JIT
+// Expects the same bits, or says how far apart the two lie and where (`what`).
+void expect_same_bits(const torch::Tensor& got, const torch::Tensor& expected,
+                      const std::string& what) {
+  EXPECT_TRUE(torch::equal(got, expected))
+      << what << ": max abs diff "
+      << (got.to(torch::kFloat64) - expected.to(torch::kFloat64)).abs().max().item<double>();
+}
+
 // The chain's parameters for `cols` features, one of them of one element.
 std::vector<torch::Tensor> params_for(const ParsedChain& chain, int64_t cols,
                                       const torch::TensorOptions& options) {
@@ -75,13 +83,9 @@ TEST_F(CompiledChainsGpu, SameBitsAsADeclarationOfTheChain) {
               with_bias ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
           const torch::Tensor expected = fused_epilogue(y, b, params, name);
           const torch::Tensor got = fused_epilogue(y, b, params, spec);
-          EXPECT_TRUE(torch::equal(got, expected))
-              << spec << " " << dtype << " [" << rows << ", " << cols << "] bias " << with_bias
-              << ": max abs diff "
-              << (got.to(torch::kFloat64) - expected.to(torch::kFloat64))
-                     .abs()
-                     .max()
-                     .item<double>();
+          expect_same_bits(got, expected,
+                           spec + " " + c10::toString(dtype) + " [" + std::to_string(rows) + ", " +
+                               std::to_string(cols) + "] bias " + std::to_string(with_bias));
         }
         const torch::Tensor offset =
             torch::randn({rows * cols + 1}, options).narrow(0, 1, rows * cols).view({rows, cols});
@@ -191,13 +195,9 @@ TEST_F(CompiledChainsGpu, HopperGemmSameBitsAsADeclarationOfTheChain) {
               with_bias ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
           const torch::Tensor expected = hopper_forward(x, w, b, params, name, precision);
           const torch::Tensor got = hopper_forward(x, w, b, params, spec, precision);
-          EXPECT_TRUE(torch::equal(got, expected))
-              << spec << " " << dtype << " " << precision_name(precision) << " bias " << with_bias
-              << ": max abs diff "
-              << (got.to(torch::kFloat64) - expected.to(torch::kFloat64))
-                     .abs()
-                     .max()
-                     .item<double>();
+          expect_same_bits(got, expected,
+                           spec + " " + c10::toString(dtype) + " " + precision_name(precision) +
+                               " bias " + std::to_string(with_bias));
         }
       }
     }
@@ -253,13 +253,11 @@ TEST_F(CompiledChainsGpu, SmallBatchSameBitsAsADeclarationOfTheChain) {
                 fused_linear_epilogue(x, w_main, w_lo, b, params, name, one.precision);
             const torch::Tensor got =
                 fused_linear_epilogue(x, w_main, w_lo, b, params, spec, one.precision);
-            EXPECT_TRUE(torch::equal(got, expected))
-                << spec << " " << one.dtype << " " << precision_name(one.precision) << " rows "
-                << rows << " in " << in << " bias " << with_bias << ": max abs diff "
-                << (got.to(torch::kFloat64) - expected.to(torch::kFloat64))
-                       .abs()
-                       .max()
-                       .item<double>();
+            expect_same_bits(got, expected,
+                             spec + " " + c10::toString(one.dtype) + " " +
+                                 precision_name(one.precision) + " rows " + std::to_string(rows) +
+                                 " in " + std::to_string(in) + " bias " +
+                                 std::to_string(with_bias));
           }
         }
       }

@@ -296,15 +296,17 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   q.rows = table->bf16x3_as_ieee + 1;
   EXPECT_EQ(plan_gemm(q).products, Precision::kBf16x3);
   EXPECT_TRUE(plan_gemm(q).skinny);
-  // bf16x6 has no small-batch kernel: ieee's at few rows, as bf16x3, then cuBLAS's products
-  // (the Hopper GEMM's at bf16x6_hopper_min to _max rows: GemmPlan.HopperGemmWhereItTakes...),
-  // also when the small-batch kernels are asked for (the reason says why).
+  // bf16x6 has no small-batch kernel: ieee's at every row where ieee's runs (reading float32 W,
+  // fewer bytes than its three parts), then cuBLAS's products (the Hopper GEMM's at
+  // bf16x6_hopper_min to _max rows: GemmPlan.HopperGemmWhereItTakes...), also when the small-batch
+  // kernels are asked for (the reason says why).
   q.precision = Precision::kBf16x6;
   EXPECT_EQ(skinny_max_rows(q, Precision::kBf16x6), 0);
-  q.rows = table->bf16x3_as_ieee;
+  EXPECT_EQ(table->bf16x6_as_ieee, table->ieee);
+  q.rows = table->bf16x6_as_ieee;
   EXPECT_EQ(plan_gemm(q).description,
-            "ieee, skinny (bf16x6 from " + std::to_string(table->bf16x3_as_ieee + 1) + " rows)");
-  for (const int64_t rows : {table->bf16x3_as_ieee + 1, table->bf16x6_hopper_max + 1}) {
+            "ieee, skinny (bf16x6 from " + std::to_string(table->bf16x6_as_ieee + 1) + " rows)");
+  for (const int64_t rows : {table->bf16x6_as_ieee + 1, table->bf16x6_hopper_max + 1}) {
     q.rows = rows;
     EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS") << rows;
     EXPECT_NE(plan_gemm(q).reason.find("no bf16x6 products"), std::string::npos);

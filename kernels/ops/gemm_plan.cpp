@@ -11,12 +11,15 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // both forced (docs/RESULTS.md: small batches; bench at 128-1024 rows). The small-batch kernels
   // read W once, so they lead at few rows and fall behind once each further tile of x's rows
   // reads W again; cuBLAS's tf32 kernel leads from 2 rows, and its 16-bit GEMM reads W as fast.
-  // At few rows bf16x3 runs ieee's kernel, faster there and more accurate. The Hopper GEMM's
+  // At few rows bf16x3 runs ieee's kernel, faster there and more accurate; bf16x6, whose six
+  // products read W's three bfloat16 parts (1.5x float32's bytes), at every row where ieee's kernel
+  // runs (at 2048 -> 2048, 9-32 rows: 1.9-3.7x faster than its own products). The Hopper GEMM's
   // promoted bf16x3 and bf16x6 lead cuBLAS's products with the epilogue once its 128-row tiles
   // are full, and are closer to float64; not measured at 65-127 rows nor above 1024.
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
-       /*bf16x3_as_ieee*/ 8, /*bf16x3_hopper_min*/ 128, /*bf16x3_hopper_max*/ 1024,
+       /*bf16x3_as_ieee*/ 8, /*bf16x6_as_ieee*/ 32, /*bf16x3_hopper_min*/ 128,
+       /*bf16x3_hopper_max*/ 1024,
        /*bf16x6_hopper_min*/ 128, /*bf16x6_hopper_max*/ 1024},
   };
   if (!device.gpu) return nullptr;
@@ -249,7 +252,9 @@ GemmPlan plan_gemm(const GemmQuery& query) {
   };
   const int64_t ieee_max = skinny_max_rows(query, Precision::kIeee);
   if (sums_split_products(query.precision) && query.weight_output_major) {
-    const int64_t as_ieee = std::min(table ? table->bf16x3_as_ieee : ieee_max, ieee_max);
+    const bool six = query.precision == Precision::kBf16x6;
+    const int64_t as_ieee = std::min(
+        table ? (six ? table->bf16x6_as_ieee : table->bf16x3_as_ieee) : ieee_max, ieee_max);
     if (query.rows <= as_ieee) {
       return finish(Precision::kIeee, true,
                     "at up to " + std::to_string(as_ieee) +

@@ -81,15 +81,16 @@ struct GemmDevice {
 };
 
 // What auto runs on one architecture, as measured: the most rows at which each mode's small-batch
-// kernel measured faster than cuBLAS with the epilogue (0: never), up to how many rows bf16x3 runs
-// ieee's kernel instead of its own (faster there, and more accurate), and the rows at which bf16x3
+// kernel measured faster than cuBLAS with the epilogue (0: never), up to how many rows bf16x3 and
+// bf16x6 run ieee's kernel instead of their products (faster there, and at least as accurate: at
+// most ieee's own rows), and the rows at which bf16x3
 // and bf16x6 run on the Hopper GEMM (none where the maximum is 0), where its promoted sums
 // measured faster than cuBLAS's products and closer to float64.
 struct SkinnyThresholds {
   int compute_major;
   int64_t ieee, bf16x3, tf32, bf16;  // float32 models
   int64_t half_models;               // float16 and bfloat16 models
-  int64_t bf16x3_as_ieee;
+  int64_t bf16x3_as_ieee, bf16x6_as_ieee;
   int64_t bf16x3_hopper_min = 0, bf16x3_hopper_max = 0;
   int64_t bf16x6_hopper_min = 0, bf16x6_hopper_max = 0;
 };
