@@ -181,7 +181,8 @@ void add_options(cxxopts::Options& options) {
        "on a GPU, ieee float32 or 16-bit models; each Linear as auto plans it elsewhere); "
        "compare and bench: a comma-separated list or all",
        cxxopts::value<std::string>()->default_value("auto"))
-      ("jit", "on or off: a run-time chain's CUDA kernels (the epilogue, the Hopper GEMM) "
+      ("jit", "on or off: a run-time chain's CUDA kernels (the epilogue, the small-batch "
+       "kernels, the Hopper GEMM) "
        "compiled by NVRTC as a declaration's are, at their first use, and cached on disk "
        "(default: on, unless FUSEDLINEAR_JIT=0; off: the interpreter's kernels)",
        cxxopts::value<std::string>())

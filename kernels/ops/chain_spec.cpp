@@ -134,7 +134,7 @@ class Parser {
         while (end < spec_.size() && is_word_char(spec_[end])) ++end;
         token.text = spec_.substr(at, end - at);
         // A key's parts between dots are a state dict's names, never empty.
-        if (token.text.back() == '.' || token.text.find("..") != std::string::npos) {
+        if (!is_attribute_path(token.text)) {
           fail(at, shown_token(token.text) + " is no identifier: a part between dots is empty");
         }
         // inf is a number, never a key.
@@ -347,6 +347,15 @@ std::string spec_excerpt(const std::string& text, size_t at) {
   if (begin >= end) return "''";
   return "'" + std::string(begin > 0 ? "..." : "") + escaped(text.substr(begin, end - begin)) +
          (end < text.size() ? "..." : "") + "'";
+}
+
+bool is_attribute_path(const std::string& path) {
+  if (path.empty() || path.front() == '.' || path.back() == '.') return false;
+  for (size_t i = 0; i < path.size(); ++i) {
+    const char c = path[i];
+    if (!(is_letter(c) || is_digit(c) || (c == '.' && path[i + 1] != '.'))) return false;
+  }
+  return true;
 }
 
 std::string spec_quoted(const std::string& text) { return "'" + escaped(text) + "'"; }

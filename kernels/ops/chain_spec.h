@@ -81,6 +81,11 @@ ParsedChain parse_chain_or_empty(const std::string& spec);
 // hexadecimal, not nan, no spaces. The command line's tolerances are read by the same rule.
 bool is_spec_number(const std::string& text);
 
+// Whether `path` is a module's attribute path as a state dict's keys hold it: [A-Za-z0-9_] parts
+// joined by single dots ("fc1", "block.0"), none of them empty. A spec's words (keys, op names)
+// are such paths; so are a layered spec's Linears and a file's metadata's Linear.
+bool is_attribute_path(const std::string& path);
+
 // `text` for a one-line message: its bytes within 40 of byte `at`, "..." where it is cut, in single
 // quotes, with backslash, control bytes and bytes outside ASCII escaped ("\\", "\n", "\x00").
 std::string spec_excerpt(const std::string& text, size_t at);

@@ -13,7 +13,7 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // reads W again; cuBLAS's tf32 kernel leads from 2 rows, and its 16-bit GEMM reads W as fast.
   // At few rows bf16x3 runs ieee's kernel, faster there and more accurate; bf16x6, whose six
   // products read W's three bfloat16 parts (1.5x float32's bytes), at every row where ieee's kernel
-  // runs (at 2048 -> 2048, 9-32 rows: 1.9-3.7x faster than its own products). The Hopper GEMM's
+  // runs (docs/RESULTS.md: bf16x6 at 8-128 rows). The Hopper GEMM's
   // promoted bf16x3 and bf16x6 lead cuBLAS's products with the epilogue once its 128-row tiles
   // are full, and are closer to float64; not measured at 65-127 rows nor above 1024.
   static const SkinnyThresholds kMeasured[] = {

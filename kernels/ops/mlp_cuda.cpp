@@ -48,8 +48,8 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
     const auto set_parts = [&](const std::vector<torch::Tensor>& parts, int64_t first,
                                const void*(&to)[2]) {
       for (size_t p = 0; p < parts.size() && p < 2; ++p) {
-        to[p] = static_cast<const char*>(keep(parts[p]).data_ptr()) +
-                first * parts[p].stride(0) * parts[p].element_size();
+        const torch::Tensor part = keep(parts[p]);
+        to[p] = part.narrow(0, first, part.size(0) - first).data_ptr();
       }
     };
     if (in.half >= 0) {

@@ -185,16 +185,6 @@ std::string ParsedModel::description() const {
   return residual ? "x + (" + text + ")" : text;
 }
 
-bool is_attribute_path(const std::string& path) {
-  bool valid = !path.empty() && path.front() != '.' && path.back() != '.';
-  for (size_t i = 0; i < path.size(); ++i) {
-    const char c = path[i];
-    const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
-    valid = valid && (alnum || c == '_' || (c == '.' && path[i + 1] != '.'));
-  }
-  return valid;
-}
-
 bool is_layered_spec(const std::string& spec) {
   if (spec.find_first_of(":|") != std::string::npos) return true;
   const std::string text = trimmed(spec);

@@ -43,10 +43,6 @@ struct ParsedModel {
   std::string description() const;
 };
 
-// Whether `path` is a module's attribute path as a state dict's keys hold it: [A-Za-z0-9_] parts
-// joined by single dots ("fc1", "block.0"), none of them empty.
-bool is_attribute_path(const std::string& path);
-
 // Whether `spec` is a layered spec (it names Linears: ':' or '|', or a residual "x + (...)")
 // rather than a chain spec.
 bool is_layered_spec(const std::string& spec);

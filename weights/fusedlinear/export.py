@@ -272,7 +272,7 @@ def _tokens(text):
         if _is_letter(c):
             while end < n and _is_word_char(text[end]):
                 end += 1
-            if text[end - 1] == "." or ".." in text[i:end]:
+            if not IDENTIFIER.match(text[i:end]):
                 raise _spec_error(text, i, "%s is no identifier: a part between dots is empty"
                                   % _quoted(text[i:end]))
             tokens.append(("number" if text[i:end] == "inf" else "word", text[i:end], i))

@@ -99,14 +99,11 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits, cud
   cudaError_t err = mlp::allow_shared_bytes<kernel>(
       limits, kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts));
   if (err != cudaSuccess) return err;
-  int per_multiprocessor = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, mlp::kThreads,
-                                                      size_t(bytes));
-  if (err != cudaSuccess) return err;
   const int64_t tiles = ceil_div(call.rows, mlp::kResidentRows);
-  const int64_t blocks =
-      std::min<int64_t>(tiles, int64_t(std::max(per_multiprocessor, 1)) * limits.multiprocessors);
-  kernel<<<static_cast<unsigned>(blocks), mlp::kThreads, size_t(bytes), stream>>>(call, tiles);
+  unsigned blocks = 0;
+  err = mlp::persistent_blocks<kernel>(limits, tiles, bytes, blocks);
+  if (err != cudaSuccess) return err;
+  kernel<<<blocks, mlp::kThreads, size_t(bytes), stream>>>(call, tiles);
   return cudaGetLastError();
 }
 
@@ -121,26 +118,13 @@ cudaError_t launch_resident_sized(const MlpCall& call, const DeviceLimits& limit
   return cudaErrorNotSupported;
 }
 
-// The resident form for the call's type and mode: 16-bit models as they are, float32 models in
-// bf16 or bf16x3 only.
+// The resident form for the call's type and mode (with_tensor_core_parts).
 cudaError_t launch_resident_for(const MlpCall& call, const DeviceLimits& limits,
                                 cudaStream_t stream) {
-  switch (call.type) {
-    case ElementType::kFloat16:
-      return launch_resident_sized<__half, 1>(call, limits, stream);
-    case ElementType::kBFloat16:
-      return launch_resident_sized<__nv_bfloat16, 1>(call, limits, stream);
-    case ElementType::kFloat32:
-      if (limits.compute_major < 8) return cudaErrorNotSupported;  // bf16 mma.sync from sm_80
-      if (call.precision == Precision::kBf16) {
-        return launch_resident_sized<float, 1>(call, limits, stream);
-      }
-      if (call.precision == Precision::kBf16x3) {
-        return launch_resident_sized<float, 2>(call, limits, stream);
-      }
-      return cudaErrorNotSupported;
-  }
-  return cudaErrorNotSupported;
+  return mlp::with_tensor_core_parts(call, limits, [&](auto type, auto parts) {
+    return launch_resident_sized<typename decltype(type)::type, decltype(parts)::value>(
+        call, limits, stream);
+  });
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <mutex>
 #include <set>
+#include <type_traits>
 
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/mlp/fused_mlp.h"
@@ -392,6 +393,50 @@ cudaError_t allow_shared_bytes(const DeviceLimits& limits, int64_t most) {
                            int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
   if (err == cudaSuccess) allowed.insert(limits.device);
   return err;
+}
+
+// A wave of persistent blocks of kKernel for `tiles` tiles of rows (the resident and streamed
+// forms): as many a multiprocessor as a block's `bytes` of shared memory allow (at least one),
+// never more than the tiles.
+template <auto kKernel>
+cudaError_t persistent_blocks(const DeviceLimits& limits, int64_t tiles, int64_t bytes,
+                              unsigned& blocks) {
+  int per_multiprocessor = 0;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_multiprocessor, kKernel, kThreads, size_t(bytes));
+  if (err != cudaSuccess) return err;
+  blocks = static_cast<unsigned>(
+      std::min<int64_t>(tiles, int64_t(std::max(per_multiprocessor, 1)) * limits.multiprocessors));
+  return cudaSuccess;
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// launch(TypeTag<T>{}, std::integral_constant<int, kParts>{}) for the models the forms on the
+// tensor cores take (mma.sync, sm_80 on): 16-bit models as they are (one part of W, their own),
+// float32 models in bf16 (W's hi) or bf16x3 (hi and lo); cudaErrorNotSupported for the others.
+template <class Launch>
+cudaError_t with_tensor_core_parts(const MlpCall& call, const DeviceLimits& limits,
+                                   const Launch& launch) {
+  if (limits.compute_major < 8) return cudaErrorNotSupported;
+  switch (call.type) {
+    case ElementType::kFloat16:
+      return launch(TypeTag<__half>{}, std::integral_constant<int, 1>{});
+    case ElementType::kBFloat16:
+      return launch(TypeTag<__nv_bfloat16>{}, std::integral_constant<int, 1>{});
+    case ElementType::kFloat32:
+      if (call.precision == Precision::kBf16) {
+        return launch(TypeTag<float>{}, std::integral_constant<int, 1>{});
+      }
+      if (call.precision == Precision::kBf16x3) {
+        return launch(TypeTag<float>{}, std::integral_constant<int, 2>{});
+      }
+      return cudaErrorNotSupported;
+  }
+  return cudaErrorNotSupported;
 }
 
 }  // namespace mlp

@@ -46,28 +46,33 @@ inline int mlp_resident_parts(Precision precision) {
 // and each output's sums (bf16x3's two sums each) in registers, which 128 wide fills with one part.
 inline int mlp_resident_max_width(int parts) { return parts == 2 ? 64 : kMlpResidentMaxWidth; }
 
+// The elements of a row of W (of `in` k) in the resident and streamed forms' shared memory: its k
+// to the next 16 and 8 past them, so that the 8 rows one load of the mma's B operand reads fall in
+// different banks.
+FL_HOST_DEVICE constexpr int64_t mlp_padded_row(int64_t in) { return (in + 15) / 16 * 16 + 8; }
+
 // The shared memory the resident form takes for a layer `in` x `out` whose W it holds in `parts`
-// 16-bit parts: its rows padded to the next 16, each row to the next 16 k and 8 elements past it
-// (resident_mlp.cuh); twice that for a gated layer.
+// 16-bit parts: its rows padded to the next 16, each mlp_padded_row (resident_mlp.cuh); twice that
+// for a gated layer.
 inline int64_t mlp_resident_layer_bytes(int64_t in, int64_t out, bool gated, int parts) {
-  return (gated ? 2 : 1) * parts * ((out + 15) / 16 * 16) * ((in + 15) / 16 * 16 + 8) * 2;
+  return (gated ? 2 : 1) * parts * ((out + 15) / 16 * 16) * mlp_padded_row(in) * 2;
 }
 
 // The streamed form's ring of chunks of W in shared memory, and the rows of W a chunk holds: fewer
 // for bf16x3, whose two parts and the warps' two sums an output fill more room.
 constexpr int kMlpStreamStages = 3;
-inline int mlp_streamed_chunk_rows(int parts) { return parts == 2 ? 16 : 32; }
+FL_HOST_DEVICE constexpr int mlp_streamed_chunk_rows(int parts) { return parts == 2 ? 16 : 32; }
 
 // The 16-wide steps of k a warp of the resident and streamed forms holds in registers for a model
 // at most `widest` wide.
 inline int mlp_register_steps(int64_t widest) { return widest <= 64 ? 4 : widest <= 128 ? 8 : 16; }
 
 // The shared memory the streamed form takes: the ring (each chunk's rows of W, and of the gate's W
-// where a layer is gated, in `parts` 16-bit parts, a row padded to the next 16 k of the widest
-// input and 8 elements past it) and each thread's slots for the next layer's A operand (its 16-bit
-// pairs of mlp_register_steps(widest) steps in `parts` parts).
+// where a layer is gated, in `parts` 16-bit parts, each row mlp_padded_row of the widest input)
+// and each thread's slots for the next layer's A operand (its 16-bit pairs of
+// mlp_register_steps(widest) steps in `parts` parts).
 inline int64_t mlp_streamed_bytes(int64_t widest_in, int64_t widest, bool gated, int parts) {
-  const int64_t row_bytes = ((widest_in + 15) / 16 * 16 + 8) * 2;
+  const int64_t row_bytes = mlp_padded_row(widest_in) * 2;
   const int64_t chunk = (gated ? 2 : 1) * parts * mlp_streamed_chunk_rows(parts) * row_bytes;
   const int64_t slots = int64_t(parts) * mlp_register_steps(widest) * 4 * 4 * kMlpThreads;
   return kMlpStreamStages * chunk + slots;

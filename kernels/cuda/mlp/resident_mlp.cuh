@@ -30,9 +30,6 @@ constexpr int kResidentRows = 16 * kWarps;                 // a block's tile
 template <typename T>
 using PartType = std::conditional_t<std::is_same_v<T, float>, __nv_bfloat16, T>;
 
-// Elements of a layer's W row in shared memory (mlp_call.h: mlp_resident_layer_bytes).
-__device__ __forceinline__ int resident_stride(int in) { return round_up(in, 16) + 8; }
-
 // v as kParts bfloat16 bits (hi, then lo), or a 16-bit value's own bits.
 template <int kParts>
 __device__ __forceinline__ void parts_of(float v, uint16_t (&part)[kParts]) {
@@ -185,7 +182,7 @@ __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const
                                                uint32_t (&act)[kParts][kSteps][4]) {
   const MlpLayer& layer = call.layer[l];
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int stride = resident_stride(layer.in);
+  const int stride = int(mlp_padded_row(layer.in));
   const int k_steps = (layer.in + 15) / 16;
   const int out_steps = (layer.out + 15) / 16;
   float acc[2 * kSteps][4] = {}, small[2 * kSteps][4] = {};
@@ -220,7 +217,7 @@ __global__ void __launch_bounds__(kThreads)
   int at = 0;
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
-    const int stride = resident_stride(layer.in);
+    const int stride = int(mlp_padded_row(layer.in));
     const int plane = round_up(layer.out, 16) * stride;
     copy_padded<T, kParts>(weights + at, layer.w, layer.in, layer.out, stride);
     at += kParts * plane;
@@ -239,7 +236,7 @@ __global__ void __launch_bounds__(kThreads)
     int w_at = 0;
     for (int l = 0; l < call.layers; ++l) {
       const MlpLayer& layer = call.layer[l];
-      const int plane = round_up(layer.out, 16) * resident_stride(layer.in);
+      const int plane = round_up(layer.out, 16) * int(mlp_padded_row(layer.in));
       const uint16_t* w = weights + w_at;
       const uint16_t* gate_w = layer.gate_w ? w + kParts * plane : nullptr;
       w_at += (layer.gate_w ? 2 : 1) * kParts * plane;

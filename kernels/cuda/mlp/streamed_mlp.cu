@@ -22,21 +22,17 @@ cudaError_t launch_streamed_sized(const MlpCall& call, const DeviceLimits& limit
   }
   const int64_t bytes = mlp_streamed_bytes(widest_in, widest_of(call), gated, kParts);
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
-  const int stride = (widest_in + 15) / 16 * 16 + 8;
+  const int stride = int(mlp_padded_row(widest_in));
   const int chunk_elements = (gated ? 2 : 1) * kParts * mlp_streamed_chunk_rows(kParts) * stride;
   constexpr auto kernel = &streamed_mlp_kernel<T, kParts, kSteps>;
   cudaError_t err = allow_shared_bytes<kernel>(
       limits, mlp_streamed_bytes(16 * kSteps, 16 * kSteps, true, kParts));
   if (err != cudaSuccess) return err;
-  int per_multiprocessor = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads,
-                                                      size_t(bytes));
-  if (err != cudaSuccess) return err;
   const int64_t tiles = ceil_div(call.rows, kResidentRows);
-  const int64_t blocks =
-      std::min<int64_t>(tiles, int64_t(std::max(per_multiprocessor, 1)) * limits.multiprocessors);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, size_t(bytes), stream>>>(call, tiles, stride,
-                                                                             chunk_elements);
+  unsigned blocks = 0;
+  err = persistent_blocks<kernel>(limits, tiles, bytes, blocks);
+  if (err != cudaSuccess) return err;
+  kernel<<<blocks, kThreads, size_t(bytes), stream>>>(call, tiles, stride, chunk_elements);
   return cudaGetLastError();
 }
 
@@ -67,21 +63,13 @@ bool has_parts(const MlpCall& call, int parts) {
 }  // namespace
 
 cudaError_t launch_streamed(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
-  if (limits.compute_major < 8) return cudaErrorNotSupported;  // mma.sync and cp.async from sm_80
-  switch (call.type) {
-    case ElementType::kFloat16:
-      return launch_streamed_for<__half, 1>(call, limits, stream);
-    case ElementType::kBFloat16:
-      return launch_streamed_for<__nv_bfloat16, 1>(call, limits, stream);
-    case ElementType::kFloat32: {
-      const int parts = mlp_resident_parts(call.precision);
-      if (call.precision != Precision::kBf16 && call.precision != Precision::kBf16x3) break;
-      if (!has_parts(call, parts)) break;
-      return parts == 2 ? launch_streamed_for<float, 2>(call, limits, stream)
-                        : launch_streamed_for<float, 1>(call, limits, stream);
-    }
-  }
-  return cudaErrorNotSupported;
+  return with_tensor_core_parts(call, limits, [&](auto type, auto parts) {
+    using T = typename decltype(type)::type;
+    constexpr int kParts = decltype(parts)::value;
+    // A float32 model's W is copied as the parts the per-layer path holds.
+    if (std::is_same_v<T, float> && !has_parts(call, kParts)) return cudaErrorNotSupported;
+    return launch_streamed_for<T, kParts>(call, limits, stream);
+  });
 }
 
 }  // namespace mlp

@@ -134,7 +134,7 @@ template <typename T, int kParts, int kSteps>
 __global__ void __launch_bounds__(kThreads)
     streamed_mlp_kernel(const __grid_constant__ MlpCall call, int64_t tiles, int stride,
                         int chunk_elements) {
-  constexpr int kRows = kParts == 2 ? 16 : 32;  // mlp_streamed_chunk_rows
+  constexpr int kRows = mlp_streamed_chunk_rows(kParts);
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   uint16_t* ring = reinterpret_cast<uint16_t*>(shared_bytes);
   uint32_t* slots = reinterpret_cast<uint32_t*>(ring + kMlpStreamStages * chunk_elements);
