@@ -103,8 +103,8 @@ NvrtcRequest skinny_unit(const std::string& chain_expression, ElementType type,
   const std::string kernel_type = "fusedlinear::cuda::skinny::KernelOf<" + element +
                                   ", fusedlinear::cuda::SkinnyVariant::" + variant + ">::type";
   const std::string kernel = kernel_type + "::kernel<" + chain + ", ";
-  request.name_expressions.push_back(kernel + "false>");
-  request.name_expressions.push_back(kernel + kernel_type + "::kHasTileCopies>");
+  request.name_expressions.push_back(kernel + "false>()");
+  request.name_expressions.push_back(kernel + kernel_type + "::kHasTileCopies>()");
   request.name_expressions.push_back("&fusedlinear::cuda::skinny::skinny_reduce_kernel<" + element +
                                      ", " + chain + ">");
   request.name_expressions.push_back(chain_value(type));

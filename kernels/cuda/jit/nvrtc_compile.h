@@ -17,11 +17,12 @@ namespace jit {
 
 // A translation unit and what to take from it.
 struct NvrtcRequest {
-  std::string family;                         // the kernel family: "epilogue", "hopper"
-  std::string source;                         // includes the embedded headers by their paths
-  std::vector<std::string> name_expressions;  // "&ns::kernel<...>": each's lowered name is kept
-  std::vector<std::string> options;           // added to the library's, e.g. "-ftz=true"
-  std::string architecture;                   // "sm_90a", "sm_80"
+  std::string family;  // the kernel family: "epilogue", "hopper"
+  std::string source;  // includes the embedded headers by their paths
+  // Each's lowered name is kept: "&ns::kernel<...>", or a constexpr call giving a kernel's address.
+  std::vector<std::string> name_expressions;
+  std::vector<std::string> options;  // added to the library's, e.g. "-ftz=true"
+  std::string architecture;          // "sm_90a", "sm_80"
   // Whether NVRTC may keep the headers the unit starts with, parsed, for the process's later
   // units that start alike, and use those it kept (its automatic precompiled headers, from NVRTC
   // 12.8): the same code, the C++ front end's work done once. Off for comparisons.

@@ -2,9 +2,11 @@
 // shares one tile of rows. Each block forms a slice of every layer's columns and writes its values
 // into every block's copy of the next layer's input (distributed shared memory), with one cluster
 // barrier a layer, so that W is read by as many multiprocessors as the cluster holds, where one
-// block a tile (fused_mlp.cuh) reads every layer's W alone. At its start each block asks L2 for its
-// slices of every layer's W, which depend on nothing computed, so that later layers find them
-// there.
+// block a tile (fused_mlp.cuh) reads every layer's W alone. W depends on nothing computed, so each
+// block copies its slice of the next layers' W into shared memory (cp.async, a ring of
+// kClusterStages layers) while it forms the layer before: a layer then waits on the cluster's
+// barrier, not on a read of W from memory. At its start each block also asks L2 for its slices of
+// every layer's W, so that the later layers' copies find them there.
 //
 // Products: float32 FMAs on the CUDA cores for every type (a product of two 16-bit values is exact
 // in float32, so this is the tensor cores' float32 sum in another order). A lane takes k in
@@ -24,6 +26,8 @@ namespace mlp {
 
 // Blocks a cluster: the largest cluster every sm_90 GPU runs (larger ones are not portable).
 constexpr int kClusterBlocks = kMlpClusterBlocks;
+// Layers' slices of W a block holds in shared memory: the one it forms and the next, in flight.
+constexpr int kClusterStages = 2;
 
 // The tile of kRowsOf rows (1, or kMlpClusterTileRows); W's elements as a lane loads them.
 template <typename T, int kRowsOf>
@@ -34,10 +38,22 @@ struct ClusterShape {
   static constexpr int kCols = 4;                   // columns a warp forms at a time
   static constexpr int kValues = kRows * kCols;     // sums a lane holds, added across the warp
   static_assert(kValues <= 32 && (kValues & (kValues - 1)) == 0);
-  // A tile row's floats for a model at most `width` wide: its last step of k.
+  // A tile row's floats, and a row of W's slice's elements, for a model at most `width` wide: its
+  // last step of k.
   static constexpr int stride_for(int width) { return (width + kKStep - 1) / kKStep * kKStep; }
-  static constexpr int shared_bytes_of(int width) {
-    return 2 * kRows * stride_for(width) * int(sizeof(float));
+  // The rows of a stage's slice of W: a block's share of the widest layer's columns, and the
+  // kCols - 1 rows a warp's last columns past the slice read (their sums are never stored).
+  static constexpr int slice_rows_for(int width) {
+    return (width + kClusterBlocks - 1) / kClusterBlocks + kCols - 1;
+  }
+  // A stage: a layer's slice of W, then, where the model has a gated layer, of the gate's W.
+  static constexpr int stage_elements_for(int width, bool gated) {
+    return (gated ? 2 : 1) * slice_rows_for(width) * stride_for(width);
+  }
+  // The two tiles of rows (floats), then the stages (T).
+  static constexpr int64_t shared_bytes_of(int width, bool gated) {
+    return 2 * kRows * stride_for(width) * int64_t(sizeof(float)) +
+           kClusterStages * int64_t(stage_elements_for(width, gated)) * int64_t(sizeof(T));
   }
 };
 
@@ -61,20 +77,39 @@ __device__ __forceinline__ void prefetch_rows(const void* w, Slice slice, int in
   }
 }
 
-// kVec consecutive k of row n of w [out, in] from k on, as floats, zeros past the matrix: one
-// 16-byte load where `vector` (w aligned, in a multiple of kVec).
-__device__ __forceinline__ void load_w_floats(const float* w, int n, int k, int in, int out,
-                                              bool vector, float (&v)[4]) {
-  const float4 f = load_w4(w, n, k, in, out, vector);
+// This block's slice of a layer's W (rows [slice) of `w` [out, in]) into `to`, rows of `stride`
+// elements, zeros past W's k up to the layer's last step of k: 16 bytes at a time with cp.async
+// where the rows allow it (in a multiple of kVec, W 16-byte aligned), else element by element.
+template <class Shape, typename T>
+__device__ __forceinline__ void copy_slice(const T* w, Slice slice, int in, T* to, int stride) {
+  constexpr int kVec = Shape::kVec;
+  const int pieces = round_up(in, Shape::kKStep) / kVec;  // of kVec elements a row
+  const int count = (slice.end - slice.begin) * pieces;
+  const bool vector = in % kVec == 0 && aligned16(w) && skinny::kHasCopyAsync;
+  for (int i = threadIdx.x; i < count; i += kThreads) {
+    const int r = i / pieces, k = i % pieces * kVec;
+    const T* src = w + int64_t(slice.begin + r) * in + k;
+    T* dst = to + r * stride + k;
+    if (vector) {
+      skinny::copy16_async(shared_address(dst), k < in ? src : w, k < in);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dst[e] = k + e < in ? src[e] : from_float<T>(0.0f);
+    }
+  }
+}
+
+// kVec consecutive elements of a row of W's slice in shared memory, as floats.
+__device__ __forceinline__ void shared_w_floats(const float* w, float (&v)[4]) {
+  const float4 f = *reinterpret_cast<const float4*>(w);
   v[0] = f.x;
   v[1] = f.y;
   v[2] = f.z;
   v[3] = f.w;
 }
 template <typename T>
-__device__ __forceinline__ void load_w_floats(const T* w, int n, int k, int in, int out,
-                                              bool vector, float (&v)[8]) {
-  const skinny::Words words = load_w8(reinterpret_cast<const uint16_t*>(w), n, k, in, out, vector);
+__device__ __forceinline__ void shared_w_floats(const T* w, float (&v)[8]) {
+  const skinny::Words words = *reinterpret_cast<const skinny::Words*>(w);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float2 pair = unpack_pair(words.v[i], T());
@@ -84,21 +119,19 @@ __device__ __forceinline__ void load_w_floats(const T* w, int n, int k, int in, 
 }
 
 // One layer: this block's slice of columns for every row of the tile (`in`, zeros past the
-// layer's in up to the next step of k), its values written into `out_tile` of every block of the
-// cluster, or for the last layer into the call's output.
+// layer's in up to the next step of k) from its slice of W in shared memory (`w`, and the gate's
+// at `gate_w`; copy_slice), its values written into `out_tile` of every block of the cluster, or
+// for the last layer into the call's output.
 template <typename T, class Shape>
 __device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCall& call, bool last,
                                               const float* in, float* out_tile, int stride,
-                                              int64_t row0,
+                                              const T* w, const T* gate_w, int64_t row0,
                                               cooperative_groups::cluster_group& cluster) {
   constexpr int kRows = Shape::kRows, kCols = Shape::kCols, kVec = Shape::kVec;
   constexpr int kValues = Shape::kValues;
   constexpr int kLanesAValue = 32 / kValues;  // lanes that end holding the same total
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const T* w = static_cast<const T*>(layer.w);
-  const T* gate_w = static_cast<const T*>(layer.gate_w);
-  const bool gated = gate_w != nullptr;
-  const bool vector = layer.in % kVec == 0 && aligned16(w) && (!gated || aligned16(gate_w));
+  const bool gated = layer.gate_w != nullptr;
   const int k_end = round_up(layer.in, Shape::kKStep);
   const Slice slice = slice_of(layer.out, int(cluster.block_rank()));
   for (int n0 = slice.begin + warp * kCols; n0 < slice.end; n0 += kWarps * kCols) {
@@ -119,10 +152,11 @@ __device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCa
       }
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
+        const int at = (n0 + c - slice.begin) * stride + k;
         float wv[kVec];
-        load_w_floats(w, n0 + c, k, layer.in, layer.out, vector, wv);
+        shared_w_floats(w + at, wv);
         float gv[kVec] = {};
-        if (gated) load_w_floats(gate_w, n0 + c, k, layer.in, layer.out, vector, gv);
+        if (gated) shared_w_floats(gate_w + at, gv);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -157,22 +191,42 @@ __device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCa
 }
 
 // The whole forward of one tile of Shape::kRows rows a cluster; `stride`: Shape::stride_for the
-// model's widest layer. Launched with clusters of kClusterBlocks blocks along x.
+// model's widest layer; `stage_elements`: Shape::stage_elements_for it. Launched with clusters of
+// kClusterBlocks blocks along x.
 template <typename T, class Shape>
 __global__ void __launch_bounds__(kThreads)
-    cluster_mlp_kernel(const __grid_constant__ MlpCall call, int stride) {
+    cluster_mlp_kernel(const __grid_constant__ MlpCall call, int stride, int stage_elements) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = int(cluster.block_rank());
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   float* tiles[2] = {reinterpret_cast<float*>(shared_bytes),
                      reinterpret_cast<float*>(shared_bytes) + Shape::kRows * stride};
+  T* stages = reinterpret_cast<T*>(tiles[1] + Shape::kRows * stride);
+  const int gate_at = stage_elements / 2;  // a stage's gate slice, where the model is gated
   const int64_t row0 = int64_t(blockIdx.x / kClusterBlocks) * Shape::kRows;
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
-    const Slice slice = slice_of(layer.out, int(cluster.block_rank()));
+    const Slice slice = slice_of(layer.out, rank);
     prefetch_rows<T>(layer.w, slice, layer.in);
     prefetch_rows<T>(layer.gate_w, slice, layer.in);
   }
+  // Layer l's slices of W (and of the gate's W) into stage l % kClusterStages, one group of copies
+  // a layer (an empty one past the last: the waits count groups).
+  const auto fill = [&](int l) {
+    if (l < call.layers) {
+      const MlpLayer& layer = call.layer[l];
+      const Slice slice = slice_of(layer.out, rank);
+      T* stage = stages + l % kClusterStages * stage_elements;
+      copy_slice<Shape>(static_cast<const T*>(layer.w), slice, layer.in, stage, stride);
+      if (layer.gate_w) {
+        copy_slice<Shape>(static_cast<const T*>(layer.gate_w), slice, layer.in, stage + gate_at,
+                          stride);
+      }
+    }
+    skinny::copy_async_commit();
+  };
+  for (int l = 0; l < kClusterStages; ++l) fill(l);
   load_x_tile<Shape, T>(call, tiles[0], stride, row0);
   // Every block of the cluster running, before any block writes into another's tiles.
   cluster.sync();
@@ -180,15 +234,23 @@ __global__ void __launch_bounds__(kThreads)
     const MlpLayer& layer = call.layer[l];
     const bool last = l + 1 == call.layers;
     float* tile_out = tiles[(l + 1) % 2];
+    // This layer's slice in, every thread's copies of it (the later layers' may be in flight).
+    skinny::copy_async_wait<kClusterStages - 1>();
+    __syncthreads();
     // The k past this layer's width that the next layer's last step reads: this block's own copy
     // (the other blocks write only columns within the width).
     if (!last)
       zero_columns<float, Shape>(tile_out, stride, layer.out, round_up(layer.out, Shape::kKStep));
-    cluster_layer<T, Shape>(layer, call, last, tiles[l % 2], tile_out, stride, row0, cluster);
-    // Every block's slice written into every tile, and every read of this layer's input done,
-    // before the next layer reads the one and writes the other.
-    if (!last) cluster.sync();
+    const T* stage = stages + l % kClusterStages * stage_elements;
+    cluster_layer<T, Shape>(layer, call, last, tiles[l % 2], tile_out, stride, stage,
+                            layer.gate_w ? stage + gate_at : nullptr, row0, cluster);
+    if (last) break;
+    // Every block's slice written into every tile, and every read of this layer's input and of
+    // its stage done, before the next layer reads the one and writes the others.
+    cluster.sync();
+    fill(l + kClusterStages);
   }
+  skinny::copy_async_wait<0>();  // no copy outlives the block
 #endif
 }
 

@@ -54,10 +54,18 @@ cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, cudaSt
 
 // A cluster of blocks a tile of Shape::kRows rows (cluster_mlp.cuh).
 template <typename T, class Shape>
-cudaError_t launch_clusters(const MlpCall& call, cudaStream_t stream) {
+cudaError_t launch_clusters(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream) {
   const int width = mlp::widest_of(call);
   const int64_t blocks = ceil_div(call.rows, Shape::kRows) * mlp::kClusterBlocks;
   if (blocks > INT_MAX) return cudaErrorInvalidConfiguration;
+  bool gated = false;
+  for (int l = 0; l < call.layers; ++l) gated = gated || call.layer[l].gate_w != nullptr;
+  const int64_t bytes = Shape::shared_bytes_of(width, gated);
+  if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
+  constexpr auto kernel = &mlp::cluster_mlp_kernel<T, Shape>;
+  const cudaError_t err =
+      mlp::allow_shared_bytes<kernel>(limits, Shape::shared_bytes_of(kMaxMlpWidth, true));
+  if (err != cudaSuccess) return err;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = mlp::kClusterBlocks;
@@ -66,12 +74,12 @@ cudaError_t launch_clusters(const MlpCall& call, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(mlp::kThreads);
-  config.dynamicSmemBytes = Shape::shared_bytes_of(width);
+  config.dynamicSmemBytes = size_t(bytes);
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, &mlp::cluster_mlp_kernel<T, Shape>, call,
-                            Shape::stride_for(width));
+  return cudaLaunchKernelEx(&config, kernel, call, Shape::stride_for(width),
+                            Shape::stage_elements_for(width, gated));
 }
 
 // The cluster form's tile: one row for one row (no work on rows that are not there).
@@ -79,8 +87,8 @@ template <typename T>
 cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
                                 cudaStream_t stream) {
   if (limits.compute_major < 9) return cudaErrorNotSupported;  // clusters from sm_90
-  if (call.rows == 1) return launch_clusters<T, mlp::ClusterShape<T, 1>>(call, stream);
-  return launch_clusters<T, mlp::ClusterShape<T, kMlpClusterTileRows>>(call, stream);
+  if (call.rows == 1) return launch_clusters<T, mlp::ClusterShape<T, 1>>(call, limits, stream);
+  return launch_clusters<T, mlp::ClusterShape<T, kMlpClusterTileRows>>(call, limits, stream);
 }
 
 // Every layer's W resident in each block's shared memory, one wave of blocks taking tiles in turn

@@ -51,11 +51,22 @@ inline int mlp_resident_max_width(int parts) { return parts == 2 ? 64 : kMlpResi
 // different banks.
 FL_HOST_DEVICE constexpr int64_t mlp_padded_row(int64_t in) { return (in + 15) / 16 * 16 + 8; }
 
+// The 8-column tiles of output a warp of the resident and streamed forms forms together: at each
+// step of k their products are independent, so the tensor cores overlap them, where one tile's
+// chain of steps would wait on each product before the next.
+constexpr int kMlpTileGroup = 4;
+
+// The elements of one 16-bit plane of a layer's W in the resident form's shared memory: its rows
+// padded to whole groups of tiles (kMlpTileGroup), each mlp_padded_row.
+FL_HOST_DEVICE constexpr int64_t mlp_resident_plane(int64_t in, int64_t out) {
+  return (out + 8 * kMlpTileGroup - 1) / (8 * kMlpTileGroup) * (8 * kMlpTileGroup) *
+         mlp_padded_row(in);
+}
+
 // The shared memory the resident form takes for a layer `in` x `out` whose W it holds in `parts`
-// 16-bit parts: its rows padded to the next 16, each mlp_padded_row (resident_mlp.cuh); twice that
-// for a gated layer.
+// 16-bit parts (resident_mlp.cuh); twice that for a gated layer.
 inline int64_t mlp_resident_layer_bytes(int64_t in, int64_t out, bool gated, int parts) {
-  return (gated ? 2 : 1) * parts * ((out + 15) / 16 * 16) * mlp_padded_row(in) * 2;
+  return (gated ? 2 : 1) * parts * mlp_resident_plane(in, out) * 2;
 }
 
 // The streamed form's ring of chunks of W in shared memory, and the rows of W a chunk holds: fewer

@@ -42,14 +42,14 @@ __device__ __forceinline__ void parts_of(uint16_t v, uint16_t (&part)[kParts]) {
   part[0] = v;
 }
 
-// W [out, in] into shared memory as kParts planes of rows of `stride` elements (its parts, or its
-// own 16-bit values), zeros past its rows up to the next 16 and past its k.
+// W [out, in] into shared memory as kParts planes of mlp_resident_plane elements, rows of `stride`
+// (its parts, or its own 16-bit values), zeros past its rows and its k.
 template <typename T, int kParts>
 __device__ __forceinline__ void copy_padded(uint16_t* to, const void* from, int in, int out,
                                             int stride) {
   using Stored = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
   const Stored* w = static_cast<const Stored*>(from);
-  const int elements = round_up(out, 16) * stride;
+  const int elements = int(mlp_resident_plane(in, out));
   for (int i = threadIdx.x; i < elements; i += kThreads) {
     const int n = i / stride, k = i % stride;
     uint16_t part[kParts] = {};
@@ -91,24 +91,31 @@ __device__ __forceinline__ void load_rows(const MlpCall& call, int64_t row0,
   }
 }
 
-// acc += the products of A (act's parts) and B (w's planes, `plane` elements apart) over the
-// layer's k: one product a step (16-bit models, bf16), or bf16x3's three with the small ones in
-// `small`.
-template <typename WT, int kParts, int kSteps>
-__device__ __forceinline__ void resident_products(float (&acc)[4], float (&small)[4],
-                                                  const uint32_t (&act)[kParts][kSteps][4],
-                                                  const uint16_t* w, int plane, int k_steps) {
+// acc[j0 + i] += the products of A (act's parts) and B over the layer's k for kTiles 8-column
+// tiles, tile i's B at w + i * tile_elements (each part `plane` elements on): one product a tile
+// and step (16-bit models, bf16), or bf16x3's three with the small ones in `small`. The steps go
+// outermost, so that a step's products are independent of each other and the tensor cores overlap
+// them; the one guard a step keeps the layer's k a run-time bound.
+template <typename WT, int kTiles, int kParts, int kSteps, int kAll>
+__device__ __forceinline__ void tile_products(float (&acc)[kAll][4], float (&small)[kAll][4],
+                                              int j0, const uint32_t (&act)[kParts][kSteps][4],
+                                              const uint16_t* w, int tile_elements, int plane,
+                                              int k_steps) {
 #pragma unroll
   for (int t = 0; t < kSteps; ++t) {
-    if (t >= k_steps) continue;
-    const uint32_t hi0 = *reinterpret_cast<const uint32_t*>(w + 16 * t);
-    const uint32_t hi1 = *reinterpret_cast<const uint32_t*>(w + 16 * t + 8);
-    skinny::mma_m16n8k16<WT>(acc, act[0][t], hi0, hi1);
-    if constexpr (kParts == 2) {
-      const uint32_t lo0 = *reinterpret_cast<const uint32_t*>(w + plane + 16 * t);
-      const uint32_t lo1 = *reinterpret_cast<const uint32_t*>(w + plane + 16 * t + 8);
-      skinny::mma_m16n8k16<WT>(small, act[0][t], lo0, lo1);
-      skinny::mma_m16n8k16<WT>(small, act[1][t], hi0, hi1);
+    if (t >= k_steps) break;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      const uint16_t* b = w + i * tile_elements + 16 * t;
+      const uint32_t hi0 = *reinterpret_cast<const uint32_t*>(b);
+      const uint32_t hi1 = *reinterpret_cast<const uint32_t*>(b + 8);
+      skinny::mma_m16n8k16<WT>(acc[j0 + i], act[0][t], hi0, hi1);
+      if constexpr (kParts == 2) {
+        const uint32_t lo0 = *reinterpret_cast<const uint32_t*>(b + plane);
+        const uint32_t lo1 = *reinterpret_cast<const uint32_t*>(b + plane + 8);
+        skinny::mma_m16n8k16<WT>(small[j0 + i], act[0][t], lo0, lo1);
+        skinny::mma_m16n8k16<WT>(small[j0 + i], act[1][t], hi0, hi1);
+      }
     }
   }
 }
@@ -187,14 +194,17 @@ __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const
   const int out_steps = (layer.out + 15) / 16;
   float acc[2 * kSteps][4] = {}, small[2 * kSteps][4] = {};
   float gate_acc[2 * kSteps][4] = {}, gate_small[2 * kSteps][4] = {};
+  // Whole groups of tiles: W's rows are padded to them (mlp_resident_plane), zeros past its own.
 #pragma unroll
-  for (int j = 0; j < 2 * kSteps; ++j) {
-    if (j >= 2 * out_steps) continue;
+  for (int j = 0; j < 2 * kSteps; j += kMlpTileGroup) {
+    if (j >= 2 * out_steps) break;
     // B's k 2q, 2q + 1 and 2q + 8, 2q + 9 of column 8j + g: row 8j + g of W.
     const int at = (8 * j + g) * stride + 2 * q;
-    resident_products<PartType<T>>(acc[j], small[j], act, w + at, plane, k_steps);
+    tile_products<PartType<T>, kMlpTileGroup>(acc, small, j, act, w + at, 8 * stride, plane,
+                                              k_steps);
     if (gate_w) {
-      resident_products<PartType<T>>(gate_acc[j], gate_small[j], act, gate_w + at, plane, k_steps);
+      tile_products<PartType<T>, kMlpTileGroup>(gate_acc, gate_small, j, act, gate_w + at,
+                                                8 * stride, plane, k_steps);
     }
   }
 #pragma unroll
@@ -218,7 +228,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
     const int stride = int(mlp_padded_row(layer.in));
-    const int plane = round_up(layer.out, 16) * stride;
+    const int plane = int(mlp_resident_plane(layer.in, layer.out));
     copy_padded<T, kParts>(weights + at, layer.w, layer.in, layer.out, stride);
     at += kParts * plane;
     if (layer.gate_w) {
@@ -236,7 +246,7 @@ __global__ void __launch_bounds__(kThreads)
     int w_at = 0;
     for (int l = 0; l < call.layers; ++l) {
       const MlpLayer& layer = call.layer[l];
-      const int plane = round_up(layer.out, 16) * int(mlp_padded_row(layer.in));
+      const int plane = int(mlp_resident_plane(layer.in, layer.out));
       const uint16_t* w = weights + w_at;
       const uint16_t* gate_w = layer.gate_w ? w + kParts * plane : nullptr;
       w_at += (layer.gate_w ? 2 : 1) * kParts * plane;

@@ -106,14 +106,12 @@ __device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int c
   const int k_steps = (layer.in + 15) / 16;
   float acc[kTiles][4] = {}, small[kTiles][4] = {};
   float gate_acc[kTiles][4] = {}, gate_small[kTiles][4] = {};
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    // B's k 2q, 2q + 1 and 2q + 8, 2q + 9 of column 8j + g: row 8j + g of the chunk.
-    const int at = (8 * j + g) * stride + 2 * q;
-    resident_products<PartType<T>>(acc[j], small[j], act, w + at, plane, k_steps);
-    if (gate_w) {
-      resident_products<PartType<T>>(gate_acc[j], gate_small[j], act, gate_w + at, plane, k_steps);
-    }
+  // B's k 2q, 2q + 1 and 2q + 8, 2q + 9 of column 8j + g: row 8j + g of the chunk.
+  const int at = g * stride + 2 * q;
+  tile_products<PartType<T>, kTiles>(acc, small, 0, act, w + at, 8 * stride, plane, k_steps);
+  if (gate_w) {
+    tile_products<PartType<T>, kTiles>(gate_acc, gate_small, 0, act, gate_w + at, 8 * stride, plane,
+                                       k_steps);
   }
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {

@@ -132,13 +132,18 @@ inline bool tile_copies_allowed(const LinearCall& call, const DeviceLimits& limi
 #endif  // __CUDACC_RTC__
 
 // One instantiation of the CUDA-core kernel: its element type, its kernel, what its block covers,
-// its launch.
+// its launch. Each variant gives its kernel's address from a constexpr function, which a unit
+// compiled by NVRTC calls in its name expressions (chain_units.h): a variable holding the address
+// would be emitted into the module, and a kernel whose address is stored ptxas compiles otherwise
+// (more registers, fewer blocks an SM) than the library's copy.
 template <typename T, typename WT, bool kHasLo, class Shape>
 struct CudaCoreKernel {
   using Element = T;
   static constexpr bool kHasTileCopies = false;
   template <class ChainT, bool kTileCopies>
-  static constexpr auto kernel = &skinny_cuda_core_kernel<T, WT, kHasLo, Shape, ChainT>;
+  static constexpr auto kernel() {
+    return &skinny_cuda_core_kernel<T, WT, kHasLo, Shape, ChainT>;
+  }
 #ifndef __CUDACC_RTC__
   template <class ChainT>
   using Function = RowsKernelFunction<T, WT, ChainT>;
@@ -166,7 +171,9 @@ struct TensorCoreKernel {
   using Shape = MmaShape<kHasLo, 1>;  // tiles of 8 rows of x; more rows take more tiles
   static constexpr bool kHasTileCopies = false;
   template <class ChainT, bool kTileCopies>
-  static constexpr auto kernel = &skinny_tensor_core_kernel<T, WT, kHasLo, Shape, ChainT>;
+  static constexpr auto kernel() {
+    return &skinny_tensor_core_kernel<T, WT, kHasLo, Shape, ChainT>;
+  }
 #ifndef __CUDACC_RTC__
   template <class ChainT>
   using Function = RowsKernelFunction<T, WT, ChainT>;
@@ -188,7 +195,9 @@ struct StagedKernel {
   using Element = float;
   static constexpr bool kHasTileCopies = Shape::kTmaTiles;
   template <class ChainT, bool kTileCopies>
-  static constexpr auto kernel = &skinny_staged_kernel<Shape, ChainT, kTileCopies>;
+  static constexpr auto kernel() {
+    return &skinny_staged_kernel<Shape, ChainT, kTileCopies>;
+  }
 #ifndef __CUDACC_RTC__
   template <class ChainT>
   using Function = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
@@ -247,7 +256,9 @@ struct LaneRowsKernel {
   using Shape = LaneRowsShape;
   static constexpr bool kHasTileCopies = true;
   template <class ChainT, bool kTileCopies>
-  static constexpr auto kernel = &skinny_lane_rows_kernel<Shape, ChainT, kTileCopies>;
+  static constexpr auto kernel() {
+    return &skinny_lane_rows_kernel<Shape, ChainT, kTileCopies>;
+  }
 #ifndef __CUDACC_RTC__
   template <class ChainT>
   using Function = void (*)(const float*, const float*, float*, float*, int64_t, int64_t, int64_t,
@@ -363,15 +374,15 @@ cudaError_t with_variant(SkinnyVariant variant, Fn&& fn) {
 template <class Kernel, typename T, class ChainT>
 SkinnyKernels declared_kernels() {
   static_assert(std::is_same_v<typename Kernel::template Function<ChainT>,
-                               std::decay_t<decltype(Kernel::template kernel<ChainT, false>)>>,
+                               decltype(Kernel::template kernel<ChainT, false>())>,
                 "a variant's Function is its kernel's type");
   static_assert(
       std::is_same_v<ReduceFunction<T, ChainT>, decltype(&skinny_reduce_kernel<T, ChainT>)>,
       "ReduceFunction is the reduce kernel's type");
   SkinnyKernels kernels;
-  kernels.kernel[0] = reinterpret_cast<const void*>(Kernel::template kernel<ChainT, false>);
+  kernels.kernel[0] = reinterpret_cast<const void*>(Kernel::template kernel<ChainT, false>());
   kernels.kernel[1] =
-      reinterpret_cast<const void*>(Kernel::template kernel<ChainT, Kernel::kHasTileCopies>);
+      reinterpret_cast<const void*>(Kernel::template kernel<ChainT, Kernel::kHasTileCopies>());
   kernels.reduce = reinterpret_cast<const void*>(&skinny_reduce_kernel<T, ChainT>);
   return kernels;
 }
