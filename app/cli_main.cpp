@@ -184,7 +184,7 @@ void add_options(cxxopts::Options& options) {
       ("jit", "on or off: a run-time chain's CUDA kernels (the epilogue, the small-batch "
        "kernels, the Hopper GEMM) "
        "compiled by NVRTC as a declaration's are, at their first use, and cached on disk "
-       "(default: on where FUSEDLINEAR_JIT=1, else off, the interpreter's kernels)",
+       "(default: on, unless FUSEDLINEAR_JIT=0; off: the interpreter's kernels)",
        cxxopts::value<std::string>())
       ("h,help", "this help")
       ("command", "compare (default), run or bench", cxxopts::value<std::string>());

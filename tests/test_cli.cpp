@@ -331,8 +331,9 @@ TEST_F(Cli, CommandLineRefusalsAreOneLine) {
   EXPECT_EQ(list_dir(dir_->path()).size(), 2u) << "nothing written but stdout and stderr";
 }
 
-// --jit turns the run-time chains' compiled kernels on or off: on a GPU of a build with NVRTC the
-// report's GEMM column says which ran the chain; the CPU takes the option and changes nothing.
+// --jit turns the run-time chains' compiled kernels on or off, on by default: on a GPU of a build
+// with NVRTC the report's GEMM column says which ran the chain; the CPU takes the option and
+// changes nothing.
 TEST_F(Cli, JitTurnsRunTimeCompilationOnAndOff) {
   const std::string args =
       "compare --chain 'gelu,tanh' --batch 256 --in-features 256 --out-features 256 --iters 1 "
@@ -346,11 +347,12 @@ TEST_F(Cli, JitTurnsRunTimeCompilationOnAndOff) {
   GTEST_SKIP() << "this build has no NVRTC: nothing is compiled at run time";
 #endif
   ::setenv("FUSEDLINEAR_CACHE_DIR", path("cache").c_str(), 1);
-  for (const std::string jit : {"on", "off"}) {
-    const Result r = run(args + " --jit " + jit);
+  ::unsetenv("FUSEDLINEAR_JIT");
+  for (const std::string jit : {"", "on", "off"}) {  // "": the default, on
+    const Result r = run(args + (jit.empty() ? "" : " --jit " + jit));
     EXPECT_EQ(r.exit_code, 0) << jit << ": " << r.err;
     const bool compiled = r.out.find("chain compiled at run time") != std::string::npos;
-    EXPECT_EQ(compiled, jit == "on") << r.out;
+    EXPECT_EQ(compiled, jit != "off") << r.out;
   }
   ::unsetenv("FUSEDLINEAR_CACHE_DIR");
 }

@@ -36,7 +36,8 @@ class CompiledChainsGpu : public ::testing::Test {
     GTEST_SKIP() << "this build has no CUDA kernels compiled at run time (no CUDA or no NVRTC)";
 #else
     if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU tests skipped";
-    // Compiling is opt-in: on here, before the first lookup of a spec makes its kernels.
+    // Compiling is on by default; set in case the environment turned it off, before the first
+    // lookup of a spec makes its kernels.
     setenv("FUSEDLINEAR_JIT", "1", 1);
 #endif
   }

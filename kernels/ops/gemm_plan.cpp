@@ -275,8 +275,8 @@ GemmPlan plan_gemm(const GemmQuery& query) {
       if (query.chain_kernels == ChainKernelKind::kInterpreter) {
         return library("auto: a run-time chain: at " + rows + " the Hopper GEMM takes " + mode +
                        ", but the chain's interpreter in its epilogue measured slower than cuBLAS "
-                       "and the chain's own kernel (FUSEDLINEAR_JIT=1 compiles the chain where "
-                       "NVRTC is)");
+                       "and the chain's own kernel (compiling is off, FUSEDLINEAR_JIT=0, or "
+                       "NVRTC is missing)");
       }
       return finish_on(GemmKernel::kHopper, query.precision,
                        "auto: at " + rows + " the Hopper GEMM's " + mode +

@@ -329,7 +329,7 @@ cudaError_t compiled_skinny(const act::Program& program, const LinearCall& call,
 
 bool compiling_enabled() {
   const char* setting = std::getenv("FUSEDLINEAR_JIT");
-  return setting && std::strcmp(setting, "1") == 0;
+  return !(setting && std::strcmp(setting, "0") == 0);
 }
 
 CudaChainKernels compiled_chain_kernels(const act::Program& program,

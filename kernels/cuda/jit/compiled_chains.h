@@ -4,10 +4,9 @@
 // compiled at its first call on a GPU of each architecture (the small-batch kernels a variant and
 // the Hopper GEMM a kernel instance at a time, as the calls pick them), kept in memory for the
 // process and on disk (kernel_cache.h), and launched by the same host launchers as a
-// declaration's. Opt-in (FUSEDLINEAR_JIT=1) until it is benched against the
-// interpreter and a declaration; where it is off, NVRTC or the toolkit's headers are missing or a
-// compile fails, the interpreter's kernels run the chain (the last two after one notice line on
-// stderr). Torch-free.
+// declaration's. On unless FUSEDLINEAR_JIT=0; where it is off, NVRTC or the toolkit's headers are
+// missing or a compile fails, the interpreter's kernels run the chain (the last two after one
+// notice line on stderr). Torch-free.
 #pragma once
 
 #include <string>
@@ -18,7 +17,7 @@ namespace fusedlinear {
 namespace cuda {
 namespace jit {
 
-// Whether run-time chains are compiled: where the environment sets FUSEDLINEAR_JIT=1.
+// Whether run-time chains are compiled: unless the environment sets FUSEDLINEAR_JIT=0.
 bool compiling_enabled();
 
 // The launchers of the run-time chain `program`, whose declaration's chain is `chain_expression`:
