@@ -127,35 +127,44 @@ __device__ __forceinline__ float total_of(float hi, float small) {
   return hi;
 }
 
-// The epilogue of the warp's output tile at columns col0... of layer l (acc: rows g (0, 1) and
-// g + 8 (2, 3), columns col0 + 2q and the next; bf16x3's small products apart): the values into
-// the call's output for the last layer, else, as the next layer's A operand, handed to
-// `keep(part, r, word)`: part `part` of the lane's two values of row g + 8r, paired (zeros past
-// the layer's width). Columns col0... are k 16t + 8(col0 / 8 % 2)... of the next layer's step
-// t = col0 / 16, the words 2(col0 / 8 % 2) + r of the lane's A of that step.
-template <typename T, int kParts, class Keep>
-__device__ __forceinline__ void finish_tile(const MlpCall& call, int l, int col0, int64_t row0,
-                                            const float (&acc)[4], const float (&small)[4],
-                                            const float (&gate_acc)[4],
-                                            const float (&gate_small)[4], Keep&& keep) {
+// The epilogue of kTiles of the warp's output tiles of layer l, the first at column col0 and
+// accumulators j0 (acc[j0 + i]: rows g (0, 1) and g + 8 (2, 3), columns col0 + 8i + 2q and the
+// next; bf16x3's small products apart), in one pass of the chain over all their values (the
+// interpreter's jump to each op taken once for them all): the values into the call's output for
+// the last layer, else, as the next layer's A operand, handed to `keep(part, i, r, word)`: part
+// `part` of the lane's two values of tile i's row g + 8r, paired (zeros past the layer's width).
+// Tile i's columns are k 16t + 8((col0 / 8 + i) % 2)... of the next layer's step
+// t = (col0 + 8i) / 16, the words 2((col0 / 8 + i) % 2) + r of the lane's A of that step.
+template <typename T, int kParts, int kTiles, int kAll, class Keep>
+__device__ __forceinline__ void finish_tiles(const MlpCall& call, int l, int col0, int j0,
+                                             int64_t row0, const float (&acc)[kAll][4],
+                                             const float (&small)[kAll][4],
+                                             const float (&gate_acc)[kAll][4],
+                                             const float (&gate_small)[kAll][4], Keep&& keep) {
+  constexpr int kCols = 2 * kTiles;  // the lane's columns, two a tile
   const MlpLayer& layer = call.layer[l];
   const bool last = l + 1 == call.layers;
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  float p[2][2], gate_p[2][2];
+  float p[2][kCols], gate_p[2][kCols];
+  int col[kCols];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    p[i / 2][i % 2] = total_of<kParts>(acc[i], small[i]);
-    gate_p[i / 2][i % 2] = total_of<kParts>(gate_acc[i], gate_small[i]);
+  for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      p[e / 2][2 * i + e % 2] = total_of<kParts>(acc[j0 + i][e], small[j0 + i][e]);
+      gate_p[e / 2][2 * i + e % 2] = total_of<kParts>(gate_acc[j0 + i][e], gate_small[j0 + i][e]);
+    }
+    col[2 * i] = col0 + 8 * i + 2 * q;
+    col[2 * i + 1] = col0 + 8 * i + 2 * q + 1;
   }
   const int64_t row[2] = {row0 + g, row0 + g + 8};
-  const int col[2] = {col0 + 2 * q, col0 + 2 * q + 1};
   finish_values<T>(layer, call, last, p, gate_p, row, col);
   if (last) {
     T* out = static_cast<T*>(call.out);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
+      for (int c = 0; c < kCols; ++c) {
         if (row[r] < call.rows && col[c] < layer.out) {
           out[row[r] * layer.out + col[c]] = from_float<T>(p[r][c]);
         }
@@ -164,19 +173,24 @@ __device__ __forceinline__ void finish_tile(const MlpCall& call, int l, int col0
     return;
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    uint16_t first[kParts] = {}, second[kParts] = {};
-    if constexpr (std::is_same_v<T, float>) {
-      if (col[0] < layer.out) parts_of<kParts>(p[r][0], first);
-      if (col[1] < layer.out) parts_of<kParts>(p[r][1], second);
-    } else {
-      const uint32_t both =
-          pack_pair<T>(col[0] < layer.out ? p[r][0] : 0.0f, col[1] < layer.out ? p[r][1] : 0.0f);
-      first[0] = uint16_t(both);
-      second[0] = uint16_t(both >> 16);
-    }
+  for (int i = 0; i < kTiles; ++i) {
 #pragma unroll
-    for (int part = 0; part < kParts; ++part) keep(part, r, pair_of(first[part], second[part]));
+    for (int r = 0; r < 2; ++r) {
+      const int c = 2 * i;
+      uint16_t first[kParts] = {}, second[kParts] = {};
+      if constexpr (std::is_same_v<T, float>) {
+        if (col[c] < layer.out) parts_of<kParts>(p[r][c], first);
+        if (col[c + 1] < layer.out) parts_of<kParts>(p[r][c + 1], second);
+      } else {
+        const uint32_t both = pack_pair<T>(col[c] < layer.out ? p[r][c] : 0.0f,
+                                           col[c + 1] < layer.out ? p[r][c + 1] : 0.0f);
+        first[0] = uint16_t(both);
+        second[0] = uint16_t(both >> 16);
+      }
+#pragma unroll
+      for (int part = 0; part < kParts; ++part)
+        keep(part, i, r, pair_of(first[part], second[part]));
+    }
   }
 }
 
@@ -207,12 +221,18 @@ __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const
                                                 8 * stride, plane, k_steps);
     }
   }
+  // The epilogue a group of kEpilogueTiles at a time (W's rows are padded to whole groups): a
+  // group's tiles past the layer's width give zeros to the next layer's A. A group takes the
+  // interpreter's jump to each op once for all its values; a narrow 16-bit model, light on
+  // registers, measured as fast one tile at a time, and slower in pairs (docs/RESULTS.md).
+  constexpr int kEpilogueTiles = kSteps >= 8 ? kMlpTileGroup : kParts > 1 ? kMlpTileGroup / 2 : 1;
 #pragma unroll
-  for (int j = 0; j < 2 * kSteps; ++j) {
-    if (j >= 2 * out_steps) continue;
-    finish_tile<T, kParts>(
-        call, l, 8 * j, row0, acc[j], small[j], gate_acc[j], gate_small[j],
-        [&](int part, int r, uint32_t word) { act[part][j / 2][2 * (j % 2) + r] = word; });
+  for (int j = 0; j < 2 * kSteps; j += kEpilogueTiles) {
+    if (j >= 2 * out_steps) break;
+    finish_tiles<T, kParts, kEpilogueTiles>(call, l, 8 * j, j, row0, acc, small, gate_acc,
+                                            gate_small, [&](int part, int i, int r, uint32_t word) {
+                                              act[part][(j + i) / 2][2 * ((j + i) % 2) + r] = word;
+                                            });
   }
 }
 

@@ -96,15 +96,12 @@ __device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int c
     tile_products<PartType<T>, kTiles>(gate_acc, gate_small, 0, act, gate_w + at, 8 * stride, plane,
                                        k_steps);
   }
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    // Chunks hold whole steps of the next layer's k: kRows is a multiple of 16.
-    const int t = (col0 + 8 * j) / 16;
-    finish_tile<T, kParts>(call, l, col0 + 8 * j, row0, acc[j], small[j], gate_acc[j],
-                           gate_small[j], [&](int part, int r, uint32_t word) {
-                             slot<kSteps>(slots, part, t, 2 * (j % 2) + r) = word;
-                           });
-  }
+  // Chunks hold whole steps of the next layer's k: kRows is a multiple of 16.
+  finish_tiles<T, kParts, kTiles>(call, l, col0, 0, row0, acc, small, gate_acc, gate_small,
+                                  [&](int part, int i, int r, uint32_t word) {
+                                    slot<kSteps>(slots, part, (col0 + 8 * i) / 16,
+                                                 2 * (i % 2) + r) = word;
+                                  });
 }
 
 // Tiles of kResidentRows rows, `tiles` in all, a block taking every gridDim.x-th, each through
