@@ -18,6 +18,11 @@
 #ifdef FUSEDLINEAR_WITH_CUDA
 #include "tests/cuda_graph_support.h"
 #endif
+#ifdef FUSEDLINEAR_WITH_JIT
+#include <cstdlib>
+
+#include "kernels/cuda/jit/compiled_chains.h"
+#endif
 
 namespace fusedlinear {
 namespace {
@@ -498,6 +503,85 @@ TEST(FusedMlpCuda, ResidentFormSplitsFloat32ModelsAsTheModeSays) {
     }
   }
 }
+
+#ifdef FUSEDLINEAR_WITH_JIT
+// The kernel compiled with the model's chains in (kernels/cuda/jit/, the default) gives the bits of
+// the library's instance, which interprets them (FUSEDLINEAR_JIT=0), in each form and mode: two
+// models of the same chains, weights and input under other names, so that each is laid out, its
+// kernels chosen, under its own setting; every compile succeeds.
+TEST(FusedMlpCuda, ChainsCompiledInGiveTheInterpretersBits) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  struct Case {
+    std::string chains;  // the layers' chains, a "%" where a layer's name goes
+    std::vector<int64_t> widths;
+    torch::ScalarType dtype;
+    Precision precision;
+    std::vector<int64_t> rows;  // the cluster form, then a block a tile or the tensor-core forms
+  };
+  const std::vector<Case> cases = {
+      {"%1:gelu|%2:add(shift),silu|%3",
+       {64, 256, 256, 8},
+       torch::kFloat32,
+       Precision::kIeee,
+       {1, 9, 300}},
+      {"%1:relu|%2:relu|%3:relu|%4",
+       {32, 64, 64, 64, 16},
+       torch::kFloat16,
+       Precision::kIeee,
+       {3, 5000}},
+      {"%1:relu|%2:tanh|%3:relu|%4",
+       {32, 128, 128, 128, 16},
+       torch::kBFloat16,
+       Precision::kIeee,
+       {5000}},
+      {"%1:mish|%2:softplus|%3", {32, 256, 200, 16}, torch::kFloat16, Precision::kIeee, {3000}},
+      {"%1:silu*%9|%2:gelu|%3", {32, 64, 48, 16}, torch::kFloat32, Precision::kBf16x3, {5000}},
+      {"%1:relu|%2:hardswish|%3", {32, 256, 256, 16}, torch::kFloat32, Precision::kBf16x3, {3000}}};
+  const auto named = [](std::string chains, const std::string& prefix) {
+    for (size_t at = chains.find('%'); at != std::string::npos; at = chains.find('%', at)) {
+      chains.replace(at, 1, prefix);
+    }
+    return chains;
+  };
+  const cuda::jit::CompileCounts before = cuda::jit::compile_counts();
+  uint64_t seed = 300;
+  for (const Case& one : cases) {
+    ++seed;
+    std::shared_ptr<LayeredModelImpl> models[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      const std::string spec = named(one.chains, compiled ? "c" : "i");
+      models[compiled] = model_pair(spec, one.widths, one.dtype, seed).fused;
+      models[compiled]->set_precision(one.precision);
+    }
+    const auto theirs = models[0]->parameters(), ours = models[1]->parameters();
+    ASSERT_EQ(theirs.size(), ours.size());
+    for (size_t i = 0; i < ours.size(); ++i) ours[i].copy_(theirs[i]);
+    for (const int64_t rows : one.rows) {
+      const torch::Tensor x =
+          torch::randn({rows, one.widths[0]}, at::detail::createCPUGenerator(seed))
+              .to(torch::kCUDA, one.dtype);
+      SCOPED_TRACE(one.chains + " " + c10::toString(one.dtype) + " " +
+                   precision_name(one.precision) + " rows " + std::to_string(rows) + ": " +
+                   models[1]->gemm_description(x));
+      ASSERT_EQ(models[1]->mlp_refusal(x), "");
+      setenv("FUSEDLINEAR_JIT", "0", 1);
+      const torch::Tensor interpreted = models[0]->forward(x);
+      setenv("FUSEDLINEAR_JIT", "1", 1);
+      const torch::Tensor compiled = models[1]->forward(x);
+      EXPECT_TRUE(torch::equal(compiled, interpreted))
+          << "max abs diff "
+          << (compiled.to(torch::kFloat64) - interpreted.to(torch::kFloat64))
+                 .abs()
+                 .max()
+                 .item<double>();
+    }
+  }
+  const cuda::jit::CompileCounts after = cuda::jit::compile_counts();
+  EXPECT_EQ(after.failed, before.failed);
+  EXPECT_GT(after.compiled + after.read_from_disk, before.compiled + before.read_from_disk);
+}
+#endif
 
 // Models on the tensor cores too wide, or with too many weights, for the resident form: the
 // streamed form, 16-bit models and float32 models in bf16 and bf16x3, with gated, chunked and

@@ -1,8 +1,8 @@
 // The compile step and the disk cache of run-time chains (kernels/cuda/jit/), which need no GPU:
-// NVRTC compiles chains covering the whole vocabulary for sm_90a, and kernels of the Hopper GEMM
-// with a chain in their epilogue; the cache finds what it stored,
-// and a missing, read-only or corrupt cache, or two writers of one entry, leave a run correct.
-// Torch-free: built wherever NVRTC is.
+// NVRTC compiles chains covering the whole vocabulary for sm_90a, and kernels of the Hopper GEMM,
+// the small-batch kernels and the fused-MLP kernel with chains in their epilogues; the cache finds
+// what it stored, and a missing, read-only or corrupt cache, or two writers of one entry, leave a
+// run correct. Torch-free: built wherever NVRTC is.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -180,6 +180,36 @@ TEST(NvrtcCompile, SmallBatchKernelsCompileForHopper) {
     // No variable in the module holding a kernel's address (a variant's `kernel` named through
     // one): ptxas compiles a kernel whose address is stored with more registers than the library's.
     EXPECT_EQ(module.image.find("6kernelI"), std::string::npos) << variant;
+  }
+}
+
+// The fused-MLP kernel with a model's layers' chains compiled in: an instance of each form, as
+// its launcher names it (fused_mlp.cuh: kernel_for), for a model of three layers (a chain with a
+// parameter and rewrites, none, a cheap one).
+TEST(NvrtcCompile, FusedMlpKernelsCompileForHopper) {
+  SKIP_WITHOUT_TOOLKIT_HEADERS();
+  const std::vector<std::string> layers = {chains_of_the_whole_vocabulary()[0], "act::Chain()",
+                                           "act::Chain(act::Relu{})"};
+  const char* instances[] = {
+      "fused_mlp_kernel<float, fusedlinear::cuda::mlp::FloatShape<1>",
+      "fused_mlp_kernel<__half, fusedlinear::cuda::mlp::MmaShape",
+      "cluster_mlp_kernel<__nv_bfloat16, fusedlinear::cuda::mlp::ClusterShape<__nv_bfloat16, 8>",
+      "resident_mlp_kernel<float, 2, 4",
+      "resident_mlp_kernel<__half, 1, 8",
+      "streamed_mlp_kernel<__nv_bfloat16, 1, 16"};
+  for (const char* instance : instances) {
+    CompiledModule module;
+    std::string error;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(compile_with_nvrtc(mlp_unit(layers, instance, "sm_90a"), module, error))
+        << instance << "\n"
+        << error;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "the fused-MLP kernel " << instance << ">: compiled by NVRTC for sm_90a in "
+              << seconds << " s\n";
+    ASSERT_EQ(module.lowered_names.size(), size_t(1));
+    EXPECT_NE(module.image.find(module.lowered_names[0]), std::string::npos) << instance;
   }
 }
 

@@ -15,6 +15,8 @@
 
 #include <map>
 #include <mutex>
+#include <set>
+#include <utility>
 #endif
 
 #include "kernels/math/element.h"
@@ -166,6 +168,19 @@ inline cudaError_t current_device_limits(DeviceLimits& limits) {
   }
   limits = it->second;
   return cudaSuccess;
+}
+
+// Lets `kernel` (a library kernel or one compiled at run time) take `bytes` of dynamic shared
+// memory on `device`: once per kernel and device.
+inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes, int device) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> allowed;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (allowed.count({kernel, device}) > 0) return cudaSuccess;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) allowed.insert({kernel, device});
+  return err;
 }
 #endif
 

@@ -23,13 +23,18 @@
 // sums again: kernels/math/bf16_split.h).
 #pragma once
 
+// Names, parsing and lists are host code, which NVRTC (kernels/cuda/jit/) neither takes nor needs.
+#ifndef __CUDACC_RTC__
 #include <optional>
 #include <string>
 #include <vector>
+#endif
 
 namespace fusedlinear {
 
 enum class Precision { kIeee, kBf16x3, kBf16x6, kTf32, kBf16 };
+
+#ifndef __CUDACC_RTC__
 
 inline const std::vector<Precision>& all_precisions() {
   static const std::vector<Precision> all = {
@@ -73,6 +78,8 @@ inline bool keeps_float32_accuracy(Precision precision) {
 inline bool sums_split_products(Precision precision) {
   return precision == Precision::kBf16x3 || precision == Precision::kBf16x6;
 }
+
+#endif  // __CUDACC_RTC__
 
 // The bfloat16 parts of W (and of x) the mode's products read: bf16 1 (hi), bf16x3 2 (hi, lo),
 // bf16x6 3 (hi, mid, lo); 0 for ieee and tf32, which read W itself.

@@ -11,7 +11,8 @@
 namespace fusedlinear {
 
 torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
-                                bool residual, cuda::MlpForm form, Precision precision) {
+                                bool residual, cuda::MlpForm form, Precision precision,
+                                const cuda::MlpKernelOf& compiled) {
   using detail::text;
   constexpr const char* kOp = "fusedlinear::model (the fused MLP kernel)";
   TORCH_CHECK(!layers.empty() && layers.size() <= size_t(cuda::kMaxMlpLayers),
@@ -85,7 +86,7 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   const int64_t out_features = call.layer[call.layers - 1].out;
   torch::Tensor out = torch::empty({call.rows, out_features}, x.options());
   call.out = out.data_ptr();
-  const cudaError_t err = cuda::launch_fused_mlp(call, at::cuda::getCurrentCUDAStream());
+  const cudaError_t err = cuda::launch_fused_mlp(call, at::cuda::getCurrentCUDAStream(), compiled);
   TORCH_CHECK(err != cudaErrorNotSupported,
               text(kOp, ": the kernel does not take this model (layers 1 to ", cuda::kMaxMlpWidth,
                    " wide, at most ", cuda::kMaxMlpLayers,

@@ -30,8 +30,10 @@ struct MlpLayerTensors {
 // The whole forward of `layers` on CUDA x [..., in] in one launch of the kernel's `form`
 // (gemm_plan.h: mlp_form) with `precision`'s products, x added to the output where `residual`:
 // what the whole-model op computes layer by layer, up to the order of each sum (fused_mlp.cuh).
-// The model must be one mlp_refusal (gemm_plan.h) accepts.
+// The model must be one mlp_refusal (gemm_plan.h) accepts. `compiled`: the kernels compiled with
+// the layers' chains in (kernels/cuda/jit/compiled_chains.h), or empty for the library's.
 torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLayerTensors>& layers,
-                                bool residual, cuda::MlpForm form, Precision precision);
+                                bool residual, cuda::MlpForm form, Precision precision,
+                                const cuda::MlpKernelOf& compiled);
 
 }  // namespace fusedlinear

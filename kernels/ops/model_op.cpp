@@ -18,6 +18,11 @@
 #include "kernels/ops/op_support.h"
 #include "kernels/ops/ops.h"
 
+#ifdef FUSEDLINEAR_WITH_JIT
+#include "kernels/cuda/jit/compiled_chains.h"
+#include "kernels/ops/chain_source.h"
+#endif
+
 namespace fusedlinear {
 namespace {
 
@@ -41,6 +46,9 @@ struct ModelLayout {
   std::vector<Layer> layers;
   bool residual = false;
   size_t linears = 0, params = 0;
+  // The fused-MLP kernel with the layers' chains compiled in, where NVRTC compiles them; empty
+  // otherwise (the kernel's own instances interpret them).
+  cuda::MlpKernelOf mlp_kernels;
 };
 
 // The model `spec` names: a registered layered model (a layered declaration's, its chains
@@ -82,6 +90,13 @@ ModelLayout layout_of(const std::string& spec) {
     layout.params += layer.params;
     layout.layers.push_back(layer);
   }
+#ifdef FUSEDLINEAR_WITH_JIT
+  std::vector<std::string> chains;  // each layer's, as a declaration writes it
+  for (const ModelLayout::Layer& layer : layout.layers) {
+    chains.push_back(chain_expression(detail::chain_for(kModel, layer.chain).chain));
+  }
+  layout.mlp_kernels = cuda::jit::compiled_mlp_kernels(chains);
+#endif
   return layout;
 }
 
@@ -247,7 +262,8 @@ torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
     layers.push_back(layer);
   }
 #ifdef FUSEDLINEAR_WITH_CUDA
-  return fused_mlp_forward(x, layers, layout.residual, mlp_form(query), query.precision);
+  return fused_mlp_forward(x, layers, layout.residual, mlp_form(query), query.precision,
+                           layout.mlp_kernels);
 #else
   TORCH_CHECK(false, detail::text(kModel, ": this build has no CUDA kernels"));
   return torch::Tensor();

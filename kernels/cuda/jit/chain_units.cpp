@@ -114,6 +114,45 @@ NvrtcRequest skinny_unit(const std::string& chain_expression, ElementType type,
   return request;
 }
 
+NvrtcRequest mlp_unit(const std::vector<std::string>& layer_chains, const std::string& instance,
+                      const std::string& architecture) {
+  NvrtcRequest request;
+  request.family = "mlp";
+  std::string unit =
+      "#include \"kernels/cuda/mlp/cluster_mlp.cuh\"\n"
+      "#include \"kernels/cuda/mlp/streamed_mlp.cuh\"\n"
+      "#include \"kernels/math/model.h\"\n\n"
+      "namespace fusedlinear {\nnamespace compiled {\n\n";
+  // Each layer's chain as a declaration of it, then their float32 forms (the interpreter's) by
+  // layer, as fused_mlp.cuh's InterpretedChains applies them.
+  std::string cases;
+  for (size_t l = 0; l < layer_chains.size(); ++l) {
+    const std::string layer = "Layer" + std::to_string(l);
+    unit += "struct " + layer +
+            " : CompiledRuntimeChain {\n  static constexpr auto kChain = " + layer_chains[l] +
+            ";\n};\n";
+    cases += "      case " + std::to_string(l) +
+             ": {\n        constexpr auto chain =\n            device_chain<" + layer +
+             ", act::ResultPrecision::kFloat32>(act::Program{});\n"
+             "        act::apply_chain(chain, v, terms);\n        return;\n      }\n";
+  }
+  unit +=
+      "\nstruct MlpChains {\n"
+      "  template <int R, int C>\n"
+      "  static __device__ __forceinline__ void apply(\n"
+      "      const cuda::MlpLayer&, int l, float (&v)[R][C],\n"
+      "      const float (&terms)[act::kMaxColumnTerms][C]) {\n"
+      "    switch (l) {\n" +
+      cases + "    }\n  }\n};\n\n}  // namespace compiled\n}  // namespace fusedlinear\n";
+  request.source = unit;
+  request.name_expressions.push_back("&fusedlinear::cuda::mlp::" + instance +
+                                     ", fusedlinear::compiled::MlpChains>");
+  // As the library's instances are compiled (fused_mlp.cu, streamed_mlp.cu).
+  request.options = {"-ftz=true"};
+  request.architecture = architecture;
+  return request;
+}
+
 }  // namespace jit
 }  // namespace cuda
 }  // namespace fusedlinear

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/jit/nvrtc_compile.h"
 #include "kernels/math/element.h"
@@ -47,6 +48,13 @@ NvrtcRequest skinny_unit(const std::string& chain_expression, ElementType type,
                          const std::string& variant, const std::string& architecture);
 constexpr int kSkinnyUnitReduce = 2;      // the index of the reduce kernel in its names
 constexpr int kSkinnyUnitChainValue = 3;  // the index of the chain's value in its names
+
+// One kernel of the fused-MLP kernel (kernels/cuda/mlp/) with a model's layers' chains compiled in
+// (`layer_chains`: each layer's chain expression, in order; "act::Chain()" for a layer without
+// one), for the instance a launcher asks for (fused_mlp.cuh: kernel_for, e.g.
+// "resident_mlp_kernel<__half, 1, 4"): its one name expression is that kernel.
+NvrtcRequest mlp_unit(const std::vector<std::string>& layer_chains, const std::string& instance,
+                      const std::string& architecture);
 
 }  // namespace jit
 }  // namespace cuda

@@ -1,4 +1,5 @@
 // Run-time chains with kernels compiled by NVRTC (compiled_chains.h).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +43,8 @@ struct CompiledChain {
 struct Registry {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<CompiledChain>> by_program;
+  // The fused-MLP kernels of models, by their layers' chains (expression: the chains, one a line).
+  std::map<std::string, std::shared_ptr<CompiledChain>> by_layers;
   CompileCounts counts;
 };
 
@@ -94,29 +97,30 @@ std::string versions() {
          "; runtime " + std::to_string(runtime);
 }
 
-// Loads a unit's module: its names are its kernels, then the chain's value.
-bool load_module(const CompiledModule& module, size_t names, LoadedModule& loaded,
+// Loads a unit's module: its names are its kernels, then, where `chain_value`, the chain's value.
+bool load_module(const CompiledModule& module, size_t names, bool chain_value, LoadedModule& loaded,
                  std::string& error) {
-  if (module.lowered_names.size() != names || names < 2) {
+  if (module.lowered_names.size() != names || names < (chain_value ? 2u : 1u)) {
     error = "the module lacks names";
     return false;
   }
+  const size_t kernel_count = chain_value ? names - 1 : names;
   cudaLibrary_t library = nullptr;
   cudaError_t err =
       cudaLibraryLoadData(&library, module.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   std::vector<const void*> kernels;
-  for (size_t i = 0; err == cudaSuccess && i + 1 < names; ++i) {
+  for (size_t i = 0; err == cudaSuccess && i < kernel_count; ++i) {
     cudaKernel_t kernel = nullptr;
     err = cudaLibraryGetKernel(&kernel, library, module.lowered_names[i].c_str());
     kernels.push_back(reinterpret_cast<const void*>(kernel));
   }
   void* chain = nullptr;
   size_t chain_bytes = 0;
-  if (err == cudaSuccess) {
+  if (err == cudaSuccess && chain_value) {
     err = cudaLibraryGetGlobal(&chain, &chain_bytes, library, module.lowered_names.back().c_str());
   }
   if (err == cudaSuccess && chain_bytes > sizeof loaded.chain.bytes) err = cudaErrorInvalidValue;
-  if (err == cudaSuccess) {
+  if (err == cudaSuccess && chain_value) {
     err = cudaMemcpy(loaded.chain.bytes, chain, chain_bytes, cudaMemcpyDeviceToHost);
   }
   if (err != cudaSuccess) {
@@ -137,10 +141,11 @@ const char* element_name(ElementType type) {
 }
 
 // A unit of the chain's (chain_units.h) as it is compiled at its first use: the NVRTC request, and
-// what it holds, for the notice where it cannot be.
+// what it holds, for the notice where it cannot be; whether its last name is the chain's value.
 struct Unit {
   NvrtcRequest request;
   std::string what;
+  bool chain_value = true;
 };
 
 // The module of the unit `unit_key` names in memory (the architecture, the family, the element
@@ -167,14 +172,14 @@ const LoadedModule& module_of(CompiledChain& chain, const std::string& unit_key,
   const size_t count = request.name_expressions.size();
   CompiledModule module;
   std::string error;
-  if (cache.load(key, module) && load_module(module, count, loaded, error)) {
+  if (cache.load(key, module) && load_module(module, count, unit.chain_value, loaded, error)) {
     const std::lock_guard<std::mutex> count_lock(registry().mutex);
     ++registry().counts.read_from_disk;
     return loaded;
   }
   const bool compiled = compile_with_nvrtc(request, module, error);
   if (compiled) cache.store(key, module);
-  const bool ready = compiled && load_module(module, count, loaded, error);
+  const bool ready = compiled && load_module(module, count, unit.chain_value, loaded, error);
   const std::lock_guard<std::mutex> count_lock(registry().mutex);
   ++(ready ? registry().counts.compiled : registry().counts.failed);
   if (!ready) {
@@ -327,6 +332,35 @@ cudaError_t compiled_skinny(const act::Program& program, const LinearCall& call,
 
 }  // namespace
 
+MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
+  if (!compiling_enabled()) return {};
+  std::string expression;
+  for (const std::string& chain : layer_chains) expression += chain + "\n";
+  std::shared_ptr<CompiledChain> model;
+  {
+    Registry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    auto& entry = r.by_layers[expression];
+    if (!entry) {
+      entry = std::make_shared<CompiledChain>();
+      entry->expression = "the model of chains " + expression.substr(0, expression.size() - 1);
+      std::replace(entry->expression.begin(), entry->expression.end(), '\n', ';');
+    }
+    model = entry;
+  }
+  return [model, layer_chains](const std::string& instance) -> const void* {
+    std::string architecture;
+    if (current_architecture(architecture) != cudaSuccess) return nullptr;
+    const LoadedModule& loaded = module_of(*model, architecture + " mlp " + instance, [&] {
+      Unit unit{mlp_unit(layer_chains, instance, architecture),
+                "the fused-MLP kernel " + instance + ">"};
+      unit.chain_value = false;
+      return unit;
+    });
+    return loaded.ready ? loaded.kernels[0] : nullptr;
+  };
+}
+
 bool compiling_enabled() {
   const char* setting = std::getenv("FUSEDLINEAR_JIT");
   return !(setting && std::strcmp(setting, "0") == 0);
@@ -371,6 +405,7 @@ void unload_compiled_modules() {
     // Not held below: a chain's lock is taken before the registry's (module_of's counts).
     const std::lock_guard<std::mutex> lock(r.mutex);
     for (const auto& entry : r.by_program) chains.push_back(entry.second);
+    for (const auto& entry : r.by_layers) chains.push_back(entry.second);
   }
   for (const std::shared_ptr<CompiledChain>& chain : chains) {
     const std::lock_guard<std::mutex> chain_lock(chain->mutex);

@@ -10,8 +10,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/chain_kernels.h"
+#include "kernels/cuda/mlp/mlp_call.h"
 
 namespace fusedlinear {
 namespace cuda {
@@ -28,6 +30,13 @@ bool compiling_enabled();
 CudaChainKernels compiled_chain_kernels(const act::Program& program,
                                         const std::string& chain_expression,
                                         const CudaChainKernels& interpreter);
+
+// The fused-MLP kernel of a model whose layers' chains are `layer_chains` (each as a declaration
+// writes it, chain_source.h; "act::Chain()" for a layer without one): each instance a launch asks
+// for compiled at its first call with the chains in, kept as the chains' kernels are, and null
+// where it is not compiled (a notice says why; the library's instance interprets the chains).
+// Models of the same chains share their kernels. Empty where compiling is off.
+MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains);
 
 // What the compiled chains have done in this process, for the tests: modules compiled by NVRTC,
 // read from the disk cache, and compiles or loads that failed (the interpreter ran instead).

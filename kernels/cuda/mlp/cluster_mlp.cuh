@@ -96,15 +96,16 @@ __device__ __forceinline__ void shared_w_floats(const T* w, float (&v)[8]) {
   }
 }
 
-// One layer: this block's slice of columns for every row of the tile (`in`, zeros past the
+// Layer l: this block's slice of columns for every row of the tile (`in`, zeros past the
 // layer's in up to the next step of k) from its slice of W in shared memory (`w`, and the gate's
 // at `gate_w`; copy_rows), its values written into `out_tile` of every block of the cluster, or
 // for the last layer into the call's output.
-template <typename T, class Shape>
-__device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCall& call, bool last,
+template <typename T, class Shape, class Chains>
+__device__ __forceinline__ void cluster_layer(const MlpCall& call, int l, bool last,
                                               const float* in, float* out_tile, int stride,
                                               const T* w, const T* gate_w, int64_t row0,
                                               cooperative_groups::cluster_group& cluster) {
+  const MlpLayer& layer = call.layer[l];
   constexpr int kRows = Shape::kRows, kCols = Shape::kCols, kVec = Shape::kVec;
   constexpr int kValues = Shape::kValues;
   constexpr int kLanesAValue = 32 / kValues;  // lanes that end holding the same total
@@ -153,7 +154,7 @@ __device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCa
     const float gate_p[1][1] = {{gate_sums[0]}};
     const int64_t row[1] = {row0 + r};
     const int col[1] = {n0 + c};
-    finish_values<T>(layer, call, last, p, gate_p, row, col);
+    finish_values<T, Chains>(call, l, last, p, gate_p, row, col);
     if (lane % kLanesAValue != 0 || col[0] >= slice.end) continue;
     if (last) {
       if (row[0] < call.rows) {
@@ -171,7 +172,7 @@ __device__ __forceinline__ void cluster_layer(const MlpLayer& layer, const MlpCa
 // The whole forward of one tile of Shape::kRows rows a cluster; `stride`: Shape::stride_for the
 // model's widest layer; `stage_elements`: Shape::stage_elements_for it. Launched with clusters of
 // kClusterBlocks blocks along x.
-template <typename T, class Shape>
+template <typename T, class Shape, class Chains>
 __global__ void __launch_bounds__(kThreads)
     cluster_mlp_kernel(const __grid_constant__ MlpCall call, int stride, int stage_elements) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -222,8 +223,8 @@ __global__ void __launch_bounds__(kThreads)
     if (!last)
       zero_columns<float, Shape>(tile_out, stride, layer.out, round_up(layer.out, Shape::kKStep));
     const T* stage = stages + l % kClusterStages * stage_elements;
-    cluster_layer<T, Shape>(layer, call, last, tiles[l % 2], tile_out, stride, stage,
-                            layer.gate_w ? stage + gate_at : nullptr, row0, cluster);
+    cluster_layer<T, Shape, Chains>(call, l, last, tiles[l % 2], tile_out, stride, stage,
+                                    layer.gate_w ? stage + gate_at : nullptr, row0, cluster);
     if (last) break;
     // Every block's slice written into every tile, and every read of this layer's input and of
     // its stage done, before the next layer reads the one and writes the others.

@@ -25,16 +25,21 @@
 //            does not depend on it), as the small-batch tensor-core kernel takes them.
 #pragma once
 
+#include <cstdint>
+#include <type_traits>
+
+// The launchers' helpers are host code, which NVRTC (kernels/cuda/jit/) neither takes nor needs.
+#ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <mutex>
-#include <set>
-#include <type_traits>
+#include <string>
+
+#include "kernels/cuda/mlp/fused_mlp.h"
+#endif
 
 #include "kernels/cuda/device.cuh"
-#include "kernels/cuda/mlp/fused_mlp.h"
+#include "kernels/cuda/mlp/mlp_call.h"
 #include "kernels/cuda/skinny/common.cuh"
 #include "kernels/cuda/skinny/tensor_core.cuh"
 
@@ -80,15 +85,28 @@ __device__ __forceinline__ float rounded(float v) {
   return to_float(from_float<T>(v));
 }
 
-// The layer's epilogue on a thread's R x C products `p` (and the gate's `gate_p`), rows `row` of x
+// How the library's kernels apply a layer's chain: the interpreter of its op list (call.layer[l]'s
+// chain). A unit NVRTC compiles for a model (kernels/cuda/jit/chain_units.h: mlp_unit) passes its
+// own Chains instead, each layer's chain compiled in, with the same apply.
+struct InterpretedChains {
+  template <int R, int C>
+  static __device__ __forceinline__ void apply(const MlpLayer& layer, int /*l*/, float (&v)[R][C],
+                                               const float (&terms)[act::kMaxColumnTerms][C]) {
+    act::apply_chain(layer.chain, v, terms);
+  }
+};
+
+// Layer l's epilogue on a thread's R x C products `p` (and the gate's `gate_p`), rows `row` of x
 // and columns `col` (those past the layer's width are computed from clamped columns and never
 // stored): the formula at the top of this file. `p` receives the values, rounded to T. The gate's
 // multiply and the residual's add are rounded on their own (__fmul_rn, __fadd_rn: never contracted
-// into one FMA), as the separate ops of the per-layer path round them.
-template <typename T, int R, int C>
-__device__ __forceinline__ void finish_values(const MlpLayer& layer, const MlpCall& call, bool last,
+// into one FMA), as the separate ops of the per-layer path round them. Chains applies the layer's
+// chain (InterpretedChains, or a model's chains compiled in).
+template <typename T, class Chains, int R, int C>
+__device__ __forceinline__ void finish_values(const MlpCall& call, int l, bool last,
                                               float (&p)[R][C], const float (&gate_p)[R][C],
                                               const int64_t (&row)[R], const int (&col)[C]) {
+  const MlpLayer& layer = call.layer[l];
   const T* bias = static_cast<const T*>(layer.bias);
   int n[C];
 #pragma unroll
@@ -113,7 +131,7 @@ __device__ __forceinline__ void finish_values(const MlpLayer& layer, const MlpCa
       for (int c = 0; c < C; ++c) terms[j][c] = to_float(term[broadcast ? 0 : n[c]]);
     }
   }
-  act::apply_chain(layer.chain, v, terms);
+  Chains::apply(layer, l, v, terms);
   if (layer.gate_w) {
     const T* gate_bias = static_cast<const T*>(layer.gate_bias);
 #pragma unroll
@@ -169,11 +187,12 @@ __device__ __forceinline__ float dot4(float s, const float4& h, const float4& w)
   return fmaf(h.w, w.w, s);
 }
 
-// One layer of the float32 kernel: `in` the tile's inputs (zeros past the layer's in, up to the
+// Layer l of the float32 kernel: `in` the tile's inputs (zeros past the layer's in, up to the
 // next step of k), `out` its outputs.
-template <class Shape>
-__device__ __forceinline__ void float_layer(const MlpLayer& layer, const MlpCall& call, bool last,
-                                            const float* in, float* out, int stride, int64_t row0) {
+template <class Shape, class Chains>
+__device__ __forceinline__ void float_layer(const MlpCall& call, int l, bool last, const float* in,
+                                            float* out, int stride, int64_t row0) {
+  const MlpLayer& layer = call.layer[l];
   constexpr int kRows = Shape::kRows;
   constexpr int kCols = 32 / kRows;  // 32 sums a lane: one total a lane after the adds
   static_assert(kRows * kCols == 32);
@@ -214,7 +233,7 @@ __device__ __forceinline__ void float_layer(const MlpLayer& layer, const MlpCall
     const float gate_p[1][1] = {{gate_sums[0]}};
     const int64_t row[1] = {row0 + r};
     const int col[1] = {n0 + c};
-    finish_values<float>(layer, call, last, p, gate_p, row, col);
+    finish_values<float, Chains>(call, l, last, p, gate_p, row, col);
     if (col[0] < layer.out) out[r * stride + col[0]] = p[0][0];
   }
 }
@@ -249,11 +268,12 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const skinny::Words& a_t
   }
 }
 
-// One layer of the 16-bit kernel. A warp's work item: a 16-row tile of the block's rows and
+// Layer l of the 16-bit kernel. A warp's work item: a 16-row tile of the block's rows and
 // Shape::kTilesN 8-column tiles of the layer's outputs, over the whole k.
-template <typename T, class Shape>
-__device__ __forceinline__ void mma_layer(const MlpLayer& layer, const MlpCall& call, bool last,
-                                          const T* in, T* out, int stride, int64_t row0) {
+template <typename T, class Shape, class Chains>
+__device__ __forceinline__ void mma_layer(const MlpCall& call, int l, bool last, const T* in,
+                                          T* out, int stride, int64_t row0) {
+  const MlpLayer& layer = call.layer[l];
   constexpr int kTilesM = Shape::kRows / 16;
   constexpr int kTilesN = Shape::kTilesN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -293,7 +313,7 @@ __device__ __forceinline__ void mma_layer(const MlpLayer& layer, const MlpCall& 
                                   {gate_acc[j][2], gate_acc[j][3]}};
       const int64_t row[2] = {row0 + m0 + g, row0 + m0 + g + 8};
       const int col[2] = {n0 + 8 * j + 2 * q, n0 + 8 * j + 2 * q + 1};
-      finish_values<T>(layer, call, last, p, gate_p, row, col);
+      finish_values<T, Chains>(call, l, last, p, gate_p, row, col);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
@@ -334,7 +354,7 @@ __device__ __forceinline__ void load_x_tile(const MlpCall& call, Tile* tile, int
 
 // The whole forward of one tile of Shape::kRows rows a block; `stride`: Shape::stride_for the
 // model's widest layer, the elements of a tile's row in shared memory.
-template <typename T, class Shape>
+template <typename T, class Shape, class Chains>
 __global__ void __launch_bounds__(kThreads)
     fused_mlp_kernel(const __grid_constant__ MlpCall call, int stride) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -350,9 +370,9 @@ __global__ void __launch_bounds__(kThreads)
     zero_columns<T, Shape>(tile_out, stride, layer.out, round_up(layer.out, Shape::kKStep));
     const bool last = l + 1 == call.layers;
     if constexpr (std::is_same_v<T, float>) {
-      float_layer<Shape>(layer, call, last, tile_in, tile_out, stride, row0);
+      float_layer<Shape, Chains>(call, l, last, tile_in, tile_out, stride, row0);
     } else {
-      mma_layer<T, Shape>(layer, call, last, tile_in, tile_out, stride, row0);
+      mma_layer<T, Shape, Chains>(call, l, last, tile_in, tile_out, stride, row0);
     }
     __syncthreads();
   }
@@ -390,8 +410,8 @@ __device__ __forceinline__ void copy_rows(const T* w, int first, int rows, int o
   }
 }
 
-// --- for the forms' launchers
-// ---------------------------------------------------------------------
+// --- for the forms' launchers ---------------------------------------------------------------
+#ifndef __CUDACC_RTC__
 
 // The widest layer's input or output.
 inline int widest_of(const MlpCall& call) {
@@ -410,36 +430,45 @@ inline bool has_gated_layer(const MlpCall& call) {
   return false;
 }
 
-// Lets kKernel have more than the default 48 KiB of shared memory: `most` (the most any call of it
-// takes), or what a block may have where that is less; once per device (before a CUDA graph
-// captures it: the first call).
-template <auto kKernel>
-cudaError_t allow_shared_bytes(const DeviceLimits& limits, int64_t most) {
+// Lets `kernel` have more than the default 48 KiB of shared memory: `most` (the most any call of it
+// takes), or what a block may have where that is less; once per kernel and device (before a CUDA
+// graph captures it: the first call).
+inline cudaError_t allow_shared_bytes(const void* kernel, const DeviceLimits& limits,
+                                      int64_t most) {
   if (most <= 48 * 1024) return cudaSuccess;
-  static std::mutex mutex;
-  static std::set<int> allowed;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.count(limits.device) > 0) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(std::min<int64_t>(most, limits.shared_bytes_per_block)));
-  if (err == cudaSuccess) allowed.insert(limits.device);
-  return err;
+  return allow_shared_bytes_once(
+      kernel, int(std::min<int64_t>(most, limits.shared_bytes_per_block)), limits.device);
 }
 
-// A wave of persistent blocks of kKernel for `tiles` tiles of rows (the resident and streamed
+// A wave of persistent blocks of `kernel` for `tiles` tiles of rows (the resident and streamed
 // forms): as many a multiprocessor as a block's `bytes` of shared memory allow (at least one),
 // never more than the tiles.
-template <auto kKernel>
-cudaError_t persistent_blocks(const DeviceLimits& limits, int64_t tiles, int64_t bytes,
-                              unsigned& blocks) {
+inline cudaError_t persistent_blocks(const void* kernel, const DeviceLimits& limits, int64_t tiles,
+                                     int64_t bytes, unsigned& blocks) {
   int per_multiprocessor = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_multiprocessor, kKernel, kThreads, size_t(bytes));
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel,
+                                                                        kThreads, size_t(bytes));
   if (err != cudaSuccess) return err;
   blocks = static_cast<unsigned>(
       std::min<int64_t>(tiles, int64_t(std::max(per_multiprocessor, 1)) * limits.multiprocessors));
   return cudaSuccess;
+}
+
+// The kernel a launch takes: where `compiled` gives one, the instance `name` (a unit's name for it,
+// its template's arguments but the chains': "resident_mlp_kernel<__half, 1, 4") compiled with the
+// model's chains in; else `library`, the library's instance, which interprets them.
+inline const void* kernel_for(const MlpKernelOf& compiled, const std::string& name,
+                              const void* library) {
+  const void* kernel = compiled ? compiled(name) : nullptr;
+  return kernel ? kernel : library;
+}
+
+// T as a unit names it.
+template <typename T>
+const char* device_type_name() {
+  return std::is_same_v<T, float>    ? "float"
+         : std::is_same_v<T, __half> ? "__half"
+                                     : "__nv_bfloat16";
 }
 
 template <typename T>
@@ -470,6 +499,8 @@ cudaError_t with_tensor_core_parts(const MlpCall& call, const DeviceLimits& limi
   }
   return cudaErrorNotSupported;
 }
+
+#endif  // __CUDACC_RTC__
 
 }  // namespace mlp
 }  // namespace cuda

@@ -16,8 +16,11 @@ namespace cuda {
 // where the kernel cannot take the call (a width of 0 or above kMaxMlpWidth, more than
 // kMaxMlpLayers layers, a 16-bit model before sm_80, widths that do not chain, the cluster form
 // before sm_90, the resident form for a float32 model in ieee, one wider than its width or
-// whose weights do not fit a block's shared memory); else the launch's error.
-cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream);
+// whose weights do not fit a block's shared memory); else the launch's error. Each form's kernel
+// is the library's, which interprets the layers' chains, or where `compiled` gives it, the same
+// kernel compiled with the model's chains in (mlp_call.h: MlpKernelOf).
+cudaError_t launch_fused_mlp(const MlpCall& call, cudaStream_t stream,
+                             const MlpKernelOf& compiled = {});
 
 }  // namespace cuda
 }  // namespace fusedlinear

@@ -5,6 +5,11 @@
 
 #include <cstdint>
 
+#ifndef __CUDACC_RTC__
+#include <functional>
+#include <string>
+#endif
+
 #include "kernels/math/element.h"
 #include "kernels/math/precision.h"
 #include "kernels/math/program.h"
@@ -133,6 +138,14 @@ struct MlpCall {
   // resident form bf16 or bf16x3.
   Precision precision = Precision::kIeee;
 };
+
+#ifndef __CUDACC_RTC__
+// A model's kernels compiled with its layers' chains in (kernels/cuda/jit/compiled_chains.h:
+// compiled_mlp_kernels): given an instance's name as a launcher writes it (kernel_for in
+// fused_mlp.cuh), that instance compiled at its first call, or null where it is not (the library's
+// instance, which interprets the chains, runs instead). Empty: the library's instances.
+using MlpKernelOf = std::function<const void*(const std::string& instance)>;
+#endif
 
 }  // namespace cuda
 }  // namespace fusedlinear

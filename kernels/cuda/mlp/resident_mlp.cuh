@@ -135,7 +135,7 @@ __device__ __forceinline__ float total_of(float hi, float small) {
 // `part` of the lane's two values of tile i's row g + 8r, paired (zeros past the layer's width).
 // Tile i's columns are k 16t + 8((col0 / 8 + i) % 2)... of the next layer's step
 // t = (col0 + 8i) / 16, the words 2((col0 / 8 + i) % 2) + r of the lane's A of that step.
-template <typename T, int kParts, int kTiles, int kAll, class Keep>
+template <typename T, class Chains, int kParts, int kTiles, int kAll, class Keep>
 __device__ __forceinline__ void finish_tiles(const MlpCall& call, int l, int col0, int j0,
                                              int64_t row0, const float (&acc)[kAll][4],
                                              const float (&small)[kAll][4],
@@ -158,7 +158,7 @@ __device__ __forceinline__ void finish_tiles(const MlpCall& call, int l, int col
     col[2 * i + 1] = col0 + 8 * i + 2 * q + 1;
   }
   const int64_t row[2] = {row0 + g, row0 + g + 8};
-  finish_values<T>(layer, call, last, p, gate_p, row, col);
+  finish_values<T, Chains>(call, l, last, p, gate_p, row, col);
   if (last) {
     T* out = static_cast<T*>(call.out);
 #pragma unroll
@@ -197,7 +197,7 @@ __device__ __forceinline__ void finish_tiles(const MlpCall& call, int l, int col
 // Layer l on the warp's rows: the products against W (and the gate's W) in shared memory at `w`
 // (and `gate_w`, or null), each `plane` elements a part, then each output tile's epilogue, its
 // values back into `act` as the next layer's A operand, or for the last layer into the output.
-template <typename T, int kParts, int kSteps>
+template <typename T, class Chains, int kParts, int kSteps>
 __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const uint16_t* w,
                                                const uint16_t* gate_w, int plane, int64_t row0,
                                                uint32_t (&act)[kParts][kSteps][4]) {
@@ -229,17 +229,19 @@ __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, const
 #pragma unroll
   for (int j = 0; j < 2 * kSteps; j += kEpilogueTiles) {
     if (j >= 2 * out_steps) break;
-    finish_tiles<T, kParts, kEpilogueTiles>(call, l, 8 * j, j, row0, acc, small, gate_acc,
-                                            gate_small, [&](int part, int i, int r, uint32_t word) {
-                                              act[part][(j + i) / 2][2 * ((j + i) % 2) + r] = word;
-                                            });
+    finish_tiles<T, Chains, kParts, kEpilogueTiles>(
+        call, l, 8 * j, j, row0, acc, small, gate_acc, gate_small,
+        [&](int part, int i, int r, uint32_t word) {
+          act[part][(j + i) / 2][2 * ((j + i) % 2) + r] = word;
+        });
   }
 }
 
 // Every layer's W into shared memory, then tiles of kResidentRows rows, `tiles` in all, a block
 // taking every gridDim.x-th. T: the model's type; kParts: 2 for a float32 model in bf16x3, else 1;
-// kSteps: the 16-wide steps of the model's widest layer it holds in registers.
-template <typename T, int kParts, int kSteps>
+// kSteps: the 16-wide steps of the model's widest layer it holds in registers; Chains: how the
+// layers' chains are applied (finish_values).
+template <typename T, int kParts, int kSteps, class Chains>
 __global__ void __launch_bounds__(kThreads)
     resident_mlp_kernel(const __grid_constant__ MlpCall call, int64_t tiles) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -270,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
       const uint16_t* w = weights + w_at;
       const uint16_t* gate_w = layer.gate_w ? w + kParts * plane : nullptr;
       w_at += (layer.gate_w ? 2 : 1) * kParts * plane;
-      resident_layer<T>(call, l, w, gate_w, plane, row0, act);
+      resident_layer<T, Chains>(call, l, w, gate_w, plane, row0, act);
     }
   }
 }

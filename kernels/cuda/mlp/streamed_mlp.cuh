@@ -76,7 +76,7 @@ __device__ __forceinline__ uint32_t& slot(uint32_t* slots, int p, int t, int i) 
 // against the chunk at `w` (the gate's kParts planes after W's, where the layer is gated), the
 // epilogue, then the values into the thread's slots as the next layer's A operand (zeros past the
 // layer's width), or for the last layer into the call's output.
-template <typename T, int kParts, int kSteps, int kRows>
+template <typename T, class Chains, int kParts, int kSteps, int kRows>
 __device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int col0,
                                                const uint16_t* w, int stride, int64_t row0,
                                                const uint32_t (&act)[kParts][kSteps][4],
@@ -97,18 +97,19 @@ __device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int c
                                        k_steps);
   }
   // Chunks hold whole steps of the next layer's k: kRows is a multiple of 16.
-  finish_tiles<T, kParts, kTiles>(call, l, col0, 0, row0, acc, small, gate_acc, gate_small,
-                                  [&](int part, int i, int r, uint32_t word) {
-                                    slot<kSteps>(slots, part, (col0 + 8 * i) / 16,
-                                                 2 * (i % 2) + r) = word;
-                                  });
+  finish_tiles<T, Chains, kParts, kTiles>(call, l, col0, 0, row0, acc, small, gate_acc, gate_small,
+                                          [&](int part, int i, int r, uint32_t word) {
+                                            slot<kSteps>(slots, part, (col0 + 8 * i) / 16,
+                                                         2 * (i % 2) + r) = word;
+                                          });
 }
 
 // Tiles of kResidentRows rows, `tiles` in all, a block taking every gridDim.x-th, each through
 // the whole stream of chunks; `stride`: a chunk row's elements (for the widest input),
 // `chunk_elements`: a chunk's. T: the model's type; kParts: 2 for a float32 model in bf16x3,
-// else 1; kSteps: the 16-wide steps of the model's widest layer it holds in registers.
-template <typename T, int kParts, int kSteps>
+// else 1; kSteps: the 16-wide steps of the model's widest layer it holds in registers; Chains: how
+// the layers' chains are applied (finish_values).
+template <typename T, int kParts, int kSteps, class Chains>
 __global__ void __launch_bounds__(kThreads)
     streamed_mlp_kernel(const __grid_constant__ MlpCall call, int64_t tiles, int stride,
                         int chunk_elements) {
@@ -141,9 +142,9 @@ __global__ void __launch_bounds__(kThreads)
         // next (the chunk before).
         __syncthreads();
         fill(index + kMlpStreamStages - 1);
-        streamed_chunk<T, kParts, kSteps, kRows>(call, l, col0,
-                                                 ring + index % kMlpStreamStages * chunk_elements,
-                                                 stride, row0, act, slots);
+        streamed_chunk<T, Chains, kParts, kSteps, kRows>(
+            call, l, col0, ring + index % kMlpStreamStages * chunk_elements, stride, row0, act,
+            slots);
       }
       if (l + 1 == call.layers) break;
       const int steps = (call.layer[l].out + 15) / 16;
@@ -160,9 +161,13 @@ __global__ void __launch_bounds__(kThreads)
   skinny::copy_async_wait<0>();  // no copy outlives the block
 }
 
-// Launches the streamed form for `call` (fused_mlp.h): cudaErrorNotSupported where it does not
-// take the call (its type and mode, its width, or more shared memory than a block may have).
-cudaError_t launch_streamed(const MlpCall& call, const DeviceLimits& limits, cudaStream_t stream);
+#ifndef __CUDACC_RTC__
+// Launches the streamed form for `call` (fused_mlp.h), its kernel from `compiled` where that gives
+// one: cudaErrorNotSupported where it does not take the call (its type and mode, its width, or more
+// shared memory than a block may have).
+cudaError_t launch_streamed(const MlpCall& call, const DeviceLimits& limits,
+                            const MlpKernelOf& compiled, cudaStream_t stream);
+#endif
 
 }  // namespace mlp
 }  // namespace cuda

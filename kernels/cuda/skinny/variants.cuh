@@ -26,9 +26,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <mutex>
-#include <set>
-#include <utility>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/epilogue.cuh"
@@ -86,18 +83,6 @@ struct SkinnyKernels {
   const void* kernel[2] = {};  // without, with the TMA's tile copies (the same where none)
   const void* reduce = nullptr;
 };
-
-// Lets `kernel` take `bytes` of dynamic shared memory on `device`: once per kernel and device.
-inline cudaError_t allow_shared_bytes_once(const void* kernel, int bytes, int device) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> allowed;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.count({kernel, device}) > 0) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) allowed.insert({kernel, device});
-  return err;
-}
 
 // The kernels' function types, written without naming an instance (naming a run-time chain's,
 // which only NVRTC compiles, would ask the library for its definition): the CUDA-core and
