@@ -51,7 +51,8 @@ cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, const 
   constexpr void (*library)(MlpCall, int) =
       &mlp::fused_mlp_kernel<T, Shape, mlp::InterpretedChains>;
   const void* kernel = mlp::kernel_for(
-      compiled, std::string("fused_mlp_kernel<") + mlp::device_type_name<T>() + ", " + shape,
+      compiled,
+      [&] { return std::string("fused_mlp_kernel<") + mlp::device_type_name<T>() + ", " + shape; },
       reinterpret_cast<const void*>(library));
   const cudaError_t err =
       mlp::allow_shared_bytes(kernel, limits, mlp::shared_bytes_of<T, Shape>(kMaxMlpWidth));
@@ -74,12 +75,14 @@ cudaError_t launch_clusters(const MlpCall& call, const DeviceLimits& limits,
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   constexpr void (*library)(MlpCall, int, int) =
       &mlp::cluster_mlp_kernel<T, Shape, mlp::InterpretedChains>;
-  const void* kernel =
-      mlp::kernel_for(compiled,
-                      std::string("cluster_mlp_kernel<") + mlp::device_type_name<T>() +
-                          ", fusedlinear::cuda::mlp::ClusterShape<" + mlp::device_type_name<T>() +
-                          ", " + std::to_string(Shape::kRows) + ">",
-                      reinterpret_cast<const void*>(library));
+  const void* kernel = mlp::kernel_for(
+      compiled,
+      [] {
+        return std::string("cluster_mlp_kernel<") + mlp::device_type_name<T>() +
+               ", fusedlinear::cuda::mlp::ClusterShape<" + mlp::device_type_name<T>() + ", " +
+               std::to_string(Shape::kRows) + ">";
+      },
+      reinterpret_cast<const void*>(library));
   const cudaError_t err =
       mlp::allow_shared_bytes(kernel, limits, Shape::shared_bytes_of(kMaxMlpWidth, true));
   if (err != cudaSuccess) return err;
@@ -128,11 +131,13 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits,
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   constexpr void (*library)(MlpCall, int64_t) =
       &mlp::resident_mlp_kernel<T, kParts, kSteps, mlp::InterpretedChains>;
-  const void* kernel =
-      mlp::kernel_for(compiled,
-                      std::string("resident_mlp_kernel<") + mlp::device_type_name<T>() + ", " +
-                          std::to_string(kParts) + ", " + std::to_string(kSteps),
-                      reinterpret_cast<const void*>(library));
+  const void* kernel = mlp::kernel_for(
+      compiled,
+      [] {
+        return std::string("resident_mlp_kernel<") + mlp::device_type_name<T>() + ", " +
+               std::to_string(kParts) + ", " + std::to_string(kSteps);
+      },
+      reinterpret_cast<const void*>(library));
   cudaError_t err = mlp::allow_shared_bytes(
       kernel, limits,
       kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts));

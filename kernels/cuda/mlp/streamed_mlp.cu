@@ -24,10 +24,13 @@ cudaError_t launch_streamed_sized(const MlpCall& call, const DeviceLimits& limit
   int chunk_elements = (gated ? 2 : 1) * kParts * mlp_streamed_chunk_rows(kParts) * stride;
   constexpr void (*library)(MlpCall, int64_t, int, int) =
       &streamed_mlp_kernel<T, kParts, kSteps, InterpretedChains>;
-  const void* kernel = kernel_for(compiled,
-                                  std::string("streamed_mlp_kernel<") + device_type_name<T>() +
-                                      ", " + std::to_string(kParts) + ", " + std::to_string(kSteps),
-                                  reinterpret_cast<const void*>(library));
+  const void* kernel = kernel_for(
+      compiled,
+      [] {
+        return std::string("streamed_mlp_kernel<") + device_type_name<T>() + ", " +
+               std::to_string(kParts) + ", " + std::to_string(kSteps);
+      },
+      reinterpret_cast<const void*>(library));
   cudaError_t err = allow_shared_bytes(kernel, limits,
                                        mlp_streamed_bytes(16 * kSteps, 16 * kSteps, true, kParts));
   if (err != cudaSuccess) return err;
