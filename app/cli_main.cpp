@@ -182,7 +182,7 @@ void add_options(cxxopts::Options& options) {
        "compare and bench: a comma-separated list or all",
        cxxopts::value<std::string>()->default_value("auto"))
       ("jit", "on or off: a run-time chain's CUDA kernels (the epilogue, the small-batch "
-       "kernels, the Hopper GEMM) "
+       "kernels, the Hopper GEMM, a layered model's fused-MLP kernel) "
        "compiled by NVRTC as a declaration's are, at their first use, and cached on disk "
        "(default: on, unless FUSEDLINEAR_JIT=0; off: the interpreter's kernels)",
        cxxopts::value<std::string>())
