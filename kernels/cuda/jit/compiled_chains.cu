@@ -351,7 +351,8 @@ MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
   return [model, layer_chains](const std::string& instance) -> const void* {
     std::string architecture;
     if (current_architecture(architecture) != cudaSuccess) return nullptr;
-    const LoadedModule& loaded = module_of(*model, architecture + " mlp " + instance, [&] {
+    const std::string unit_key = architecture + " mlp " + instance;
+    const LoadedModule& loaded = module_of(*model, unit_key, [&] {
       Unit unit{mlp_unit(layer_chains, instance, architecture),
                 "the fused-MLP kernel " + instance + ">"};
       unit.chain_value = false;
