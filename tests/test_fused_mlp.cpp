@@ -582,6 +582,29 @@ TEST(FusedMlpCuda, ChainsCompiledInGiveTheInterpretersBits) {
   EXPECT_EQ(after.failed, before.failed);
   EXPECT_GT(after.compiled + after.read_from_disk, before.compiled + before.read_from_disk);
 }
+
+// Whether compiling is on is read at each launch, not when the model's layout is made: after
+// FUSEDLINEAR_JIT=0 a model laid out with compiling on compiles nothing more, and runs.
+TEST(FusedMlpCuda, CompilingTurnedOffLaterCompilesNothing) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const ModelPair pair =
+      model_pair("off1:relu|off2:relu|off3", {32, 64, 64, 8}, torch::kFloat32, 404);
+  const auto x_of = [](int64_t rows) {
+    return torch::randn({rows, 32}, at::detail::createCPUGenerator(405)).to(torch::kCUDA);
+  };
+  setenv("FUSEDLINEAR_JIT", "1", 1);
+  pair.fused->forward(x_of(1));  // the layout made, the cluster form's kernel compiled
+  setenv("FUSEDLINEAR_JIT", "0", 1);
+  const torch::Tensor x = x_of(3000);  // a block a tile: a form not compiled yet
+  const cuda::jit::CompileCounts before = cuda::jit::compile_counts();
+  const torch::Tensor fused = pair.fused->forward(x);
+  const cuda::jit::CompileCounts after = cuda::jit::compile_counts();
+  setenv("FUSEDLINEAR_JIT", "1", 1);
+  EXPECT_EQ(after.compiled + after.read_from_disk + after.failed,
+            before.compiled + before.read_from_disk + before.failed);
+  EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(torch::kFloat32));
+}
 #endif
 
 // Models on the tensor cores too wide, or with too many weights, for the resident form: the

@@ -46,8 +46,8 @@ struct ModelLayout {
   std::vector<Layer> layers;
   bool residual = false;
   size_t linears = 0, params = 0;
-  // The fused-MLP kernel with the layers' chains compiled in, where NVRTC compiles them; empty
-  // otherwise (the kernel's own instances interpret them).
+  // The fused-MLP kernel with the layers' chains compiled in, where NVRTC compiles them; empty in
+  // a build without NVRTC (the kernel's own instances interpret the chains).
   cuda::MlpKernelOf mlp_kernels;
 };
 

@@ -333,7 +333,6 @@ cudaError_t compiled_skinny(const act::Program& program, const LinearCall& call,
 }  // namespace
 
 MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
-  if (!compiling_enabled()) return {};
   std::string expression;
   for (const std::string& chain : layer_chains) expression += chain + "\n";
   std::shared_ptr<CompiledChain> model;
@@ -348,9 +347,11 @@ MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
     }
     model = entry;
   }
+  // Whether compiling is on is asked at each launch, as for the other kernels, not once here: a
+  // model's layout outlives a change of FUSEDLINEAR_JIT.
   return [model, layer_chains](const std::string& instance) -> const void* {
     std::string architecture;
-    if (current_architecture(architecture) != cudaSuccess) return nullptr;
+    if (!compiling_enabled() || current_architecture(architecture) != cudaSuccess) return nullptr;
     const std::string unit_key = architecture + " mlp " + instance;
     const LoadedModule& loaded = module_of(*model, unit_key, [&] {
       Unit unit{mlp_unit(layer_chains, instance, architecture),

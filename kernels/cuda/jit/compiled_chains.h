@@ -34,8 +34,8 @@ CudaChainKernels compiled_chain_kernels(const act::Program& program,
 // The fused-MLP kernel of a model whose layers' chains are `layer_chains` (each as a declaration
 // writes it, chain_source.h; "act::Chain()" for a layer without one): each instance a launch asks
 // for compiled at its first call with the chains in, kept as the chains' kernels are, and null
-// where it is not compiled (a notice says why; the library's instance interprets the chains).
-// Models of the same chains share their kernels. Empty where compiling is off.
+// where it is not compiled (a notice says why; the library's instance interprets the chains) or
+// compiling is off at that launch. Models of the same chains share their kernels.
 MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains);
 
 // What the compiled chains have done in this process, for the tests: modules compiled by NVRTC,
