@@ -15,12 +15,12 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // products read W's three bfloat16 parts (1.5x float32's bytes), at every row where ieee's kernel
   // runs (docs/RESULTS.md: bf16x6 at 8-128 rows). The Hopper GEMM's
   // promoted bf16x3 and bf16x6 lead cuBLAS's products with the epilogue once its 128-row tiles
-  // are full, and are closer to float64; not measured at 65-127 rows nor above 1024.
+  // are full, at every larger batch and width measured, and are closer to float64; not measured
+  // at 65-127 rows.
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
        /*bf16x3_as_ieee*/ 8, /*bf16x6_as_ieee*/ 32, /*bf16x3_hopper_min*/ 128,
-       /*bf16x3_hopper_max*/ 1024,
-       /*bf16x6_hopper_min*/ 128, /*bf16x6_hopper_max*/ 1024},
+       /*bf16x6_hopper_min*/ 128},
   };
   if (!device.gpu) return nullptr;
   for (const SkinnyThresholds& t : kMeasured) {
@@ -269,17 +269,16 @@ GemmPlan plan_gemm(const GemmQuery& query) {
       sums_split_products(query.precision) && query.rows > max_rows) {
     const bool six = query.precision == Precision::kBf16x6;
     const int64_t from = six ? table->bf16x6_hopper_min : table->bf16x3_hopper_min;
-    const int64_t to = six ? table->bf16x6_hopper_max : table->bf16x3_hopper_max;
-    const std::string rows = std::to_string(from) + "-" + std::to_string(to) + " rows";
-    if (query.rows >= from && query.rows <= to && hopper_refusal(query).empty()) {
+    const std::string rows = "from " + std::to_string(from) + " rows";
+    if (from > 0 && query.rows >= from && hopper_refusal(query).empty()) {
       if (query.chain_kernels == ChainKernelKind::kInterpreter) {
-        return library("auto: a run-time chain: at " + rows + " the Hopper GEMM takes " + mode +
+        return library("auto: a run-time chain: " + rows + " the Hopper GEMM takes " + mode +
                        ", but the chain's interpreter in its epilogue measured slower than cuBLAS "
                        "and the chain's own kernel (compiling is off, FUSEDLINEAR_JIT=0, or "
                        "NVRTC is missing)");
       }
       return finish_on(GemmKernel::kHopper, query.precision,
-                       "auto: at " + rows + " the Hopper GEMM's " + mode +
+                       "auto: " + rows + " the Hopper GEMM's " + mode +
                            " measured faster than cuBLAS's, and closer to float64" +
                            (query.chain_kernels == ChainKernelKind::kCompiledAtRunTime
                                 ? "; the run-time chain compiled as a declaration of it"

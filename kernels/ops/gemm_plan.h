@@ -17,7 +17,7 @@ namespace fusedlinear {
 //   auto    the skinny kernel on a GPU for inputs of up to skinny_max_rows() rows (where it
 //           measured faster: it reads W once and fuses the epilogue); above them bf16x3 and bf16x6
 //           on the Hopper GEMM where it takes the forward, at the rows where it measured faster
-//           (SkinnyThresholds::bf16x3_hopper_min to _max, bf16x6_hopper_min to _max), for a
+//           (from SkinnyThresholds::bf16x3_hopper_min and bf16x6_hopper_min rows), for a
 //           compiled chain, a declaration's or one compiled at run time (a run-time chain's
 //           interpreter in its epilogue measured slower than cuBLAS and the chain's own kernel);
 //           cuBLAS otherwise;
@@ -83,16 +83,15 @@ struct GemmDevice {
 // What auto runs on one architecture, as measured: the most rows at which each mode's small-batch
 // kernel measured faster than cuBLAS with the epilogue (0: never), up to how many rows bf16x3 and
 // bf16x6 run ieee's kernel instead of their products (faster there, and at least as accurate: at
-// most ieee's own rows), and the rows at which bf16x3
-// and bf16x6 run on the Hopper GEMM (none where the maximum is 0), where its promoted sums
-// measured faster than cuBLAS's products and closer to float64.
+// most ieee's own rows), and the rows from which bf16x3
+// and bf16x6 run on the Hopper GEMM (never where 0), where its promoted sums measured faster than
+// cuBLAS's products and closer to float64.
 struct SkinnyThresholds {
   int compute_major;
   int64_t ieee, bf16x3, tf32, bf16;  // float32 models
   int64_t half_models;               // float16 and bfloat16 models
   int64_t bf16x3_as_ieee, bf16x6_as_ieee;
-  int64_t bf16x3_hopper_min = 0, bf16x3_hopper_max = 0;
-  int64_t bf16x6_hopper_min = 0, bf16x6_hopper_max = 0;
+  int64_t bf16x3_hopper_min = 0, bf16x6_hopper_min = 0;
 };
 // The measured rows for `device`'s architecture; null where none were measured (auto then runs
 // cuBLAS at every batch).
