@@ -347,8 +347,8 @@ MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
     }
     model = entry;
   }
-  // Whether compiling is on is asked at each launch, as for the other kernels, not once here: a
-  // model's layout outlives a change of FUSEDLINEAR_JIT.
+  // Whether compiling is on is asked at each launch, not once here: a model's layout is kept for
+  // the process, and FUSEDLINEAR_JIT may change after it is made (tests turn it off and on).
   return [model, layer_chains](const std::string& instance) -> const void* {
     std::string architecture;
     if (!compiling_enabled() || current_architecture(architecture) != cudaSuccess) return nullptr;
