@@ -11,6 +11,7 @@
 #include <cxxopts.hpp>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -164,7 +165,31 @@ std::string random_model(std::mt19937& rng, std::vector<int64_t>& widths, bool& 
   return residual ? "x+(" + spec + ")" : spec;
 }
 
+// FUSEDLINEAR_JIT=0 for a scope, the setting before it restored after. A run-time chain keeps the
+// kernels it got when first seen, and the CPU and CUDA tests build the same random models: both run
+// under it, or in one process the CUDA test would compile every chain the CPU test saw first.
+class InterpreterOnly {
+ public:
+  InterpreterOnly() {
+    if (const char* setting = std::getenv("FUSEDLINEAR_JIT")) before_ = setting;
+    ::setenv("FUSEDLINEAR_JIT", "0", 1);
+  }
+  ~InterpreterOnly() {
+    if (before_) {
+      ::setenv("FUSEDLINEAR_JIT", before_->c_str(), 1);
+    } else {
+      ::unsetenv("FUSEDLINEAR_JIT");
+    }
+  }
+  InterpreterOnly(const InterpreterOnly&) = delete;
+  InterpreterOnly& operator=(const InterpreterOnly&) = delete;
+
+ private:
+  std::optional<std::string> before_;
+};
+
 void expect_random_models_match_eager(const torch::Device& device) {
+  const InterpreterOnly interpreter_only;
   std::mt19937 rng(2024);
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<int64_t> widths;
@@ -196,7 +221,6 @@ TEST(LayeredModels, RandomModelsMatchEagerOnTheCpu) {
 // (CompiledChainsGpu and ChainSpecs.RandomSpecsMatchEagerOnCudaCompiled test compiled chains).
 TEST(LayeredModels, RandomModelsMatchEagerOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ::setenv("FUSEDLINEAR_JIT", "0", 1);
   expect_random_models_match_eager(torch::kCUDA);
 }
 
