@@ -53,6 +53,19 @@ const std::vector<std::string>& chains_of_the_whole_vocabulary() {
   return chains;
 }
 
+// `request` compiled by NVRTC into `module`, how long it took printed after `what`; false with
+// NVRTC's log in `error` where it fails.
+bool compile_timed(const NvrtcRequest& request, const std::string& what, CompiledModule& module,
+                   std::string& error) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool compiled = compile_with_nvrtc(request, module, error);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << what << ": compiled by NVRTC for " << request.architecture << " in " << seconds
+            << " s\n";
+  return compiled;
+}
+
 #define SKIP_WITHOUT_TOOLKIT_HEADERS()                                                       \
   if (cuda_include_directory().empty())                                                      \
   GTEST_SKIP() << "the CUDA Toolkit's headers (cuda_fp16.h, cccl/) are not on this machine " \
@@ -126,16 +139,13 @@ TEST(NvrtcCompile, HopperGemmKernelsCompileForHopper) {
   for (const HopperInstance& instance : {promoted, half_model}) {
     CompiledModule module;
     std::string error;
-    const auto start = std::chrono::steady_clock::now();
-    ASSERT_TRUE(compile_with_nvrtc(
-        hopper_unit(chains_of_the_whole_vocabulary()[0], instance, "sm_90a"), module, error))
+    const std::string what =
+        "the Hopper GEMM's " + instance.products + " kernel on " + std::to_string(instance.tile_n) +
+        " columns, " + (instance.type == ElementType::kFloat32 ? "float32" : "bfloat16") + " x";
+    ASSERT_TRUE(compile_timed(hopper_unit(chains_of_the_whole_vocabulary()[0], instance, "sm_90a"),
+                              what, module, error))
         << instance.products << "\n"
         << error;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "the Hopper GEMM's " << instance.products << " kernel on " << instance.tile_n
-              << " columns, " << (instance.type == ElementType::kFloat32 ? "float32" : "bfloat16")
-              << " x: compiled by NVRTC for sm_90a in " << seconds << " s\n";
     EXPECT_EQ(module.image.substr(0, 4),
               "\x7f"
               "ELF");
@@ -164,15 +174,11 @@ TEST(NvrtcCompile, SmallBatchKernelsCompileForHopper) {
   for (const auto& [variant, type] : variants) {
     CompiledModule module;
     std::string error;
-    const auto start = std::chrono::steady_clock::now();
-    ASSERT_TRUE(compile_with_nvrtc(
-        skinny_unit(chains_of_the_whole_vocabulary()[0], type, variant, "sm_90a"), module, error))
+    ASSERT_TRUE(
+        compile_timed(skinny_unit(chains_of_the_whole_vocabulary()[0], type, variant, "sm_90a"),
+                      std::string("the small-batch kernel ") + variant, module, error))
         << variant << "\n"
         << error;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "the small-batch kernel " << variant << ": compiled by NVRTC for sm_90a in "
-              << seconds << " s\n";
     ASSERT_EQ(module.lowered_names.size(), size_t(kSkinnyUnitChainValue + 1));
     for (int i = 0; i < kSkinnyUnitChainValue; ++i) {
       EXPECT_NE(module.image.find(module.lowered_names[i]), std::string::npos) << variant << i;
@@ -200,14 +206,10 @@ TEST(NvrtcCompile, FusedMlpKernelsCompileForHopper) {
   for (const char* instance : instances) {
     CompiledModule module;
     std::string error;
-    const auto start = std::chrono::steady_clock::now();
-    ASSERT_TRUE(compile_with_nvrtc(mlp_unit(layers, instance, "sm_90a"), module, error))
+    ASSERT_TRUE(compile_timed(mlp_unit(layers, instance, "sm_90a"),
+                              std::string("the fused-MLP kernel ") + instance + ">", module, error))
         << instance << "\n"
         << error;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "the fused-MLP kernel " << instance << ">: compiled by NVRTC for sm_90a in "
-              << seconds << " s\n";
     ASSERT_EQ(module.lowered_names.size(), size_t(1));
     EXPECT_NE(module.image.find(module.lowered_names[0]), std::string::npos) << instance;
   }
