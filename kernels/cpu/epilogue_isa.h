@@ -100,23 +100,6 @@ inline void store_full(Stored<E>* p, Vec v) {
   }
 }
 
-// `count` (1..kLanes) elements; the lanes past them are zero on loading and dropped on storing.
-template <ElementType E>
-Vec load(const Stored<E>* p, int64_t count) {
-  if (count == kLanes) return load_full<E>(p);
-  Stored<E> buffer[kLanes] = {};
-  std::memcpy(buffer, p, size_t(count) * sizeof(Stored<E>));
-  return load_full<E>(buffer);
-}
-
-template <ElementType E>
-void store(Stored<E>* p, Vec v, int64_t count) {
-  if (count == kLanes) return store_full<E>(p, v);
-  Stored<E> buffer[kLanes];
-  store_full<E>(buffer, v);
-  std::memcpy(p, buffer, size_t(count) * sizeof(Stored<E>));
-}
-
 // A SIMD vector of floats: the loop's values.
 struct VectorLanes {
   using Value = Vec;
