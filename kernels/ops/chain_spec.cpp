@@ -245,6 +245,10 @@ class Parser {
       op.args[j] =
           given[j] ? number(given[j]->value, name.text, names[j]) : op.op->args[j].default_value;
     }
+    // PyTorch refuses a CELU of alpha 0 (it divides by alpha); so does the grammar.
+    if (name.text == "celu" && op.args[0] == 0) {
+      fail(given[0]->value.at, "celu's alpha cannot be 0 (PyTorch's CELU divides by it)");
+    }
     return op;
   }
 

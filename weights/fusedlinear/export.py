@@ -341,6 +341,10 @@ def _bind_spec_args(text, token, given, position):
                               % (token, name, _quoted(word)))
         else:
             args.append(read_number(word))
+            # PyTorch refuses a CELU of alpha 0 (it divides by alpha); so does the grammar.
+            if token == "celu" and args[-1] == 0:
+                raise _spec_error(text, where, "celu's alpha cannot be 0 (PyTorch's CELU "
+                                  "divides by it)")
     return args
 
 
