@@ -409,8 +409,8 @@ std::vector<int64_t> model_widths(const ModelSpec& spec, const Settings& setting
     const std::string where = "--weights " + settings.weights + ": " + weight_key(layer.linear);
     if (layer.half >= 0) {
       if (out % 2 != 0) {
-        throw LoadError(where + " has " + std::to_string(out) +
-                        " rows, which chunk(2, -1) cannot split in two halves");
+        throw LoadError(where + " has " + std::to_string(out) + (out == 1 ? " row" : " rows") +
+                        ", which chunk(2, -1) cannot split in two halves");
       }
       out /= 2;
     }

@@ -94,6 +94,10 @@ TEST(KeyNames, StripPrefixHintNamesTheModelsPrefixElseTheCommonOne) {
   EXPECT_EQ(strip_prefix_hint({"x.fc.weight", "x.fc.bias"}, models),
             " (every key starts with 'x.fc.'; if a wrapper added it, pass --strip-prefix x.fc.)");
   EXPECT_EQ(strip_prefix_hint({"weight", "bias"}, models), "");
+  // A file with one layer of a layered model: its prefix is the layer's, not a wrapper's.
+  const std::vector<ModelKeys> layered = {
+      {"b", {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}}};
+  EXPECT_EQ(strip_prefix_hint({"fc1.weight", "fc1.bias"}, layered), "");
 }
 
 }  // namespace

@@ -154,6 +154,13 @@ std::string strip_prefix_hint(const std::vector<std::string>& keys,
   }
   const std::string common = common_key_prefix(keys);
   if (common.empty()) return "";
+  // A prefix of a model's own keys (a layer's name, as fc1. of a file holding fc1 alone) is no
+  // wrapper's: stripping it would lead nowhere.
+  for (const auto& model : models) {
+    for (const std::string& key : model.second) {
+      if (starts_with(key, common)) return "";
+    }
+  }
   return " (every key starts with '" + common + "'; if a wrapper added it, pass --strip-prefix " +
          common + ")";
 }
