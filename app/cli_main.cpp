@@ -23,6 +23,7 @@
 #include "app/memory.h"
 #include "app/model_setup.h"
 #include "app/platform.h"
+#include "kernels/cpu/small_batch.h"
 #include "modules/loader/torch_file.h"
 
 namespace fusedlinear {
@@ -172,10 +173,12 @@ void add_options(cxxopts::Options& options) {
        "(default 2: at "
        "one row cuBLAS's float32 GEMM, reading W once, is faster on an H200)",
        cxxopts::value<std::string>())
-      ("gemm", "the fused forward's kernel: auto (default: on a GPU the skinny kernel, which "
-       "reads W once and fuses the chain, up to the batch where it measured faster; on sm_90 "
-       "the Hopper GEMM for bf16x3 and bf16x6 at the batches where it measured faster; cuBLAS "
-       "elsewhere), cublas, skinny, hopper (the Hopper GEMM with the chain in its epilogue, "
+      ("gemm", std::string("the fused forward's kernel: auto (default: on a GPU the skinny "
+       "kernel, which reads W once and fuses the chain, up to the batch where it measured "
+       "faster; on sm_90 the Hopper GEMM for bf16x3 and bf16x6 at the batches where it measured "
+       "faster; cuBLAS elsewhere; on a CPU with AVX2, float32 models in ieee at up to ") +
+       std::to_string(cpu::kSmallBatchMaxRows) + " rows: the CPU's small-batch products, which "
+       "read W once), cublas, skinny, hopper (the Hopper GEMM with the chain in its epilogue, "
        "on sm_90 for 16-bit models and the bf16, bf16x3 and bf16x6 modes; cuBLAS elsewhere), "
        "or mlp (a layered model's whole forward in one kernel, every layer at most 256 wide, "
        "on a GPU, ieee float32 or 16-bit models; each Linear as auto plans it elsewhere); "

@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/small_batch.h"
 #include "modules/linear_chain.h"
 #include "modules/loader/torch_file.h"
 #include "tests/test_files.h"
@@ -456,9 +457,10 @@ TEST_F(Cli, NanInOutputsIsReportedAsSuch) {
       run("compare --device cpu --iters 1 --warmup 0 --model mish_mish --weights " + kFixtures +
           "mish_mish.pt --input " + path("nan_input.pt") + " --json " + path("c.json"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("mish_mish fused ieee, CPU GEMM: 48 NaN and 0 inf in eager's output, 48 NaN "
-                       "and 0 "
-                       "inf in fused's, at the same positions"),
+  const std::string ran = cpu::small_batch_runs() ? "ieee, skinny" : "ieee, CPU GEMM";
+  EXPECT_NE(r.out.find("mish_mish fused " + ran +
+                       ": 48 NaN and 0 inf in eager's output, 48 NaN and 0 inf in fused's, at the "
+                       "same positions"),
             std::string::npos)
       << r.out;
   // Every row of the table: no "nan" printed as an error; the fused rows pass.
@@ -796,17 +798,26 @@ TEST_F(Cli, MessagesPointToWhatResolvesTheCase) {
   r = run("run --device cpu --weights " + path("mish.safetensors") + io + " --model mish_mish");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 
-  // compare's header: the file's widths; the small-batch kernels named only when asked for.
+  // compare's header: the file's widths; the small-batch products named where they run: under
+  // auto at a few rows where the CPU runs them, and asked for.
   r = run("compare --device cpu --iters 1 --warmup 0 --batch 4 --weights " +
           path("tanh.safetensors"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("; input torch.rand 4x8 -> 6; "), std::string::npos) << r.out;
   r = run("run --device cpu --weights " + path("tanh.safetensors") + io);
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("the CPU's small-batch products, which read W once, measured faster") !=
+                std::string::npos,
+            cpu::small_batch_runs())
+      << r.out;
+  r = run("run --device cpu --weights " + path("tanh.safetensors") + io + " --gemm cublas");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("small-batch"), std::string::npos) << r.out;
   r = run("run --device cpu --weights " + path("tanh.safetensors") + io + " --gemm skinny");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("the small-batch kernels run on a GPU only"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("asked for; on a CPU their twin: the CPU's small-batch products"),
+            std::string::npos)
+      << r.out;
 }
 
 // A bare nn.Linear's state dict (keys "weight", "bias"), as torch.save(nn.Linear(...).state_dict())

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/epilogue.h"
+#include "kernels/cpu/small_batch.h"
 #include "kernels/ops/chain_registry.h"
 #include "kernels/ops/ops.h"
 #include "modules/linear_chain.h"
@@ -355,6 +357,75 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   EXPECT_FALSE(plan_gemm(q).skinny);
 }
 
+// The CPU's small-batch products (kernels/cpu/small_batch.h) in each loop this CPU runs, against
+// float64: every row count up to auto's most and past it (groups of x's rows and their tails),
+// widths that leave partial blocks of W's rows and partial vectors of k, and k = 0.
+TEST(SkinnyLinear, CpuSmallBatchProductsInEachLoop) {
+  const cpu::Capability before = cpu::capability();
+  struct Restore {
+    cpu::Capability capability;
+    ~Restore() { cpu::set_capability(capability); }
+  } restore{before};
+  cpu::set_capability(cpu::Capability::kScalar);
+  EXPECT_FALSE(cpu::small_batch_runs());
+  int loops = 0;
+  for (const cpu::Capability loop : cpu::supported_capabilities()) {
+    if (loop == cpu::Capability::kScalar) continue;
+    ++loops;
+    cpu::set_capability(loop);
+    ASSERT_TRUE(cpu::small_batch_runs());
+    uint64_t seed = 7;
+    for (int64_t rows = 1; rows <= cpu::kSmallBatchMaxRows + 1; ++rows) {
+      for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+               {1, 1}, {5, 7}, {37, 19}, {9, 33}, {64, 256}, {3, 0}}) {
+        torch::manual_seed(++seed);
+        const torch::Tensor x = torch::randn({rows, k}), w = torch::randn({n, k});
+        torch::Tensor y = torch::full({rows, n}, std::nan(""));
+        cpu::small_batch_linear(
+            {x.data_ptr<float>(), rows, w.data_ptr<float>(), n, k, y.data_ptr<float>()});
+        const torch::Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+        // A float32 sum of k products: within k float32 ulps of the sum of their magnitudes.
+        const torch::Tensor bound =
+            double(k + 1) * std::ldexp(1.0, -24) * torch::mm(x64.abs(), w64.abs().t()) + 1e-30;
+        const torch::Tensor err = (y.to(torch::kFloat64) - torch::mm(x64, w64.t())).abs();
+        EXPECT_LE((err / bound).max().item<double>(), 1.0)
+            << cpu::capability_name(loop) << " " << rows << " x " << k << " -> " << n;
+      }
+    }
+  }
+  if (loops == 0) GTEST_SKIP() << "this CPU or build has no AVX2 or AVX-512 loop";
+}
+
+// On a CPU, auto gives float32 models in ieee at a few rows the skinny kernel's twin, whose
+// products are the small-batch ones, where the CPU runs them; the CPU's GEMM elsewhere.
+TEST(GemmPlan, CpuSmallBatchProductsAtFewRows) {
+  GemmQuery q;
+  q.device.cpu_small_batch = true;
+  q.rows = cpu::kSmallBatchMaxRows;
+  EXPECT_TRUE(plan_gemm(q).skinny);
+  EXPECT_EQ(plan_gemm(q).description, "ieee, skinny");
+  EXPECT_NE(plan_gemm(q).reason.find("small-batch products"), std::string::npos);
+  q.rows = cpu::kSmallBatchMaxRows + 1;
+  EXPECT_EQ(plan_gemm(q).description, "ieee, CPU GEMM");
+  q.rows = 1;
+  for (const Precision precision : {Precision::kBf16x3, Precision::kBf16, Precision::kTf32}) {
+    q.precision = precision;
+    EXPECT_FALSE(plan_gemm(q).skinny) << precision_name(precision);
+  }
+  q.precision = Precision::kIeee;
+  q.float32_model = false;
+  EXPECT_FALSE(plan_gemm(q).skinny);
+  q.float32_model = true;
+  q.skinny_max_rows = 0;
+  EXPECT_FALSE(plan_gemm(q).skinny);
+  q.skinny_max_rows = -1;
+  q.kernel = GemmKernel::kCublas;
+  EXPECT_FALSE(plan_gemm(q).skinny);
+  q.kernel = GemmKernel::kAuto;
+  q.device.cpu_small_batch = false;
+  EXPECT_FALSE(plan_gemm(q).skinny);
+}
+
 // The Hopper GEMM runs where it was asked for and takes the forward; elsewhere cuBLAS, and the
 // reason says why. Auto picks it for bf16x3 from the table's bf16x3_hopper_min rows, where it
 // measured faster than cuBLAS's three products at every larger batch measured.
@@ -471,7 +542,10 @@ TEST(SkinnyLinear, ModelFollowsThePlan) {
   auto model = make_model("swish_chain", 40, 24, 3);
   const torch::Tensor x = torch::rand({2, 40});
   EXPECT_EQ(model->gemm_kernel(), GemmKernel::kAuto);
-  EXPECT_FALSE(model->runs_skinny(x));  // auto: GPUs only
+  // auto on a CPU: the small-batch products at a few rows where the CPU runs them.
+  EXPECT_EQ(model->runs_skinny(x), cpu::small_batch_runs());
+  EXPECT_FALSE(model->runs_skinny(torch::rand({cpu::kSmallBatchMaxRows + 1, 40})));
+  model->set_gemm_kernel(GemmKernel::kCublas);
   const torch::Tensor cublas = model->forward(x);
   model->set_gemm_kernel(GemmKernel::kSkinny);
   EXPECT_TRUE(model->runs_skinny(x));

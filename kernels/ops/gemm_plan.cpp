@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/small_batch.h"
+
 namespace fusedlinear {
 
 const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
@@ -223,6 +225,11 @@ GemmPlan plan_gemm(const GemmQuery& query) {
                   query.bf16x3_min_rows);
   };
   const bool has_skinny_kernel = query.precision != Precision::kBf16x6;
+  // What the small-batch kernels' op runs on a CPU (ops.cpp, whole_forward_cpu).
+  const std::string cpu_twin =
+      "the CPU's small-batch products (W read once; float32, at up to " +
+      std::to_string(cpu::kSmallBatchMaxRows) +
+      " rows, with AVX2 or AVX-512) or else its GEMM, then the chain in one fused op";
   if (query.kernel == GemmKernel::kCublas) return library("asked for");
   if (query.kernel == GemmKernel::kSkinny) {
     if (!has_skinny_kernel) {
@@ -231,9 +238,7 @@ GemmPlan plan_gemm(const GemmQuery& query) {
     }
     // On a CPU the op runs its CPU twin: said only here, where the kernels were asked for.
     return finish(skinny_products(query.precision), true,
-                  query.device.gpu ? "asked for"
-                                   : "asked for; the small-batch kernels run on a GPU only, their "
-                                     "CPU twin here (the CPU's GEMM, then the chain)",
+                  query.device.gpu ? "asked for" : "asked for; on a CPU their twin: " + cpu_twin,
                   0);
   }
   if (query.kernel == GemmKernel::kHopper) {
@@ -241,7 +246,19 @@ GemmPlan plan_gemm(const GemmQuery& query) {
     if (!refused.empty()) return library("the Hopper GEMM was asked for, but " + refused);
     return finish_on(GemmKernel::kHopper, query.precision, "asked for", 0);
   }
-  if (!query.device.gpu) return library("auto: the CPU's GEMM, then the chain in one fused op");
+  if (!query.device.gpu) {
+    const int64_t max_rows =
+        query.skinny_max_rows >= 0 ? query.skinny_max_rows : cpu::kSmallBatchMaxRows;
+    if (query.device.cpu_small_batch && query.precision == Precision::kIeee &&
+        query.float32_model && query.weight_output_major && query.rows <= max_rows) {
+      return finish(Precision::kIeee, true,
+                    "auto: at up to " + std::to_string(max_rows) +
+                        " rows the CPU's small-batch products, which read W once, measured faster "
+                        "than its GEMM; then the chain in one fused op",
+                    0);
+    }
+    return library("auto: the CPU's GEMM, then the chain in one fused op");
+  }
   const SkinnyThresholds* table = skinny_thresholds(query.device);
   if (!table && query.skinny_max_rows < 0) {
     return library("no small-batch thresholds measured for sm_" +

@@ -20,11 +20,14 @@ namespace fusedlinear {
 //           (from SkinnyThresholds::bf16x3_hopper_min and bf16x6_hopper_min rows), for a
 //           compiled chain, a declaration's or one compiled at run time (a run-time chain's
 //           interpreter in its epilogue measured slower than cuBLAS and the chain's own kernel);
-//           cuBLAS otherwise;
+//           cuBLAS otherwise; on a CPU with AVX2, float32 models in ieee at up to
+//           cpu::kSmallBatchMaxRows rows: the skinny kernel's CPU twin, whose small-batch
+//           products (kernels/cpu/small_batch.h) read W once;
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
 //   skinny  always the skinny kernel (any number of rows, W then read once per tile of x's rows:
 //           16 for float32 W, 64 on the tensor cores; on the CPU its twin: the same products in
-//           float32 and the fused epilogue).
+//           float32, by the small-batch products at up to cpu::kSmallBatchMaxRows rows, and the
+//           fused epilogue).
 //   hopper  the Hopper GEMM, the chain in its epilogue (kernels/cuda/gemm/), where it takes the
 //           forward: a GPU of compute capability 9.0, in_features a multiple of 8, the bf16,
 //           bf16x3 and bf16x6 modes of float32 models or any mode of 16-bit ones (their own
@@ -78,6 +81,7 @@ struct GemmDevice {
   int compute_major = 0, compute_minor = 0;
   int multiprocessors = 0;
   int64_t shared_bytes_per_block = 0;  // the most a block may ask for
+  bool cpu_small_batch = false;        // on a CPU: its small-batch products run here
 };
 
 // What auto runs on one architecture, as measured: the most rows at which each mode's small-batch

@@ -1,5 +1,6 @@
 #include "kernels/ops/linear_forward.h"
 
+#include "kernels/cpu/small_batch.h"
 #include "kernels/ops/op_support.h"
 #include "kernels/ops/ops.h"
 
@@ -35,9 +36,8 @@ GemmDevice gemm_device_of(const torch::Tensor& x) {
     device.multiprocessors = props->multiProcessorCount;
     device.shared_bytes_per_block = int64_t(props->sharedMemPerBlockOptin);
   }
-#else
-  (void)x;
 #endif
+  if (!x.is_cuda()) device.cpu_small_batch = cpu::small_batch_runs();
   return device;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cpu/epilogue.h"
+#include "kernels/cpu/small_batch.h"
 #include "kernels/ops/chain_registry.h"
 #include "kernels/ops/op_support.h"
 
@@ -289,9 +290,25 @@ torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Te
   return in.out;
 }
 
+// x W^T by the CPU's small-batch products (kernels/cpu/small_batch.h) where they take it: at most
+// kSmallBatchMaxRows rows, x and W float32, W output-major; none elsewhere.
+c10::optional<torch::Tensor> small_batch_products(const torch::Tensor& x, const torch::Tensor& w) {
+  if (!cpu::small_batch_runs() || x.size(0) > cpu::kSmallBatchMaxRows ||
+      x.scalar_type() != torch::kFloat32 || w.scalar_type() != torch::kFloat32 ||
+      !w.is_contiguous()) {
+    return c10::nullopt;
+  }
+  const torch::Tensor rows = x.contiguous();
+  torch::Tensor y = torch::empty({rows.size(0), w.size(0)}, rows.options());
+  cpu::small_batch_linear({rows.data_ptr<float>(), rows.size(0), w.data_ptr<float>(), w.size(0),
+                           w.size(1), y.data_ptr<float>()});
+  return y;
+}
+
 // The CPU twin of the whole-forward CUDA ops (the small-batch kernels, the Hopper GEMM): x W^T in
-// float32 (for W's bfloat16 parts, the products the precision defines: linear_bf16,
-// linear_bf16x3 or linear_bf16x6), then the chain in float32, rounded once to x's dtype.
+// float32 (the small-batch products at a few rows; for W's bfloat16 parts, the products the
+// precision defines: linear_bf16, linear_bf16x3 or linear_bf16x6), then the chain in float32,
+// rounded once to x's dtype.
 torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const torch::Tensor& w,
                                 const c10::optional<torch::Tensor>& w_lo,
                                 const c10::optional<torch::Tensor>& bias, at::TensorList params,
@@ -309,6 +326,8 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
     y = detail::linear_bf16x3_cpu(x_rows, w, *w_lo);
   } else if (products == Precision::kBf16) {
     y = detail::linear_bf16_cpu(x_rows, w);
+  } else if (auto few_rows = small_batch_products(x_rows, w)) {
+    y = *few_rows;
   } else {
     y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
   }

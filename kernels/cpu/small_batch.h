@@ -1,0 +1,40 @@
+// x W^T for a few rows of x on the CPU, in float32, each row of W read once for all of x's rows
+// (a GEMV's pattern): at these batches the BLAS's GEMM measured several times slower than W's
+// read. One loop per instruction set (small_batch_isa.h), chosen as the epilogue's is.
+#pragma once
+
+#include <cstdint>
+
+namespace fusedlinear {
+namespace cpu {
+
+// The most rows auto gives the small-batch products (plan_gemm): up to here they measured faster
+// than the BLAS's GEMM.
+constexpr int64_t kSmallBatchMaxRows = 8;
+
+// out [rows][n] = x [rows][k] W [n][k]^T, every tensor float32 and contiguous.
+struct SmallBatchCall {
+  const float* x;
+  int64_t rows;
+  const float* w;
+  int64_t n, k;
+  float* out;
+};
+
+// Whether the small-batch products run here: the epilogue's chosen loop (capability()) is AVX2's
+// or AVX-512's.
+bool small_batch_runs();
+
+// The products of `call`, W's rows split across libtorch's threads. Needs small_batch_runs().
+void small_batch_linear(const SmallBatchCall& call);
+
+// Each instruction set's loop on W's rows [first, last) (small_batch_isa.h).
+namespace avx2 {
+void small_batch_rows(const SmallBatchCall& call, int64_t first, int64_t last);
+}
+namespace avx512 {
+void small_batch_rows(const SmallBatchCall& call, int64_t first, int64_t last);
+}
+
+}  // namespace cpu
+}  // namespace fusedlinear
