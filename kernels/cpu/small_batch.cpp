@@ -22,8 +22,8 @@ bool small_batch_runs() {
 
 void small_batch_linear(const SmallBatchCall& call) {
   TORCH_CHECK(small_batch_runs(),
-              "fusedlinear: the small-batch products need an AVX2 or AVX-512 "
-              "loop, and the CPU loop chosen is the scalar one");
+              "fusedlinear: the small-batch products need the AVX2 or AVX-512 loop, and the CPU "
+              "loop chosen is the scalar one");
 #if FUSEDLINEAR_CPU_SIMD
   const auto rows =
       capability() == Capability::kAvx512 ? &avx512::small_batch_rows : &avx2::small_batch_rows;

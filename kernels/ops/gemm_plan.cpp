@@ -225,20 +225,20 @@ GemmPlan plan_gemm(const GemmQuery& query) {
                   query.bf16x3_min_rows);
   };
   const bool has_skinny_kernel = query.precision != Precision::kBf16x6;
-  // What the small-batch kernels' op runs on a CPU (ops.cpp, whole_forward_cpu).
-  const std::string cpu_twin =
-      "the CPU's small-batch products (W read once; float32, at up to " +
-      std::to_string(cpu::kSmallBatchMaxRows) +
-      " rows, with AVX2 or AVX-512) or else its GEMM, then the chain in one fused op";
   if (query.kernel == GemmKernel::kCublas) return library("asked for");
   if (query.kernel == GemmKernel::kSkinny) {
     if (!has_skinny_kernel) {
       return library("the small-batch kernels were asked for, but they have no " + mode +
                      " products");
     }
-    // On a CPU the op runs its CPU twin: said only here, where the kernels were asked for.
+    // On a CPU the op runs its CPU twin (ops.cpp, whole_forward_cpu), which the reason names.
     return finish(skinny_products(query.precision), true,
-                  query.device.gpu ? "asked for" : "asked for; on a CPU their twin: " + cpu_twin,
+                  query.device.gpu ? "asked for"
+                                   : "asked for; on a CPU their twin: the CPU's small-batch "
+                                     "products (W read once; float32, at up to " +
+                                         std::to_string(cpu::kSmallBatchMaxRows) +
+                                         " rows, with AVX2 or AVX-512) or else its GEMM, then "
+                                         "the chain in one fused op",
                   0);
   }
   if (query.kernel == GemmKernel::kHopper) {
