@@ -478,6 +478,10 @@ std::shared_ptr<LayeredModelImpl> build_model(const ModelSpec& spec, const Setti
     throw UsageError("model " + spec.name + ": " + e.what());
   }
   if (rest_of_stream) *rest_of_stream = stream;
+  // Loaded in the run's dtype: the notice then names the conversions the file's tensors go
+  // through (a bfloat16 file run in bfloat16 goes through none), and values the dtype cannot hold
+  // are refused as they are read.
+  model->to(settings.dtype);
   if (file) {
     // compare and bench build each model twice (eager's and the fused path's): say things once.
     static std::set<std::string> shown;

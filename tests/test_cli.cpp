@@ -740,6 +740,28 @@ TEST_F(Cli, InputBeyondTheRunsDtypeIsRefused) {
 // Messages point to what resolves the case: the chain a file of Linears lacks (a layered spec
 // for several), a contradiction between the command line and the file's chain, the widths of
 // the file's model, and the small-batch kernels only where they were asked for.
+// A file is loaded in the run's dtype: bfloat16 weights run in bfloat16 get no conversion notice,
+// run in float32 one that names them.
+TEST_F(Cli, FileLoadedInTheRunsDtype) {
+  torch::manual_seed(5);
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("fc.weight", torch::randn({6, 8}).to(torch::kBFloat16));
+  dict.insert("fc.bias", torch::randn({6}).to(torch::kBFloat16));
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  std::ofstream(path("bf16.pt"), std::ios::binary).write(bytes.data(), bytes.size());
+  write_tensor(torch::rand({3, 8}), path("x.pt"));
+  const std::string io =
+      " --chain tanh --input " + path("x.pt") + " --output " + path("o.pt") + " --overwrite";
+  Result r = run("run --device cpu --dtype bfloat16 --weights " + path("bf16.pt") + io);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("converted dtype"), std::string::npos) << r.err;
+  r = run("run --device cpu --weights " + path("bf16.pt") + io);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("converted dtype: fc.weight BFloat16->Float, fc.bias BFloat16->Float"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(Cli, MessagesPointToWhatResolvesTheCase) {
   const torch::Tensor w = torch::rand({6, 8}), b = torch::rand({6});
   write_tensor(torch::rand({2, 8}), path("x.pt"));
