@@ -744,11 +744,9 @@ TEST_F(Cli, InputBeyondTheRunsDtypeIsRefused) {
 // run in float32 one that names them.
 TEST_F(Cli, FileLoadedInTheRunsDtype) {
   torch::manual_seed(5);
-  c10::Dict<std::string, at::Tensor> dict;
-  dict.insert("fc.weight", torch::randn({6, 8}).to(torch::kBFloat16));
-  dict.insert("fc.bias", torch::randn({6}).to(torch::kBFloat16));
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-  std::ofstream(path("bf16.pt"), std::ios::binary).write(bytes.data(), bytes.size());
+  save_state_dict({{"fc.weight", torch::randn({6, 8}).to(torch::kBFloat16)},
+                   {"fc.bias", torch::randn({6}).to(torch::kBFloat16)}},
+                  path("bf16.pt"));
   write_tensor(torch::rand({3, 8}), path("x.pt"));
   const std::string io =
       " --chain tanh --input " + path("x.pt") + " --output " + path("o.pt") + " --overwrite";

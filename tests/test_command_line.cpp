@@ -15,6 +15,7 @@
 #include "app/cli.h"
 #include "app/model_setup.h"
 #include "modules/loader/torch_file.h"
+#include "tests/test_files.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {
@@ -179,10 +180,9 @@ TEST(CommandLine, OutputFilesAreCheckedBeforeAnyWork) {
 TEST(CommandLine, PrefixErrorsSuggestStripPrefix) {
   TempDir dir;
   const auto save = [&](const std::string& name, const std::vector<std::string>& keys) {
-    c10::Dict<std::string, at::Tensor> dict;
-    for (const auto& key : keys) dict.insert(key, torch::ones({2, 2}));
-    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-    std::ofstream(dir.file(name), std::ios::binary).write(bytes.data(), bytes.size());
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    for (const auto& key : keys) tensors.emplace_back(key, torch::ones({2, 2}));
+    testing_support::save_state_dict(tensors, dir.file(name));
     return dir.file(name);
   };
   const auto load_error_of = [](const auto& fn) {

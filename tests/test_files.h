@@ -1,7 +1,8 @@
-// Files the tests write as Python's tools would: a .safetensors file, and the metadata
-// weights/fx_chain.py's save_with_chain puts in one.
+// Files the tests write as Python's tools would: a state dict as torch.save writes it, a
+// .safetensors file, and the metadata weights/fx_chain.py's save_with_chain puts in one.
 #pragma once
 
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -14,6 +15,15 @@
 
 namespace fusedlinear {
 namespace testing_support {
+
+// A state dict torch.save would write, through libtorch's pickler, the tensors in their dtypes.
+inline void save_state_dict(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            const std::string& path) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [key, tensor] : tensors) dict.insert(key, tensor);
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+}
 
 // A .safetensors file of float32 tensors (little-endian, as x86 holds them), with `metadata` as
 // its __metadata__ where given.

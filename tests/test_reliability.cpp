@@ -21,6 +21,7 @@
 #include "modules/linear_chain.h"
 #include "modules/loader/state_dict.h"
 #include "modules/loader/torch_file.h"
+#include "tests/test_files.h"
 #include "tests/test_support.h"
 
 namespace fusedlinear {
@@ -104,15 +105,6 @@ std::vector<std::string> temporary_files(const TempDir& dir) {
     if (name.find(".tmp-fusedlinear-") != std::string::npos) left.push_back(name);
   }
   return left;
-}
-
-// A state dict torch.save would write, through libtorch's pickler.
-void save_state_dict(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                     const std::string& path) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [key, tensor] : tensors) dict.insert(key, tensor);
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 // mish_mish of 4096 -> 4096: a 64 MiB weights file (a big weights file) and a 64-row input,
