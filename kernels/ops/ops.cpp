@@ -139,7 +139,7 @@ ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
 EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const torch::Tensor& y,
                                 const c10::optional<torch::Tensor>& bias,
                                 c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                const c10::optional<torch::Tensor>& gate) {
+                                const c10::optional<torch::Tensor>& gate, bool write_over_y) {
   check_epilogue_inputs(op, device, y, bias, params, chain_params, gate);
   EpilogueInputs in;
   in.y = y.contiguous();
@@ -147,7 +147,7 @@ EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const to
     in.gate = gate->contiguous();
     in.call.gate = in.gate.data_ptr();
   }
-  in.out = torch::empty_like(in.y, at::MemoryFormat::Contiguous);
+  in.out = write_over_y ? in.y : torch::empty_like(in.y, at::MemoryFormat::Contiguous);
   in.columns = column_inputs(bias, params);
   in.call.type = element_type_of(in.y);
   in.call.y = in.y.data_ptr();
@@ -261,6 +261,7 @@ ElementType element_type_of(const torch::Tensor& t) {
 }
 
 torch::Tensor linear_rows(const torch::Tensor& x) {
+  if (x.dim() == 2 && x.is_contiguous()) return x;
   const auto sizes = x.sizes();
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < sizes.size(); ++d) rows *= sizes[d];
@@ -331,15 +332,22 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
   } else {
     y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
   }
+  // At a few rows a forward is mostly calls like these: each skipped where it would do nothing.
+  const auto float32 = [](const torch::Tensor& t) {
+    return t.scalar_type() == torch::kFloat32 ? t : t.to(torch::kFloat32);
+  };
   const c10::optional<torch::Tensor> bias32 =
-      bias && bias->defined() ? c10::optional<torch::Tensor>(bias->to(torch::kFloat32))
-                              : c10::nullopt;
+      bias && bias->defined() ? c10::optional<torch::Tensor>(float32(*bias)) : c10::nullopt;
   std::vector<torch::Tensor> params32;
-  for (const torch::Tensor& p : params) params32.push_back(p.to(torch::kFloat32));
-  detail::EpilogueInputs in =
-      detail::prepare_epilogue(op, c10::DeviceType::CPU, y, bias32, params32, params32.size());
+  for (const torch::Tensor& p : params) params32.push_back(float32(p));
+  // y is this call's own: the chain writes over it.
+  detail::EpilogueInputs in = detail::prepare_epilogue(op, c10::DeviceType::CPU, y, bias32,
+                                                       params32, params32.size(), c10::nullopt,
+                                                       /*write_over_y=*/true);
   cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
-  return in.out.to(x.scalar_type()).view(detail::linear_output_shape(x.sizes(), w.size(0)));
+  const torch::Tensor out =
+      in.out.scalar_type() == x.scalar_type() ? in.out : in.out.to(x.scalar_type());
+  return x.dim() == 2 ? out : out.view(detail::linear_output_shape(x.sizes(), w.size(0)));
 }
 
 // The Meta twin of the whole-forward ops: their checks and their output.

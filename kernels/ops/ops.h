@@ -160,7 +160,8 @@ ColumnInputs column_inputs(const c10::optional<torch::Tensor>& bias,
 
 // An epilogue's inputs, checked (each failure one line saying what was expected and what came:
 // dtype, device, shapes, the number of parameters the chain takes) and described for a kernel,
-// with its output allocated like y.
+// with its output allocated like y, or y itself where the caller lets the kernel write over it (a
+// tensor of its own: the CPU loops read each value before they write it).
 struct EpilogueInputs {
   torch::Tensor y, gate, out;
   ColumnInputs columns;
@@ -169,7 +170,8 @@ struct EpilogueInputs {
 EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const torch::Tensor& y,
                                 const c10::optional<torch::Tensor>& bias,
                                 c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                const c10::optional<torch::Tensor>& gate = c10::nullopt);
+                                const c10::optional<torch::Tensor>& gate = c10::nullopt,
+                                bool write_over_y = false);
 
 // The checks of fused_linear_epilogue and fused_gemm_epilogue (`op`), on `device`; returns the
 // precision the schema's string names (parsed here, once a call).
