@@ -161,6 +161,10 @@ int run_compare(const Settings& settings) {
   const std::string shape = std::to_string(settings.batch) + "x" + std::to_string(in_features) +
                             " -> " + std::to_string(out_features);
   const std::string platform = platform_description(settings.device);  // may warn: first
+  // The models run before anything is printed: a failure is then the one line it gives.
+  std::vector<ModelResult> results;
+  for (const auto& spec : settings.models) results.push_back(compare_model(spec, settings));
+
   std::cout << "fusedlinear compare: " << platform << "; " << dtype_name(settings.dtype) << "; "
             << (settings.input.empty() ? "input torch.rand " + shape : "input " + settings.input)
             << "; " << (settings.weights.empty() ? "seeded-random parameters" : settings.weights)
@@ -175,9 +179,6 @@ int run_compare(const Settings& settings) {
   std::cout << "times: whole forward in ms, median (p10-p90) of " << settings.iters
             << " runs each, all paths in turns, after " << settings.warmup
             << " warm-up; tolerance atol " << settings.atol << ", rtol " << settings.rtol << "\n\n";
-
-  std::vector<ModelResult> results;
-  for (const auto& spec : settings.models) results.push_back(compare_model(spec, settings));
 
   Table table({"model", "path", "GEMM", "ms (p10-p90)", "speedup", "max abs err", "max rel err",
                "allclose", "err vs fp64", "NaN/inf"});

@@ -446,13 +446,12 @@ void check_random_specs(const torch::Device& device, int half_every = 1) {
 }
 
 TEST(ChainSpecs, RandomSpecsMatchEagerOnEveryCpuLoop) {
-  const cpu::Capability previous = cpu::capability();
+  const cpu::RestoreCapability restore;
   for (const auto capability : cpu::supported_capabilities()) {
     SCOPED_TRACE(cpu::capability_name(capability));
     cpu::set_capability(capability);
     check_random_specs(torch::kCPU);
   }
-  cpu::set_capability(previous);
 }
 
 // The interpreter's kernels: compiling off before the first spec is met (each spec compiled

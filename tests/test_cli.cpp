@@ -47,10 +47,12 @@ class Cli : public ::testing::Test {
             read_file(path("stderr"))};
   }
 
-  // Bad input: exit 2 and exactly one line on stderr, "fusedlinear: error: ...".
+  // Bad input: exit 2, exactly one line on stderr, "fusedlinear: error: ...", and no report begun
+  // on stdout.
   void expect_usage_error(const std::string& args, const std::string& expected) {
     const Result r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out, "") << args;
     EXPECT_EQ(r.err.rfind("fusedlinear: error: ", 0), 0u) << args << "\nstderr: " << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos)
         << args << "\nstderr: " << r.err << "expected to contain: " << expected;
@@ -268,6 +270,10 @@ TEST_F(Cli, BadInputsGiveOneLineAndExitCode2) {
   // An input whose last dimension is not in_features.
   expect_usage_error("run --weights " + weights + " --input " + kFixtures +
                          "swish_chain_output.pt --output " + path("o.pt"),
+                     "expected a floating-point tensor [..., 64]");
+  // The same found by compare while it runs the models: before its report's header.
+  expect_usage_error("compare --iters 1 --warmup 0 --weights " + weights + " --input " + kFixtures +
+                         "swish_chain_output.pt",
                      "expected a floating-point tensor [..., 64]");
   // Not a torch file at all.
   std::ofstream(path("junk.pt")) << "this is not a state dict\n";

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -310,13 +311,12 @@ class FusedOpsCpu : public ::testing::TestWithParam<cpu::Capability> {
     if (std::find(supported.begin(), supported.end(), GetParam()) == supported.end()) {
       GTEST_SKIP() << "this CPU or build has no " << cpu::capability_name(GetParam()) << " loop";
     }
-    previous_ = cpu::capability();
+    restore_.emplace();
     cpu::set_capability(GetParam());
   }
-  void TearDown() override { cpu::set_capability(previous_); }
 
  private:
-  cpu::Capability previous_ = cpu::Capability::kScalar;
+  std::optional<cpu::RestoreCapability> restore_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Loop, FusedOpsCpu,
@@ -423,7 +423,7 @@ void expect_error(const std::function<void()>& call, const std::string& expected
 TEST(FusedOpsCpuLoops, AgreeWithTheScalarLoop) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(9);
-  const cpu::Capability previous = cpu::capability();
+  const cpu::RestoreCapability restore;
   for (const auto& spec : chains_under_test()) {
     for (const auto dtype : kDtypes) {
       const torch::Tensor y = (torch::randn({37, 1000}) * 4).to(dtype);
@@ -443,7 +443,6 @@ TEST(FusedOpsCpuLoops, AgreeWithTheScalarLoop) {
       }
     }
   }
-  cpu::set_capability(previous);
 }
 
 TEST(FusedOpsCpuLoops, ScalarAlwaysSupportedAndUnsupportedRefused) {
@@ -471,7 +470,7 @@ TEST(FusedOpsCpuLoops, EveryChainRunsTheLoopAskedFor) {
 #endif
   std::vector<std::string> chains = compiled_chain_names();
   chains.push_back("hardswish,leaky_relu(0.1),softplus(2)");
-  const cpu::Capability previous = cpu::capability();
+  const cpu::RestoreCapability restore;
   for (const std::string& name : chains) {
     const ChainEntry& entry = find_chain(name);
     for (const auto capability : supported) {
@@ -480,7 +479,6 @@ TEST(FusedOpsCpuLoops, EveryChainRunsTheLoopAskedFor) {
           << name << " " << cpu::capability_name(capability);
     }
   }
-  cpu::set_capability(previous);
 }
 
 TEST(FusedOpsCpuInputs, RejectsBadInputsWithClearMessages) {

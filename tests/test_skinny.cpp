@@ -361,11 +361,7 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
 // float64: every row count up to auto's most and past it (groups of x's rows and their tails),
 // widths that leave partial blocks of W's rows and partial vectors of k, and k = 0.
 TEST(SkinnyLinear, CpuSmallBatchProductsInEachLoop) {
-  const cpu::Capability before = cpu::capability();
-  struct Restore {
-    cpu::Capability capability;
-    ~Restore() { cpu::set_capability(capability); }
-  } restore{before};
+  const cpu::RestoreCapability restore;
   cpu::set_capability(cpu::Capability::kScalar);
   EXPECT_FALSE(cpu::small_batch_runs());
   int loops = 0;

@@ -36,6 +36,19 @@ Capability capability();
 // std::invalid_argument when it is not among supported_capabilities().
 void set_capability(Capability capability);
 
+// Puts back, where its scope ends (an early return or a throw included), the loop that was in use
+// when it was made: code that forces loops with set_capability leaves the ops as it found them.
+class RestoreCapability {
+ public:
+  RestoreCapability() : previous_(capability()) {}
+  ~RestoreCapability() { set_capability(previous_); }
+  RestoreCapability(const RestoreCapability&) = delete;
+  RestoreCapability& operator=(const RestoreCapability&) = delete;
+
+ private:
+  Capability previous_;
+};
+
 // The loop of one chain on the elements [begin, end) of a call (`program`: a run-time chain's op
 // list; compiled chains ignore it).
 using ChainSpan = void (*)(const act::Program& program, const EpilogueCall& call, int64_t begin,
