@@ -358,8 +358,9 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
 }
 
 // The CPU's small-batch products (kernels/cpu/small_batch.h) in each loop this CPU runs, against
-// float64: every row count up to auto's most and past it (groups of x's rows and their tails),
-// widths that leave partial blocks of W's rows and partial vectors of k, and k = 0.
+// float64, for a float32, float16 and bfloat16 W (widened as read: its values exactly): every row
+// count up to auto's most and past it (groups of x's rows and their tails), widths that leave
+// partial blocks of W's rows and partial vectors of k, and k = 0.
 TEST(SkinnyLinear, CpuSmallBatchProductsInEachLoop) {
   const cpu::RestoreCapability restore;
   cpu::set_capability(cpu::Capability::kScalar);
@@ -371,29 +372,32 @@ TEST(SkinnyLinear, CpuSmallBatchProductsInEachLoop) {
     cpu::set_capability(loop);
     ASSERT_TRUE(cpu::small_batch_runs());
     uint64_t seed = 7;
-    for (int64_t rows = 1; rows <= cpu::kSmallBatchMaxRows + 1; ++rows) {
-      for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
-               {1, 1}, {5, 7}, {37, 19}, {9, 33}, {64, 256}, {3, 0}}) {
-        torch::manual_seed(++seed);
-        const torch::Tensor x = torch::randn({rows, k}), w = torch::randn({n, k});
-        torch::Tensor y = torch::full({rows, n}, std::nan(""));
-        cpu::small_batch_linear(
-            {x.data_ptr<float>(), rows, w.data_ptr<float>(), n, k, y.data_ptr<float>()});
-        const torch::Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
-        // A float32 sum of k products: within k float32 ulps of the sum of their magnitudes.
-        const torch::Tensor bound =
-            double(k + 1) * std::ldexp(1.0, -24) * torch::mm(x64.abs(), w64.abs().t()) + 1e-30;
-        const torch::Tensor err = (y.to(torch::kFloat64) - torch::mm(x64, w64.t())).abs();
-        EXPECT_LE((err / bound).max().item<double>(), 1.0)
-            << cpu::capability_name(loop) << " " << rows << " x " << k << " -> " << n;
+    for (const auto w_dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16}) {
+      for (int64_t rows = 1; rows <= cpu::kSmallBatchMaxRows + 1; ++rows) {
+        for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+                 {1, 1}, {5, 7}, {37, 19}, {9, 33}, {64, 256}, {3, 0}}) {
+          torch::manual_seed(++seed);
+          const torch::Tensor x = torch::randn({rows, k}), w = torch::randn({n, k}).to(w_dtype);
+          torch::Tensor y = torch::full({rows, n}, std::nan(""));
+          cpu::small_batch_linear({x.data_ptr<float>(), rows, w.data_ptr(), n, k,
+                                   y.data_ptr<float>(), detail::element_type_of(w)});
+          const torch::Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+          // A float32 sum of k products: within k float32 ulps of the sum of their magnitudes.
+          const torch::Tensor bound =
+              double(k + 1) * std::ldexp(1.0, -24) * torch::mm(x64.abs(), w64.abs().t()) + 1e-30;
+          const torch::Tensor err = (y.to(torch::kFloat64) - torch::mm(x64, w64.t())).abs();
+          EXPECT_LE((err / bound).max().item<double>(), 1.0)
+              << cpu::capability_name(loop) << " " << w_dtype << " " << rows << " x " << k
+              << " -> " << n;
+        }
       }
     }
   }
   if (loops == 0) GTEST_SKIP() << "this CPU or build has no AVX2 or AVX-512 loop";
 }
 
-// On a CPU, auto gives float32 models in ieee at a few rows the skinny kernel's twin, whose
-// products are the small-batch ones, where the CPU runs them; the CPU's GEMM elsewhere.
+// On a CPU, auto gives models in ieee (float32 or 16-bit) at a few rows the skinny kernel's twin,
+// whose products are the small-batch ones, where the CPU runs them; the CPU's GEMM elsewhere.
 TEST(GemmPlan, CpuSmallBatchProductsAtFewRows) {
   GemmQuery q;
   q.device.cpu_small_batch = true;
@@ -410,8 +414,10 @@ TEST(GemmPlan, CpuSmallBatchProductsAtFewRows) {
   }
   q.precision = Precision::kIeee;
   q.float32_model = false;
+  EXPECT_TRUE(plan_gemm(q).skinny);
+  q.weight_output_major = false;
   EXPECT_FALSE(plan_gemm(q).skinny);
-  q.float32_model = true;
+  q.weight_output_major = true;
   q.skinny_max_rows = 0;
   EXPECT_FALSE(plan_gemm(q).skinny);
   q.skinny_max_rows = -1;

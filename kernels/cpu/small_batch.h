@@ -1,9 +1,13 @@
 // x W^T for a few rows of x on the CPU, in float32, each row of W read once for all of x's rows
 // (a GEMV's pattern): at these batches the BLAS's GEMM measured several times slower than W's
-// read. One loop per instruction set (small_batch_isa.h), chosen as the epilogue's is.
+// read. W may be float32, float16 or bfloat16 (widened to float32 as it is read: half the bytes
+// to read, and exact products). One loop per instruction set (small_batch_isa.h), chosen as the
+// epilogue's is.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/math/element.h"
 
 namespace fusedlinear {
 namespace cpu {
@@ -12,13 +16,15 @@ namespace cpu {
 // than the BLAS's GEMM.
 constexpr int64_t kSmallBatchMaxRows = 8;
 
-// out [rows][n] = x [rows][k] W [n][k]^T, every tensor float32 and contiguous.
+// out [rows][n] = x [rows][k] W [n][k]^T, every tensor contiguous; x and out float32, W of
+// w_type.
 struct SmallBatchCall {
   const float* x;
   int64_t rows;
-  const float* w;
+  const void* w;
   int64_t n, k;
   float* out;
+  ElementType w_type = ElementType::kFloat32;
 };
 
 // Whether the small-batch products run here: the epilogue's chosen loop (capability()) is AVX2's

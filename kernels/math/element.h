@@ -47,7 +47,8 @@ struct ColumnTerms {
 //   out[r, c] = chain(y[r, c] + bias[c], terms[.][c]) * gate[r, c]
 // bias and gate may be null. gate, a [rows, cols] tensor like y, is a gated layer's other
 // product: the chain's value is rounded to `type` before the multiply, as a separate multiply
-// would see it, so the result is the unfused one's to the bit. out must not overlap y or gate.
+// would see it, so the result is the unfused one's to the bit. out must not overlap gate, nor y but
+// where it is y itself, which the CPU loops allow (each value is read before it is written).
 struct EpilogueCall {
   ElementType type = ElementType::kFloat32;
   const void* y = nullptr;

@@ -235,7 +235,7 @@ GemmPlan plan_gemm(const GemmQuery& query) {
     return finish(skinny_products(query.precision), true,
                   query.device.gpu ? "asked for"
                                    : "asked for; on a CPU their twin: the CPU's small-batch "
-                                     "products (W read once; float32, at up to " +
+                                     "products (W read once, at up to " +
                                          std::to_string(cpu::kSmallBatchMaxRows) +
                                          " rows, with AVX2 or AVX-512) or else its GEMM, then "
                                          "the chain in one fused op",
@@ -250,7 +250,7 @@ GemmPlan plan_gemm(const GemmQuery& query) {
     const int64_t max_rows =
         query.skinny_max_rows >= 0 ? query.skinny_max_rows : cpu::kSmallBatchMaxRows;
     if (query.device.cpu_small_batch && query.precision == Precision::kIeee &&
-        query.float32_model && query.weight_output_major && query.rows <= max_rows) {
+        query.weight_output_major && query.rows <= max_rows) {
       return finish(Precision::kIeee, true,
                     "auto: at up to " + std::to_string(max_rows) +
                         " rows the CPU's small-batch products, which read W once, measured faster "

@@ -20,7 +20,7 @@ namespace fusedlinear {
 //           (from SkinnyThresholds::bf16x3_hopper_min and bf16x6_hopper_min rows), for a
 //           compiled chain, a declaration's or one compiled at run time (a run-time chain's
 //           interpreter in its epilogue measured slower than cuBLAS and the chain's own kernel);
-//           cuBLAS otherwise; on a CPU with AVX2, float32 models in ieee at up to
+//           cuBLAS otherwise; on a CPU with AVX2, models in ieee (float32 or 16-bit) at up to
 //           cpu::kSmallBatchMaxRows rows: the skinny kernel's CPU twin, whose small-batch
 //           products (kernels/cpu/small_batch.h) read W once;
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
