@@ -387,8 +387,8 @@ TEST(SkinnyLinear, CpuSmallBatchProductsInEachLoop) {
               double(k + 1) * std::ldexp(1.0, -24) * torch::mm(x64.abs(), w64.abs().t()) + 1e-30;
           const torch::Tensor err = (y.to(torch::kFloat64) - torch::mm(x64, w64.t())).abs();
           EXPECT_LE((err / bound).max().item<double>(), 1.0)
-              << cpu::capability_name(loop) << " " << w_dtype << " " << rows << " x " << k
-              << " -> " << n;
+              << cpu::capability_name(loop) << " " << w_dtype << " " << rows << " x " << k << " -> "
+              << n;
         }
       }
     }
