@@ -165,8 +165,11 @@ void check_shapes(torch::Device device, const std::vector<int64_t>& row_counts,
   }
 }
 
+// The CPU twin in every dtype: at 1 and 3 rows the small-batch products (W widened as it is read
+// where it is 16-bit), at 17 the CPU's GEMM.
 TEST(SkinnyLinear, CpuTwinWithinBoundsOfFloat64) {
-  check_shapes(torch::kCPU, {1, 3, 17}, {{19, 37}, {8, 256}, {16, 0}}, {torch::kFloat32});
+  check_shapes(torch::kCPU, {1, 3, 17}, {{19, 37}, {8, 256}, {16, 0}},
+               {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
 }
 
 // On the CPU the Hopper GEMM's op is the small-batch op's twin: the same products, bitwise.
