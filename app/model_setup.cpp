@@ -496,7 +496,7 @@ std::shared_ptr<LayeredModelImpl> build_model(const ModelSpec& spec, const Setti
       if (shown.insert(line).second) std::cerr << line << "\n";
     }
   }
-  model->to(settings.device, settings.dtype);
+  model->to(settings.device);  // already in the run's dtype (above)
   model->eval();
   return model;
 }

@@ -743,9 +743,6 @@ TEST_F(Cli, InputBeyondTheRunsDtypeIsRefused) {
                          "float32): 2 finite values beyond its range would become infinite");
 }
 
-// Messages point to what resolves the case: the chain a file of Linears lacks (a layered spec
-// for several), a contradiction between the command line and the file's chain, the widths of
-// the file's model, and the small-batch kernels only where they were asked for.
 // A file is loaded in the run's dtype: bfloat16 weights run in bfloat16 get no conversion notice,
 // run in float32 one that names them.
 TEST_F(Cli, FileLoadedInTheRunsDtype) {
@@ -766,6 +763,9 @@ TEST_F(Cli, FileLoadedInTheRunsDtype) {
       << r.err;
 }
 
+// Messages point to what resolves the case: the chain a file of Linears lacks (a layered spec
+// for several), a contradiction between the command line and the file's chain, the widths of
+// the file's model, and the small-batch kernels only where they were asked for.
 TEST_F(Cli, MessagesPointToWhatResolvesTheCase) {
   const torch::Tensor w = torch::rand({6, 8}), b = torch::rand({6});
   write_tensor(torch::rand({2, 8}), path("x.pt"));
