@@ -331,20 +331,20 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
     y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
   }
   // At a few rows a forward is mostly calls like these: each skipped where it would do nothing.
-  const auto float32 = [](const torch::Tensor& t) {
-    return t.scalar_type() == torch::kFloat32 ? t : t.to(torch::kFloat32);
+  const auto in_type = [](const torch::Tensor& t, torch::ScalarType type) {
+    return t.scalar_type() == type ? t : t.to(type);
   };
   const c10::optional<torch::Tensor> bias32 =
-      bias && bias->defined() ? c10::optional<torch::Tensor>(float32(*bias)) : c10::nullopt;
+      bias && bias->defined() ? c10::optional<torch::Tensor>(in_type(*bias, torch::kFloat32))
+                              : c10::nullopt;
   std::vector<torch::Tensor> params32;
-  for (const torch::Tensor& p : params) params32.push_back(float32(p));
+  for (const torch::Tensor& p : params) params32.push_back(in_type(p, torch::kFloat32));
   // y is this call's own: the chain writes over it.
   detail::EpilogueInputs in = detail::prepare_epilogue(op, c10::DeviceType::CPU, y, bias32,
                                                        params32, params32.size(), c10::nullopt,
                                                        /*write_over_y=*/true);
   cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
-  const torch::Tensor out =
-      in.out.scalar_type() == x.scalar_type() ? in.out : in.out.to(x.scalar_type());
+  const torch::Tensor out = in_type(in.out, x.scalar_type());
   return x.dim() == 2 ? out : out.view(detail::linear_output_shape(x.sizes(), w.size(0)));
 }
 
