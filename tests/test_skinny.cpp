@@ -172,6 +172,42 @@ TEST(SkinnyLinear, CpuTwinWithinBoundsOfFloat64) {
                {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
 }
 
+// Past the small-batch products' rows the CPU twin of a float32 Linear is eager's GEMM, the bias
+// in it (addmm, whose sums over a long k differ from a GEMM then + bias), and the chain over its
+// output: with an exact chain (relu, hardtanh) or none, the bits of eager's Linear and chain, for
+// 2-D and 3-D x, with and without a bias.
+TEST(SkinnyLinear, CpuTwinPastAFewRowsCarriesEagersBits) {
+  torch::NoGradGuard no_grad;
+  const auto generator = [](uint64_t seed) { return at::detail::createCPUGenerator(seed); };
+  const torch::Tensor w = torch::randn({48, 1100}, generator(1));
+  const torch::Tensor bias = torch::randn({48}, generator(2));
+  const std::vector<std::pair<std::string, std::function<torch::Tensor(const torch::Tensor&)>>>
+      chains = {{"relu", [](const torch::Tensor& y) { return torch::relu(y); }},
+                {"hardtanh(-0.5,0.5)", [](const torch::Tensor& y) { return y.clamp(-0.5, 0.5); }},
+                {"", [](const torch::Tensor& y) { return y; }}};
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{9, 1100}, std::vector<int64_t>{64, 1100},
+        std::vector<int64_t>{3, 5, 1100}}) {
+    const torch::Tensor x = torch::randn(shape, generator(3));
+    const torch::Tensor rows = x.reshape({-1, 1100});
+    for (const auto& [chain, eager_chain] : chains) {
+      for (const bool with_bias : {true, false}) {
+        SCOPED_TRACE("'" + chain + "' on " + std::to_string(rows.size(0)) + " rows" +
+                     (with_bias ? ", bias" : ""));
+        const c10::optional<torch::Tensor> b =
+            with_bias ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
+        const torch::Tensor fused =
+            fused_linear_epilogue(x, w, c10::nullopt, b, {}, chain, Precision::kIeee);
+        const torch::Tensor eager =
+            eager_chain(with_bias ? torch::addmm(bias, rows, w.t()) : torch::mm(rows, w.t()));
+        ASSERT_EQ(fused.dim(), x.dim());
+        EXPECT_TRUE(torch::equal(fused.reshape({-1, 48}), eager))
+            << (fused.reshape({-1, 48}) - eager).abs().max();
+      }
+    }
+  }
+}
+
 // On the CPU the Hopper GEMM's op is the small-batch op's twin: the same products, bitwise.
 TEST(HopperGemm, CpuTwinIsTheSmallBatchOpsTwin) {
   torch::NoGradGuard no_grad;

@@ -307,7 +307,8 @@ c10::optional<torch::Tensor> small_batch_products(const torch::Tensor& x, const 
 // The CPU twin of the whole-forward CUDA ops (the small-batch kernels, the Hopper GEMM): x W^T in
 // float32 (the small-batch products at a few rows; for W's bfloat16 parts, the products the
 // precision defines: linear_bf16, linear_bf16x3 or linear_bf16x6), then the chain in float32,
-// rounded once to x's dtype.
+// rounded once to x's dtype. A float32 Linear at more rows is eager's addmm, bias included, and
+// carries eager's bits; the chain then runs over its output.
 torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const torch::Tensor& w,
                                 const c10::optional<torch::Tensor>& w_lo,
                                 const c10::optional<torch::Tensor>& bias, at::TensorList params,
@@ -318,6 +319,11 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
       detail::check_linear_epilogue_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, params,
                                            entry.chain.slot_params().size(), precision, w_third);
   const torch::Tensor x_rows = detail::linear_rows(x);
+  const bool has_bias = bias && bias->defined();
+  const bool float32_linear = x.scalar_type() == torch::kFloat32 &&
+                              w.scalar_type() == torch::kFloat32 &&
+                              (!has_bias || bias->scalar_type() == torch::kFloat32);
+  bool bias_in_gemm = false;
   torch::Tensor y;
   if (products == Precision::kBf16x6) {
     y = detail::linear_bf16x6_cpu(x_rows, w, *w_lo, *w_third);
@@ -327,6 +333,9 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
     y = detail::linear_bf16_cpu(x_rows, w);
   } else if (auto few_rows = small_batch_products(x_rows, w)) {
     y = *few_rows;
+  } else if (float32_linear && has_bias) {
+    y = torch::addmm(*bias, x_rows, w.t());
+    bias_in_gemm = true;
   } else {
     y = torch::mm(x_rows.to(torch::kFloat32), w.to(torch::kFloat32).t());
   }
@@ -335,16 +344,20 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
     return t.scalar_type() == type ? t : t.to(type);
   };
   const c10::optional<torch::Tensor> bias32 =
-      bias && bias->defined() ? c10::optional<torch::Tensor>(in_type(*bias, torch::kFloat32))
-                              : c10::nullopt;
-  std::vector<torch::Tensor> params32;
-  for (const torch::Tensor& p : params) params32.push_back(in_type(p, torch::kFloat32));
-  // y is this call's own: the chain writes over it.
-  detail::EpilogueInputs in = detail::prepare_epilogue(op, c10::DeviceType::CPU, y, bias32,
-                                                       params32, params32.size(), c10::nullopt,
-                                                       /*write_over_y=*/true);
-  cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
-  const torch::Tensor out = in_type(in.out, x.scalar_type());
+      has_bias && !bias_in_gemm ? c10::optional<torch::Tensor>(in_type(*bias, torch::kFloat32))
+                                : c10::nullopt;
+  torch::Tensor out = y;
+  if (!entry.chain.ops.empty() || bias32) {
+    std::vector<torch::Tensor> params32;
+    for (const torch::Tensor& p : params) params32.push_back(in_type(p, torch::kFloat32));
+    // y is this call's own: the chain writes over it.
+    detail::EpilogueInputs in = detail::prepare_epilogue(op, c10::DeviceType::CPU, y, bias32,
+                                                         params32, params32.size(), c10::nullopt,
+                                                         /*write_over_y=*/true);
+    cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
+    out = in.out;
+  }
+  out = in_type(out, x.scalar_type());
   return x.dim() == 2 ? out : out.view(detail::linear_output_shape(x.sizes(), w.size(0)));
 }
 
