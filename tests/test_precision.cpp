@@ -450,18 +450,20 @@ TEST(PrecisionModes, SplitFollowsTheWeight) {
   }
 }
 
+// A split mode below its minimum rows forms ieee's products: the ieee model's bits, at rows past
+// the CPU's small-batch products, where both run the CPU's GEMM.
 TEST(PrecisionModes, SplitModesRunIeeeBelowTheirMinimumRows) {
   torch::NoGradGuard no_grad;
   for (const Precision precision : {Precision::kBf16x3, Precision::kBf16x6}) {
     auto model = make_model("swish_chain", 64, 48, 9);
     auto ieee = make_model("swish_chain", 64, 48, 9);
     model->set_precision(precision);
-    model->set_bf16x3_min_rows(16);
-    EXPECT_EQ(model->gemm_plan(torch::rand({15, 64})).products, Precision::kIeee);
-    EXPECT_EQ(model->gemm_plan(torch::rand({16, 64})).products, precision);
-    const torch::Tensor few = torch::rand({3, 5, 64});  // 15 rows
+    model->set_bf16x3_min_rows(24);
+    EXPECT_EQ(model->gemm_plan(torch::rand({23, 64})).products, Precision::kIeee);
+    EXPECT_EQ(model->gemm_plan(torch::rand({24, 64})).products, precision);
+    const torch::Tensor few = torch::rand({3, 7, 64});  // 21 rows
     EXPECT_TRUE(torch::equal(model->forward(few), ieee->forward(few)));
-    const torch::Tensor many = torch::rand({16, 64});
+    const torch::Tensor many = torch::rand({24, 64});
     EXPECT_FALSE(torch::equal(model->matmul_without_bias(many), ieee->matmul_without_bias(many)));
     EXPECT_TRUE(torch::allclose(model->forward(many), ieee->forward(many), 1e-5, 1e-5));
   }

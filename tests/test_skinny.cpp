@@ -186,8 +186,8 @@ TEST(SkinnyLinear, CpuTwinPastAFewRowsCarriesEagersBits) {
                 {"hardtanh(-0.5,0.5)", [](const torch::Tensor& y) { return y.clamp(-0.5, 0.5); }},
                 {"", [](const torch::Tensor& y) { return y; }}};
   for (const std::vector<int64_t>& shape :
-       {std::vector<int64_t>{9, 1100}, std::vector<int64_t>{64, 1100},
-        std::vector<int64_t>{3, 5, 1100}}) {
+       {std::vector<int64_t>{cpu::kSmallBatchMaxRows + 1, 1100}, std::vector<int64_t>{64, 1100},
+        std::vector<int64_t>{3, 7, 1100}}) {
     const torch::Tensor x = torch::randn(shape, generator(3));
     const torch::Tensor rows = x.reshape({-1, 1100});
     for (const auto& [chain, eager_chain] : chains) {

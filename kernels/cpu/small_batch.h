@@ -13,8 +13,8 @@ namespace fusedlinear {
 namespace cpu {
 
 // The most rows auto gives the small-batch products (plan_gemm): up to here they measured faster
-// than the BLAS's GEMM.
-constexpr int64_t kSmallBatchMaxRows = 8;
+// than the BLAS's GEMM, narrow layers and 1024-wide ones alike (docs/PERFORMANCE.md C26).
+constexpr int64_t kSmallBatchMaxRows = 16;
 
 // out [rows][n] = x [rows][k] W [n][k]^T, every tensor contiguous; x and out float32, W of
 // w_type.
