@@ -320,9 +320,6 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
                                            entry.chain.slot_params().size(), precision, w_third);
   const torch::Tensor x_rows = detail::linear_rows(x);
   const bool has_bias = bias && bias->defined();
-  const bool float32_linear = x.scalar_type() == torch::kFloat32 &&
-                              w.scalar_type() == torch::kFloat32 &&
-                              (!has_bias || bias->scalar_type() == torch::kFloat32);
   bool bias_in_gemm = false;
   torch::Tensor y;
   if (products == Precision::kBf16x6) {
@@ -333,7 +330,8 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
     y = detail::linear_bf16_cpu(x_rows, w);
   } else if (auto few_rows = small_batch_products(x_rows, w)) {
     y = *few_rows;
-  } else if (float32_linear && has_bias) {
+  } else if (has_bias && x.scalar_type() == torch::kFloat32) {
+    // ieee's W and the bias are in x's dtype (checked above): a float32 Linear, as eager's.
     y = torch::addmm(*bias, x_rows, w.t());
     bias_in_gemm = true;
   } else {
