@@ -315,62 +315,66 @@ TEST(LinearPrecisions, RejectBadInputsWithClearMessages) {
   expect_error([&] { linear_bf16x6(x, hi, lo.narrow(0, 0, 5), lo); }, "expected w_mid like w_hi");
 }
 
-// Wide-range inputs: x = rand * logspace(-6, 3) permuted along K, 32 x 2048 -> 1024,
+// Wide-range inputs: x = rand * logspace(-6, 3) permuted along K, 32 and 64 x 2048 -> 1024,
 // swish_chain. Float32's error is ~2^-24 of the large terms; bf16x3's split keeps 17 bits of
 // each, so its error (~2^-17 sum |x||w|) falls outside PyTorch's allclose(1e-4, 1e-4). bf16x6's
 // three parts keep float32's 24, and allclose passes. Its error against float64: within 2x
 // float32's on the CPU (the products summed by float32 matrix products, rounded to nearest), on
 // the Hopper GEMM (each k-tile's sums promoted into float32 totals, `--gemm hopper`) and under
-// auto on a GPU at these rows (ieee's small-batch kernel: float32's products); through cuBLAS's
-// tensor cores (`--gemm cublas`), whose float32 accumulators drop the low bits of each addend
-// over the whole k, within 4x (3.0x measured on an H200: the hi x hi product's accumulation, not
-// the split).
+// auto on a GPU (ieee's small-batch kernel, float32's products, at 32 rows; the Hopper GEMM at
+// 64); through cuBLAS's tensor cores (`--gemm cublas`), whose float32 accumulators drop the low
+// bits of each addend over the whole k, within 4x (the hi x hi product's accumulation, not the
+// split).
 TEST(PrecisionModes, Bf16x6IsFloat32GradeOnWideRangeInputs) {
   torch::NoGradGuard no_grad;
   for (const auto device : devices()) {
-    auto model = make_model("swish_chain", 2048, 1024, 35);
-    model->to(device);
-    torch::manual_seed(35);
-    const torch::Tensor scale = torch::logspace(-6, 3, 2048).index({torch::randperm(2048)});
-    const torch::Tensor x = (torch::rand({32, 2048}) * scale).to(device);
-    const torch::Tensor y64 = model->reference(x);
-    const torch::Tensor eager = model->forward_eager(x);
-    const auto err = [&](const torch::Tensor& y) {
-      return (y.cpu().to(torch::kFloat64) - y64).abs().max().item<double>();
-    };
-    const double float32 = err(eager);
-    double bf16x3 = 0;
-    // bf16x3 and bf16x6 as auto runs them, and on a GPU bf16x6 on cuBLAS and on the Hopper GEMM
-    // (cuBLAS where it cannot take the forward) too.
-    std::vector<std::pair<Precision, GemmKernel>> runs = {{Precision::kBf16x3, GemmKernel::kAuto},
-                                                          {Precision::kBf16x6, GemmKernel::kAuto}};
-    if (device.is_cuda()) {
-      runs.emplace_back(Precision::kBf16x6, GemmKernel::kCublas);
-      runs.emplace_back(Precision::kBf16x6, GemmKernel::kHopper);
-    }
-    for (const auto& [precision, kernel] : runs) {
-      model->set_precision(precision);
-      model->set_gemm_kernel(kernel);
-      const torch::Tensor y = model->forward(x);
-      const GemmPlan plan = model->gemm_plan(x);
-      // Under auto on a GPU bf16x6 runs ieee's small-batch kernel at these rows: float32's own
-      // products, faster there.
-      const bool as_ieee = precision == Precision::kBf16x6 && kernel == GemmKernel::kAuto &&
-                           device.is_cuda() && plan.skinny;
-      EXPECT_EQ(plan.products, as_ieee ? Precision::kIeee : precision) << device;
-      const double e = err(y);
-      std::cout << "  " << device << " " << plan.description << ": error vs float64 " << e
-                << " (float32 eager " << float32 << ", " << e / float32
-                << "x), allclose(1e-4, 1e-4) vs eager "
-                << (torch::allclose(y, eager, 1e-4, 1e-4) ? "yes" : "no") << "\n";
-      if (precision == Precision::kBf16x3) {
-        bf16x3 = e;
-        continue;
+    for (const int64_t rows : {32, 64}) {
+      auto model = make_model("swish_chain", 2048, 1024, 35);
+      model->to(device);
+      torch::manual_seed(35);
+      const torch::Tensor scale = torch::logspace(-6, 3, 2048).index({torch::randperm(2048)});
+      const torch::Tensor x = (torch::rand({rows, 2048}) * scale).to(device);
+      const torch::Tensor y64 = model->reference(x);
+      const torch::Tensor eager = model->forward_eager(x);
+      const auto err = [&](const torch::Tensor& y) {
+        return (y.cpu().to(torch::kFloat64) - y64).abs().max().item<double>();
+      };
+      const double float32 = err(eager);
+      double bf16x3 = 0;
+      // bf16x3 and bf16x6 as auto runs them, and on a GPU bf16x6 on cuBLAS and on the Hopper GEMM
+      // (cuBLAS where it cannot take the forward) too.
+      std::vector<std::pair<Precision, GemmKernel>> runs = {
+          {Precision::kBf16x3, GemmKernel::kAuto}, {Precision::kBf16x6, GemmKernel::kAuto}};
+      if (device.is_cuda()) {
+        runs.emplace_back(Precision::kBf16x6, GemmKernel::kCublas);
+        runs.emplace_back(Precision::kBf16x6, GemmKernel::kHopper);
       }
-      const bool cublas = device.is_cuda() && !plan.hopper && !plan.skinny;
-      EXPECT_LE(e, (cublas ? 4 : 2) * float32) << device << " " << plan.description;
-      EXPECT_TRUE(torch::allclose(y, eager, 1e-4, 1e-4)) << device << " " << plan.description;
-      EXPECT_LT(e, bf16x3 / 2) << device << ": the inputs should defeat bf16x3's split";
+      for (const auto& [precision, kernel] : runs) {
+        model->set_precision(precision);
+        model->set_gemm_kernel(kernel);
+        const torch::Tensor y = model->forward(x);
+        const GemmPlan plan = model->gemm_plan(x);
+        // Under auto on a GPU bf16x6 runs ieee's small-batch kernel at these rows: float32's own
+        // products, faster there.
+        const bool as_ieee = precision == Precision::kBf16x6 && kernel == GemmKernel::kAuto &&
+                             device.is_cuda() && plan.skinny;
+        EXPECT_EQ(plan.products, as_ieee ? Precision::kIeee : precision) << device;
+        const double e = err(y);
+        std::cout << "  " << device << " " << rows << " rows, " << plan.description
+                  << ": error vs float64 " << e << " (float32 eager " << float32 << ", "
+                  << e / float32 << "x), allclose(1e-4, 1e-4) vs eager "
+                  << (torch::allclose(y, eager, 1e-4, 1e-4) ? "yes" : "no") << "\n";
+        if (precision == Precision::kBf16x3) {
+          bf16x3 = e;
+          continue;
+        }
+        const bool cublas = device.is_cuda() && !plan.hopper && !plan.skinny;
+        EXPECT_LE(e, (cublas ? 4 : 2) * float32)
+            << device << " " << rows << " " << plan.description;
+        EXPECT_TRUE(torch::allclose(y, eager, 1e-4, 1e-4))
+            << device << " " << rows << " " << plan.description;
+        EXPECT_LT(e, bf16x3 / 2) << device << ": the inputs should defeat bf16x3's split";
+      }
     }
   }
 }

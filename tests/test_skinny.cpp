@@ -338,20 +338,24 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   EXPECT_EQ(plan_gemm(q).products, Precision::kBf16x3);
   EXPECT_TRUE(plan_gemm(q).skinny);
   // bf16x6 has no small-batch kernel: ieee's at every row where ieee's runs (reading float32 W,
-  // fewer bytes than its three parts), then cuBLAS's products (the Hopper GEMM's at
-  // bf16x6_hopper_min rows and more: GemmPlan.HopperGemmWhereItTakes...), also when the small-batch
-  // kernels are asked for (the reason says why).
+  // fewer bytes than its three parts), then the Hopper GEMM's products from the next row
+  // (GemmPlan.HopperGemmWhereItTakes...), or cuBLAS's where the Hopper GEMM cannot run (here
+  // in_features not a multiple of 8); cuBLAS's also when the small-batch kernels are asked for
+  // (the reason says why).
   q.precision = Precision::kBf16x6;
   EXPECT_EQ(skinny_max_rows(q, Precision::kBf16x6), 0);
   EXPECT_EQ(table->bf16x6_as_ieee, table->ieee);
+  EXPECT_EQ(table->bf16x6_hopper_min, table->bf16x6_as_ieee + 1);
   q.rows = table->bf16x6_as_ieee;
   EXPECT_EQ(plan_gemm(q).description,
             "ieee, skinny (bf16x6 from " + std::to_string(table->bf16x6_as_ieee + 1) + " rows)");
-  for (const int64_t rows : {table->bf16x6_as_ieee + 1, table->bf16x6_hopper_min - 1}) {
-    q.rows = rows;
-    EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS") << rows;
-    EXPECT_NE(plan_gemm(q).reason.find("no bf16x6 products"), std::string::npos);
-  }
+  q.rows = table->bf16x6_as_ieee + 1;
+  EXPECT_EQ(plan_gemm(q).description, "bf16x6, Hopper GEMM");
+  const int64_t in_features = q.in_features;
+  q.in_features = 8191;
+  EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS");
+  EXPECT_NE(plan_gemm(q).reason.find("no bf16x6 products"), std::string::npos);
+  q.in_features = in_features;
   q.kernel = GemmKernel::kSkinny;
   EXPECT_EQ(plan_gemm(q).description, "bf16x6, cuBLAS");
   EXPECT_NE(plan_gemm(q).reason.find("asked for, but they have no bf16x6 products"),
@@ -469,7 +473,8 @@ TEST(GemmPlan, CpuSmallBatchProductsAtFewRows) {
 
 // The Hopper GEMM runs where it was asked for and takes the forward; elsewhere cuBLAS, and the
 // reason says why. Auto picks it for bf16x3 from the table's bf16x3_hopper_min rows, where it
-// measured faster than cuBLAS's three products at every larger batch measured.
+// measured faster than cuBLAS's three products at every larger batch measured, and for bf16x6
+// from the row after ieee's small-batch kernel.
 TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
   GemmQuery q;
   q.device = {true, 9, 0};
@@ -498,7 +503,8 @@ TEST(GemmPlan, HopperGemmWhereItTakesTheForward) {
     EXPECT_NE(plan_gemm(six_auto).reason.find("closer to float64"), std::string::npos);
   }
   six_auto.rows = table->bf16x6_hopper_min - 1;
-  EXPECT_EQ(plan_gemm(six_auto).description, "bf16x6, cuBLAS");
+  EXPECT_EQ(plan_gemm(six_auto).description,
+            "ieee, skinny (bf16x6 from " + std::to_string(table->bf16x6_hopper_min) + " rows)");
   // A run-time chain: cuBLAS and the interpreter's own kernel, where a compiled chain takes the
   // Hopper GEMM (the interpreter in its epilogue measured slower).
   for (const Precision precision : {Precision::kBf16x3, Precision::kBf16x6}) {

@@ -87,9 +87,9 @@ struct GemmDevice {
 // What auto runs on one architecture, as measured: the most rows at which each mode's small-batch
 // kernel measured faster than cuBLAS with the epilogue (0: never), up to how many rows bf16x3 and
 // bf16x6 run ieee's kernel instead of their products (faster there, and at least as accurate: at
-// most ieee's own rows), and the rows from which bf16x3
-// and bf16x6 run on the Hopper GEMM (never where 0), where its promoted sums measured faster than
-// cuBLAS's products and closer to float64.
+// most ieee's own rows), and the rows from which bf16x3 and bf16x6 run on the Hopper GEMM (never
+// where 0), where its promoted sums measured closer to float64 than cuBLAS's products and, for
+// bf16x3, faster.
 struct SkinnyThresholds {
   int compute_major;
   int64_t ieee, bf16x3, tf32, bf16;  // float32 models

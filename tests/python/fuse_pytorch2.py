@@ -14,9 +14,9 @@ compiled module after its weights changed (in place then fusedlinear.refresh; by
 load_state_dict) within 1e-4 of the new weights' float64 output. Then on CUDA, unless
 --no-bench, a ViT-B MLP block (x + fc2(gelu(fc1(norm(x)))), 768 -> 3072 -> 768, 8192 tokens,
 float32) timed with CUDA events (warm-up, median of 50): eager, torch.compile of the block, fuse
-in ieee and in bf16x3 (W split once, and split per call), and torch.compile of both bf16x3-fused
-blocks; each one's largest error against float64 and its time, as a table. Every check runs; a
-failure is one FAIL line, and the exit code is non-zero if any failed.
+in ieee, in bf16x3 (W split once, and split per call) and in bf16x6, and torch.compile of each
+split-precision block; each one's largest error against float64 and its time, as a table. Every
+check runs; a failure is one FAIL line, and the exit code is non-zero if any failed.
 """
 import argparse
 import copy
@@ -186,13 +186,16 @@ def bench_vit_mlp():
         torch._dynamo.reset()
         split_once = fusedlinear.fuse(block, precision="bf16x3")
         per_call = fusedlinear.fuse(block, precision="bf16x3", split="per_call")
+        six = fusedlinear.fuse(block, precision="bf16x6")
         ways = [("eager (PyTorch, float32)", block),
                 ("torch.compile(block)", torch.compile(block)),
                 ("fuse(block, ieee)", fusedlinear.fuse(block)),
                 ("fuse(block, bf16x3), W split once", split_once),
                 ("fuse(block, bf16x3), W split per call", per_call),
                 ("torch.compile(fuse(block, bf16x3)), W split once", torch.compile(split_once)),
-                ("torch.compile(fuse(block, bf16x3)), W split per call", torch.compile(per_call))]
+                ("torch.compile(fuse(block, bf16x3)), W split per call", torch.compile(per_call)),
+                ("fuse(block, bf16x6), W split once", six),
+                ("torch.compile(fuse(block, bf16x6)), W split once", torch.compile(six))]
         rows = []
         for name, run in ways:
             error = (run(x).double() - reference).abs().max().item()
