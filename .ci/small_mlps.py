@@ -1,5 +1,6 @@
-"""Writes the small MLPs that `fusedlinear bench --gemm auto,mlp` compares (the fused-MLP kernel
-against the per-layer path and eager), each with its spec inside (fx_chain.save_with_chain):
+"""Writes the small MLPs that `fusedlinear bench --gemm auto,mlp,cublas` compares (auto, the
+fused-MLP kernel, the per-layer path and eager), each with its spec inside
+(fx_chain.save_with_chain):
 
   policy.pt       64 -> 256 -> 256 -> 256 -> 8, tanh, tanh, relu (a control policy)
   field_<W>.pt    32 -> W -> W -> W -> W -> 16, relu (a neural field), W = 64, 128, 256

@@ -75,9 +75,13 @@ ModelResult compare_model(const ModelSpec& spec, const Settings& settings) {
       p.weight = choose_weight_layout(*fused_model, x);
       p.weight += split_memory(*fused_model);
       // A kernel asked for that cannot take this forward: what ran instead says why.
-      if (kernel == GemmKernel::kMlp) {
-        const std::string refused = fused_model->mlp_refusal(x);
-        if (!refused.empty()) p.weight += "; the fused MLP kernel was asked for, but " + refused;
+      // The fused-MLP kernel asked for but refused, or taken by auto: the reason.
+      if (kernel == GemmKernel::kMlp || kernel == GemmKernel::kAuto) {
+        const MlpChoice mlp = fused_model->mlp_choice(x);
+        if (kernel == GemmKernel::kMlp && !mlp.fused) {
+          p.weight += "; the fused MLP kernel was asked for, but " + mlp.reason;
+        }
+        if (kernel == GemmKernel::kAuto && mlp.fused) p.weight += "; " + mlp.reason;
       }
       if (kernel == GemmKernel::kHopper) {
         for (LinearChainImpl* linear : fused_model->linears()) {

@@ -30,7 +30,11 @@ int run_run(const Settings& settings) {
   std::cout << "fusedlinear run: " << name << " (" << settings.model_source << ", "
             << settings.weights << ") on " << x.sizes() << " " << dtype_name(settings.dtype) << ", "
             << settings.device << " -> " << settings.output << " " << y.sizes() << "\n";
-  for (LinearChainImpl* linear : model->linears()) {
+  const MlpChoice mlp = model->mlp_choice(x);
+  if (mlp.fused) {
+    std::cout << "fused GEMM: " << model->gemm_description(x) << " (" << mlp.reason << ")\n";
+  }
+  for (LinearChainImpl* linear : mlp.fused ? std::vector<LinearChainImpl*>() : model->linears()) {
     const GemmPlan plan = linear->gemm_plan(x);
     std::cout << "fused GEMM" << (spec.layered() ? " " + linear->spec().linear : "") << ": "
               << plan.description << " (" << plan.reason << ")\n";

@@ -176,9 +176,9 @@ torch::Tensor with_terms(const LayerTerms& terms, Forward&& f) {
 }  // namespace
 
 torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
-  // The whole-model op runs the fused-MLP kernel where it takes the model, else each Linear as
+  // The whole-model op runs the fused-MLP kernel where choose_mlp says so, else each Linear as
   // auto plans it (the same bits as below): it decides once, from the arguments it checks.
-  if (spec_.layered() && asks_for_mlp()) return forward_op(x);
+  if (may_run_mlp(x)) return forward_op(x);
   return evaluate(
       layers_, spec_.residual, x,
       [](LinearChainImpl& l, const torch::Tensor& h, const LayerTerms& terms) {
@@ -282,15 +282,34 @@ void LayeredModelImpl::set_gemm_kernel(GemmKernel kernel) {
   for (LinearChainImpl* linear : linears()) linear->set_gemm_kernel(kernel);
 }
 
-bool LayeredModelImpl::asks_for_mlp() {
+GemmKernel LayeredModelImpl::model_kernel() const {
+  const GemmKernel first = layers_.front().linear->gemm_kernel();
+  for (const Layer& layer : layers_) {
+    for (const auto* linear : {layer.linear.get(), layer.gate.get()}) {
+      // Mixed kernels: each Linear as its own says.
+      if (linear && linear->gemm_kernel() != first) return GemmKernel::kCublas;
+    }
+  }
+  return first;
+}
+
+bool LayeredModelImpl::may_run_mlp(const torch::Tensor& x) {
+  if (!spec_.layered()) return false;
+  const GemmKernel kernel = model_kernel();
+  if (kernel == GemmKernel::kMlp) return true;
+  if (kernel != GemmKernel::kAuto || !x.is_cuda()) return false;
+  // Under auto, only a model the kernel could take goes to the whole-model op to be decided.
+  if (layers_.size() > size_t(cuda::kMaxMlpLayers)) return false;
   for (LinearChainImpl* linear : linears()) {
-    if (linear->gemm_kernel() != GemmKernel::kMlp) return false;
+    if (linear->in_features() > cuda::kMaxMlpWidth) return false;
+    if (linear->out_features() > 2 * cuda::kMaxMlpWidth) return false;  // a chunked pair's two
   }
   return true;
 }
 
-std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
-  if (!asks_for_mlp()) return "not asked for";
+MlpChoice LayeredModelImpl::mlp_choice(const torch::Tensor& x) {
+  const GemmKernel kernel = model_kernel();
+  if (kernel != GemmKernel::kMlp && kernel != GemmKernel::kAuto) return {false, "not asked for"};
   if (!spec_.layered()) {
     // A Linear on its own: the plan says why it runs as auto plans it.
     MlpQuery one;
@@ -298,18 +317,26 @@ std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
     one.float32_model = x.scalar_type() == torch::kFloat32;
     one.device = gemm_device_of(x);
     one.widths = {in_features(), out_features()};
-    return fusedlinear::mlp_refusal(one);
+    return choose_mlp(one, kernel);
+  }
+  if (kernel == GemmKernel::kAuto && !x.is_cuda()) {
+    return {false, "auto: the fused MLP kernel cannot take it: it runs on a GPU only"};
   }
   const ModelOpArguments a = op_arguments();
-  return fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision).refusal;
+  return fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision, kernel).choice;
+}
+
+std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
+  const MlpChoice choice = mlp_choice(x);
+  return choice.fused ? "" : choice.reason;
 }
 
 std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
-  if (asks_for_mlp() && spec_.layered()) {
+  if (may_run_mlp(x)) {
     const ModelOpArguments a = op_arguments();
     const FusedMlpPlan plan =
-        fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision);
-    if (plan.refusal.empty()) return plan.description;
+        fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision, a.gemm);
+    if (plan.choice.fused) return plan.description;
   }
   std::string text;
   std::string last;

@@ -59,8 +59,8 @@ class LayeredModelImpl : public torch::nn::Module {
   LinearChainImpl& single_linear() const;
 
   // The fused forward: the whole model in the fused-MLP kernel where it was asked for
-  // (set_gemm_kernel(GemmKernel::kMlp)) and takes the model (mlp_refusal), else each Linear as
-  // its plan says.
+  // (set_gemm_kernel(GemmKernel::kMlp)) and takes the model, or under auto where that measured
+  // faster (gemm_plan.h: choose_mlp), else each Linear as its plan says.
   torch::Tensor forward(const torch::Tensor& x);
   // libtorch's ops, one per Python op, in the Python order: the baseline.
   torch::Tensor forward_eager(const torch::Tensor& x);
@@ -81,8 +81,10 @@ class LayeredModelImpl : public torch::nn::Module {
   void set_precision(Precision precision);
   void set_bf16x3_min_rows(int64_t rows);
   void set_gemm_kernel(GemmKernel kernel);
-  // Why forward(x) does not run the fused-MLP kernel: not asked for, or mlp_refusal's reason
-  // (gemm_plan.h); empty where it runs it.
+  // Whether forward(x) runs the fused-MLP kernel, and why (gemm_plan.h: choose_mlp; "not asked
+  // for" under cublas, skinny and hopper).
+  MlpChoice mlp_choice(const torch::Tensor& x);
+  // Why forward(x) does not run the fused-MLP kernel (mlp_choice's reason); empty where it runs it.
   std::string mlp_refusal(const torch::Tensor& x);
   // What forward(x) runs: "fused MLP, ..." or each Linear's plan, "; " between Linears ("ieee, CPU
   // GEMM").
@@ -96,8 +98,11 @@ class LayeredModelImpl : public torch::nn::Module {
   int64_t out_features();
 
  private:
-  // Whether every Linear was set to the fused-MLP kernel (set_gemm_kernel(GemmKernel::kMlp)).
-  bool asks_for_mlp();
+  // The kernel every Linear was set to; kCublas where they differ (each Linear then runs alone).
+  GemmKernel model_kernel() const;
+  // Whether forward(x) goes to the whole-model op, which decides on the fused-MLP kernel: asked
+  // for, or under auto on a GPU for a model of widths and layers the kernel takes.
+  bool may_run_mlp(const torch::Tensor& x);
 
   ModelSpec spec_;
   std::vector<Layer> layers_;

@@ -202,6 +202,73 @@ TEST(FusedMlpPlan, EachFormWhereItsRuleSaysAndTheReportSaysWhich) {
   EXPECT_EQ(mlp_description(field), "fused MLP, float32 FMAs, clusters of 8 blocks a tile");
 }
 
+// Auto takes the kernel in the forms and modes where it measured faster than the per-layer path,
+// and says why either way; the other kernels never take it.
+TEST(FusedMlpPlan, AutoTakesItWhereItMeasuredFaster) {
+  const GemmDevice h200{true, 9, 0, 132, 232448};
+  const auto choice = [&](MlpQuery query, int64_t rows, bool float32, Precision precision,
+                          GemmKernel kernel = GemmKernel::kAuto) {
+    query.device = h200;
+    query.rows = rows;
+    query.float32_model = float32;
+    query.precision = precision;
+    return choose_mlp(query, kernel);
+  };
+  MlpQuery policy = fitting_query();  // 64 -> 256 -> 256 -> 256 -> 8
+  MlpQuery field = fitting_query();
+  field.widths = {32, 64, 64, 64, 64, 16};
+  field.compiled_chains.assign(5, false);
+  MlpQuery field_128 = field, field_256 = field;
+  field_128.widths = {32, 128, 128, 128, 128, 16};
+  field_256.widths = {32, 256, 256, 256, 256, 16};
+  const int64_t many = int64_t(1) << 21;
+  // Taken: the cluster form at few rows, in float32 and 16 bits; 16-bit models at most 64 wide
+  // resident; float32 models in bf16x3 resident or streamed.
+  for (const bool float32 : {true, false}) {
+    for (const int64_t rows : {1, 64}) {
+      const MlpChoice c = choice(policy, rows, float32, Precision::kIeee);
+      EXPECT_TRUE(c.fused) << rows;
+      EXPECT_NE(c.reason.find("one launch of the fused MLP measured faster"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(choice(field, many, false, Precision::kIeee).fused);
+  EXPECT_TRUE(choice(field, many, true, Precision::kBf16x3).fused);
+  EXPECT_TRUE(choice(field_256, many, true, Precision::kBf16x3).fused);
+  // Left to the per-layer path, the reason naming the form: a block a tile (float32 ieee past the
+  // cluster form's rows), 16-bit models wider than 64, the streamed form of 16-bit models and of
+  // bf16.
+  const MlpChoice tiles = choice(policy, 1024, true, Precision::kIeee);
+  EXPECT_FALSE(tiles.fused);
+  EXPECT_EQ(tiles.reason,
+            "auto: layer by layer measured faster than the fused MLP's block a tile for this "
+            "model and mode");
+  EXPECT_FALSE(choice(field, many, true, Precision::kIeee).fused);
+  EXPECT_FALSE(choice(field_128, many, false, Precision::kIeee).fused);
+  EXPECT_FALSE(choice(field_256, many, false, Precision::kIeee).fused);
+  EXPECT_FALSE(choice(field_256, many, true, Precision::kBf16).fused);
+  EXPECT_FALSE(choice(policy, 1024, false, Precision::kIeee).fused);  // streamed, 16-bit
+  // What the kernel refuses, auto leaves with the refusal; asked for, the refusal alone.
+  MlpQuery declared = policy;
+  declared.compiled_chains[0] = true;
+  const MlpChoice refused = choice(declared, 1, true, Precision::kIeee);
+  EXPECT_FALSE(refused.fused);
+  EXPECT_EQ(refused.reason.rfind("auto: the fused MLP kernel cannot take it: layer 1's chain", 0),
+            0u)
+      << refused.reason;
+  EXPECT_EQ(choice(declared, 1, true, Precision::kIeee, GemmKernel::kMlp).reason, mlp_refusal([&] {
+              MlpQuery q = declared;
+              q.device = h200;
+              q.rows = 1;
+              return q;
+            }()));
+  EXPECT_TRUE(choice(policy, 1024, true, Precision::kIeee, GemmKernel::kMlp).fused);
+  for (const GemmKernel kernel : {GemmKernel::kCublas, GemmKernel::kSkinny, GemmKernel::kHopper}) {
+    const MlpChoice c = choice(policy, 1, true, Precision::kIeee, kernel);
+    EXPECT_FALSE(c.fused);
+    EXPECT_EQ(c.reason, "not asked for");
+  }
+}
+
 // A model of every kind of layer the kernel takes: a chunked Linear's halves, a gated pair with a
 // gate Linear of its own, a chain with a parameter, and the residual.
 const char* const kEveryLayerSpec = "x+(w13[0]:silu*w13[1]|fc1:add(shift),tanh*g1|fc2:gelu|fc3)";
@@ -212,6 +279,9 @@ TEST(FusedMlpPlan, OnTheCpuTheModelRunsLayerByLayerWithTheSameBits) {
                          at::detail::createCPUGenerator(7));
   const torch::Tensor x = torch::randn({5, 32}, at::detail::createCPUGenerator(8));
   const torch::Tensor per_layer = model.forward(x);
+  EXPECT_EQ(model.mlp_refusal(x),
+            "auto: the fused MLP kernel cannot take it: it runs on a GPU only");
+  model.set_gemm_kernel(GemmKernel::kCublas);
   EXPECT_EQ(model.mlp_refusal(x), "not asked for");
   model.set_gemm_kernel(GemmKernel::kMlp);
   EXPECT_EQ(model.mlp_refusal(x), "it runs on a GPU only");
@@ -224,14 +294,14 @@ TEST(FusedMlpPlan, OnTheCpuTheModelRunsLayerByLayerWithTheSameBits) {
 bool has_cuda() { return torch::cuda::is_available(); }
 
 // Two models of the same parameters on the GPU in `dtype`: one run by the fused-MLP kernel, one
-// layer by layer (`per_layer_kernel`).
+// layer by layer (`per_layer_kernel`: cuBLAS, as auto may take the fused-MLP kernel too).
 struct ModelPair {
   std::shared_ptr<LayeredModelImpl> fused, per_layer;
 };
 
 ModelPair model_pair(const std::string& spec, const std::vector<int64_t>& widths,
                      torch::ScalarType dtype, uint64_t seed,
-                     GemmKernel per_layer_kernel = GemmKernel::kAuto,
+                     GemmKernel per_layer_kernel = GemmKernel::kCublas,
                      const std::map<std::string, bool>& biases = {}) {
   ModelPair pair;
   for (auto* model : {&pair.fused, &pair.per_layer}) {
@@ -399,6 +469,40 @@ TEST(FusedMlpCuda, ManyRowsRepeatableAndCapturedInACudaGraph) {
         testing_support::replayed_from_cuda_graph([&] { return pair.fused->forward(x); });
     EXPECT_TRUE(torch::equal(replayed, fused));
 #endif
+  }
+}
+
+// Under auto the module runs the fused-MLP kernel where choose_mlp takes the model, with the bits
+// it gives when asked for (kMlp), and layer by layer elsewhere; the report says which, and the
+// whole-model op gives the module's bits either way.
+TEST(FusedMlpCuda, AutoRunsItWhereThePlanTakesIt) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const std::string spec = "fc1:tanh|fc2:tanh|fc3:relu|fc4";
+  const std::vector<int64_t> widths = {64, 256, 256, 256, 8};
+  const ModelPair pair = model_pair(spec, widths, torch::kFloat32, 140);
+  LayeredModelImpl automatic(layered_model(spec), widths, at::detail::createCPUGenerator(140));
+  automatic.to(torch::kCUDA);
+  bool any_fused = false;
+  for (const int64_t rows : {1, 64, 1024}) {
+    SCOPED_TRACE(std::to_string(rows) + " rows");
+    const torch::Tensor x =
+        torch::randn({rows, 64}, at::detail::createCPUGenerator(141)).to(torch::kCUDA);
+    const MlpChoice choice = automatic.mlp_choice(x);
+    EXPECT_EQ(choice.reason.rfind("auto: ", 0), 0u) << choice.reason;
+    const std::string description = automatic.gemm_description(x);
+    EXPECT_EQ(description.find("fused MLP") != std::string::npos, choice.fused) << description;
+    const torch::Tensor y = automatic.forward(x);
+    EXPECT_TRUE(torch::equal(automatic.forward_op(x), y));
+    if (choice.fused) {
+      EXPECT_TRUE(torch::equal(pair.fused->forward(x), y));
+    }
+    EXPECT_LE(scaled_difference(y, automatic.reference(x)), tolerance_of(torch::kFloat32));
+    any_fused = any_fused || choice.fused;
+  }
+  // On sm_90 the cluster form takes a row or a few: auto runs it there.
+  if (gemm_device_of(torch::zeros({1, 8}, torch::kCUDA)).compute_major >= 9) {
+    EXPECT_TRUE(any_fused);
   }
 }
 

@@ -168,6 +168,36 @@ std::string mlp_description(const MlpQuery& query) {
   return std::string("fused MLP, ") + (query.float32_model ? "ieee, float32 FMAs" : "tensor cores");
 }
 
+MlpChoice choose_mlp(const MlpQuery& query, GemmKernel kernel) {
+  if (kernel != GemmKernel::kMlp && kernel != GemmKernel::kAuto) return {false, "not asked for"};
+  const std::string refusal = mlp_refusal(query);
+  if (kernel == GemmKernel::kMlp) return {refusal.empty(), refusal.empty() ? "asked for" : refusal};
+  if (!refusal.empty()) return {false, "auto: the fused MLP kernel cannot take it: " + refusal};
+  const cuda::MlpForm form = mlp_form(query);
+  const int64_t widest = *std::max_element(query.widths.begin(), query.widths.end());
+  if (form == cuda::MlpForm::kClusters) {
+    return {true,
+            "auto: at few rows one launch of the fused MLP measured faster than a launch a "
+            "layer"};
+  }
+  const bool tensor_cores = form == cuda::MlpForm::kResident || form == cuda::MlpForm::kStreamed;
+  if (tensor_cores && query.float32_model && query.precision == Precision::kBf16x3) {
+    return {true,
+            "auto: bf16x3 in the fused MLP (x and the activations split on chip) measured "
+            "faster than layer by layer"};
+  }
+  if (form == cuda::MlpForm::kResident && !query.float32_model && widest <= 64) {
+    return {true,
+            "auto: a 16-bit model at most 64 wide, its weights resident in shared memory, "
+            "measured faster than layer by layer"};
+  }
+  const char* what = form == cuda::MlpForm::kResident   ? "resident form"
+                     : form == cuda::MlpForm::kStreamed ? "streamed form"
+                                                        : "block a tile";
+  return {false, std::string("auto: layer by layer measured faster than the fused MLP's ") + what +
+                     " for this model and mode"};
+}
+
 GemmPlan plan_gemm(const GemmQuery& query) {
   if (query.kernel == GemmKernel::kMlp) {
     // A Linear the fused-MLP kernel does not run (a model it refused, or one Linear): auto's plan.

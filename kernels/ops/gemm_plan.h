@@ -22,7 +22,9 @@ namespace fusedlinear {
 //           interpreter in its epilogue measured slower than cuBLAS and the chain's own kernel);
 //           cuBLAS otherwise; on a CPU with AVX2, models in ieee (float32 or 16-bit) at up to
 //           cpu::kSmallBatchMaxRows rows: the skinny kernel's CPU twin, whose small-batch
-//           products (kernels/cpu/small_batch.h) read W once;
+//           products (kernels/cpu/small_batch.h) read W once; a layered model's whole forward in
+//           the fused-MLP kernel where it takes the model in a form and mode that measured faster
+//           than the per-layer path (choose_mlp);
 //   cublas  always cuBLAS (or libtorch's CPU GEMM), then the fused epilogue;
 //   skinny  always the skinny kernel (any number of rows, W then read once per tile of x's rows:
 //           16 for float32 W, 64 on the tensor cores; on the CPU its twin: the same products in
@@ -35,7 +37,7 @@ namespace fusedlinear {
 //   mlp     a layered model's whole forward in one kernel (kernels/cuda/mlp/): every layer at most
 //           256 wide, at most 8 layers, run-time chains, on a GPU, float32 models in ieee (float32
 //           FMAs) and 16-bit models (tensor cores); where it cannot (mlp_refusal says why), and
-//           for a Linear on its own, each Linear as auto plans it. auto does not take it.
+//           for a Linear on its own, each Linear as auto plans it.
 enum class GemmKernel { kAuto, kCublas, kSkinny, kHopper, kMlp };
 
 inline const std::vector<GemmKernel>& all_gemm_kernels() {
@@ -169,6 +171,18 @@ std::string mlp_description(const MlpQuery& query);
 // Why the fused-MLP kernel cannot run `query`'s model ("layer 2 is 512 wide; it takes at most
 // 256"); empty where it can.
 std::string mlp_refusal(const MlpQuery& query);
+
+// Whether a layered model's forward runs in the fused-MLP kernel under `kernel`, and why: asked
+// for (kMlp) where the kernel takes the model; under auto where it takes it in a form and mode
+// that measured faster than the per-layer path (docs/RESULTS.md, "Small MLPs"): the cluster
+// form (one launch where the per-layer path makes several at few rows), the resident form of
+// 16-bit models at most 64 wide, and float32 models in bf16x3 on the tensor cores; never under
+// the other kernels.
+struct MlpChoice {
+  bool fused = false;
+  std::string reason;  // for reports: why it runs, or why each Linear runs as its plan says
+};
+MlpChoice choose_mlp(const MlpQuery& query, GemmKernel kernel);
 
 // The most rows the small-batch kernels take under auto for `query`'s mode and model (the
 // override, or the table's; 0 off the GPU or where nothing was measured).

@@ -279,9 +279,10 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
   const Precision precision = precision_for(precision_name_given);
   const GemmKernel kernel = gemm_for(gemm);
   check_model(layout, x, weights, biases, params, precision);
-  if (kernel == GemmKernel::kMlp) {
+  // The CPU never runs the fused-MLP kernel: no query to build there.
+  if (x.is_cuda() && (kernel == GemmKernel::kMlp || kernel == GemmKernel::kAuto)) {
     const MlpQuery query = mlp_query_of(layout, x, weights, precision);
-    if (mlp_refusal(query).empty()) {
+    if (choose_mlp(query, kernel).fused) {
       return fused_mlp_of(layout, x, weights, biases, params, query);
     }
   }
@@ -391,15 +392,15 @@ torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tenso
 FusedMlpPlan fused_model_mlp_plan(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                                   const std::vector<c10::optional<torch::Tensor>>& biases,
                                   const std::vector<torch::Tensor>& params, const std::string& spec,
-                                  Precision precision) {
+                                  Precision precision, GemmKernel gemm) {
   const ModelLayout& layout = layout_for(spec);
   OptionalBiases listed_biases;
   for (const auto& bias : biases) listed_biases.push_back(bias);
   check_model(layout, x, weights, listed_biases, params, precision);
   const MlpQuery query = mlp_query_of(layout, x, weights, precision);
   FusedMlpPlan plan;
-  plan.refusal = mlp_refusal(query);
-  if (plan.refusal.empty()) plan.description = mlp_description(query);
+  plan.choice = choose_mlp(query, gemm);
+  if (plan.choice.fused) plan.description = mlp_description(query);
   return plan;
 }
 

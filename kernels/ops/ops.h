@@ -86,8 +86,9 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
 // A layered model's whole forward (kernels/ops/model_spec.h's spec, e.g. "w1:silu*w3|w2"), each
 // Linear run as the plan for `gemm` says for its input (gemm_plan.h; linear_forward.h: the
 // small-batch kernels, the Hopper GEMM, or the products then the fused epilogue), as LayeredModel
-// runs it; under kMlp the whole model in one launch of the fused-MLP kernel where it takes the
-// model (mlp_refusal), else each Linear as kAuto plans it. `weights`: each Linear in the spec's
+// runs it; the whole model in one launch of the fused-MLP kernel where choose_mlp says so (kMlp:
+// where it takes the model; kAuto: where that measured faster), else each Linear as kAuto plans
+// it. `weights`: each Linear in the spec's
 // order (a gate after its layer's Linear), its W [out, in] of x's dtype followed by the bfloat16
 // parts `precision` takes (bf16: hi; bf16x3: hi, lo = split_bf16(W); bf16x6: hi, mid, lo =
 // split_bf16_three(W)); `biases`: one per Linear, nullopt where it has none; `params`: each
@@ -98,16 +99,17 @@ torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tenso
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
                           Precision precision, GemmKernel gemm = GemmKernel::kAuto);
-// What fused_model with GemmKernel::kMlp runs for these arguments: why it runs them layer by layer
-// rather than in the fused-MLP kernel (gemm_plan.h: mlp_refusal), empty where the kernel takes
-// them; and then the kernel's form (mlp_description). Checks the arguments as the op does.
+// What fused_model with `gemm` runs for these arguments: whether the fused-MLP kernel takes them
+// and why (gemm_plan.h: choose_mlp), and then the kernel's form (mlp_description). Checks the
+// arguments as the op does.
 struct FusedMlpPlan {
-  std::string refusal, description;
+  MlpChoice choice;
+  std::string description;
 };
 FusedMlpPlan fused_model_mlp_plan(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                                   const std::vector<c10::optional<torch::Tensor>>& biases,
                                   const std::vector<torch::Tensor>& params, const std::string& spec,
-                                  Precision precision);
+                                  Precision precision, GemmKernel gemm);
 
 // v ~= hi + lo, both bfloat16 (kernels/math/bf16_split.h): hi = bfloat16(v), lo = bfloat16(v -
 // hi); |v - (hi + lo)| <= 2^-17 |v| for normal v; +-inf and NaN in hi with lo = 0. v: float32,
