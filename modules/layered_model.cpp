@@ -298,8 +298,9 @@ bool LayeredModelImpl::may_run_mlp(const torch::Tensor& x) {
   const GemmKernel kernel = model_kernel();
   if (kernel == GemmKernel::kMlp) return true;
   if (kernel != GemmKernel::kAuto || !x.is_cuda()) return false;
-  // Under auto, only a model the kernel could take goes to the whole-model op to be decided.
-  if (layers_.size() > size_t(cuda::kMaxMlpLayers)) return false;
+  // Under auto, only a model the kernel could take goes to the whole-model op to be decided: two
+  // layers or more (the op takes no one-Linear spec), each narrow enough.
+  if (layers_.size() < 2 || layers_.size() > size_t(cuda::kMaxMlpLayers)) return false;
   for (LinearChainImpl* linear : linears()) {
     if (linear->in_features() > cuda::kMaxMlpWidth) return false;
     if (linear->out_features() > 2 * cuda::kMaxMlpWidth) return false;  // a chunked pair's two

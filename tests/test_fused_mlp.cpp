@@ -775,7 +775,8 @@ TEST(FusedMlpCuda, StreamedFormMatchesFloat64) {
 TEST(FusedMlpCuda, AModelThatDoesNotFitRunsAsAuto) {
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
   torch::NoGradGuard no_grad;
-  const ModelPair pair = model_pair("fc1:gelu|fc2", {64, 512, 8}, torch::kFloat32, 95);
+  const ModelPair pair =
+      model_pair("fc1:gelu|fc2", {64, 512, 8}, torch::kFloat32, 95, GemmKernel::kAuto);
   const torch::Tensor x = torch::randn({4, 64}).to(torch::kCUDA);
   EXPECT_EQ(pair.fused->mlp_refusal(x), "layer 1's output is 512 wide; it takes 1 to 256");
   EXPECT_TRUE(torch::equal(pair.fused->forward(x), pair.per_layer->forward(x)));
