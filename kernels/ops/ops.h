@@ -88,13 +88,12 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
 // small-batch kernels, the Hopper GEMM, or the products then the fused epilogue), as LayeredModel
 // runs it; the whole model in one launch of the fused-MLP kernel where choose_mlp says so (kMlp:
 // where it takes the model; kAuto: where that measured faster), else each Linear as kAuto plans
-// it. `weights`: each Linear in the spec's
-// order (a gate after its layer's Linear), its W [out, in] of x's dtype followed by the bfloat16
-// parts `precision` takes (bf16: hi; bf16x3: hi, lo = split_bf16(W); bf16x6: hi, mid, lo =
-// split_bf16_three(W)); `biases`: one per Linear, nullopt where it has none; `params`: each
-// layer's chain parameters in its slot order, layer after layer. `precision`: any mode (all but
-// kIeee take float32 x). Returns [..., out]. Every count, shape, dtype and device is checked
-// first, the Meta implementation included.
+// it. `weights`: each Linear in the spec's order (a gate after its layer's Linear), its W
+// [out, in] of x's dtype followed by the bfloat16 parts `precision` takes (bf16: hi; bf16x3: hi,
+// lo = split_bf16(W); bf16x6: hi, mid, lo = split_bf16_three(W)); `biases`: one per Linear,
+// nullopt where it has none; `params`: each layer's chain parameters in its slot order, layer
+// after layer. `precision`: any mode (all but kIeee take float32 x). Returns [..., out]. Every
+// count, shape, dtype and device is checked first, the Meta implementation included.
 torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
