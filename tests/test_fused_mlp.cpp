@@ -240,8 +240,8 @@ TEST(FusedMlpPlan, AutoTakesItWhereItMeasuredFaster) {
   const MlpChoice tiles = choice(policy, 1024, true, Precision::kIeee);
   EXPECT_FALSE(tiles.fused);
   EXPECT_EQ(tiles.reason,
-            "auto: layer by layer measured faster than the fused MLP's block a tile for this "
-            "model and mode");
+            "auto: layer by layer; the fused MLP's block a tile is not among the forms and modes "
+            "that measured faster for auto (docs/USAGE.md, \"Small MLPs in one kernel\")");
   EXPECT_FALSE(choice(field, many, true, Precision::kIeee).fused);
   EXPECT_FALSE(choice(field_128, many, false, Precision::kIeee).fused);
   EXPECT_FALSE(choice(field_256, many, false, Precision::kIeee).fused);

@@ -194,8 +194,10 @@ MlpChoice choose_mlp(const MlpQuery& query, GemmKernel kernel) {
   const char* what = form == cuda::MlpForm::kResident   ? "resident form"
                      : form == cuda::MlpForm::kStreamed ? "streamed form"
                                                         : "block a tile";
-  return {false, std::string("auto: layer by layer measured faster than the fused MLP's ") + what +
-                     " for this model and mode"};
+  return {false,
+          std::string("auto: layer by layer; the fused MLP's ") + what +
+              " is not among the forms and modes that measured faster for auto (docs/USAGE.md, "
+              "\"Small MLPs in one kernel\")"};
 }
 
 GemmPlan plan_gemm(const GemmQuery& query) {
