@@ -255,12 +255,11 @@ TEST(FusedMlpPlan, AutoTakesItWhereItMeasuredFaster) {
   EXPECT_EQ(refused.reason.rfind("auto: the fused MLP kernel cannot take it: layer 1's chain", 0),
             0u)
       << refused.reason;
-  EXPECT_EQ(choice(declared, 1, true, Precision::kIeee, GemmKernel::kMlp).reason, mlp_refusal([&] {
-              MlpQuery q = declared;
-              q.device = h200;
-              q.rows = 1;
-              return q;
-            }()));
+  MlpQuery declared_one_row = declared;
+  declared_one_row.device = h200;
+  declared_one_row.rows = 1;
+  EXPECT_EQ(choice(declared, 1, true, Precision::kIeee, GemmKernel::kMlp).reason,
+            mlp_refusal(declared_one_row));
   EXPECT_TRUE(choice(policy, 1024, true, Precision::kIeee, GemmKernel::kMlp).fused);
   for (const GemmKernel kernel : {GemmKernel::kCublas, GemmKernel::kSkinny, GemmKernel::kHopper}) {
     const MlpChoice c = choice(policy, 1, true, Precision::kIeee, kernel);

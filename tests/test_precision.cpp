@@ -328,9 +328,9 @@ TEST(LinearPrecisions, RejectBadInputsWithClearMessages) {
 TEST(PrecisionModes, Bf16x6IsFloat32GradeOnWideRangeInputs) {
   torch::NoGradGuard no_grad;
   for (const auto device : devices()) {
+    auto model = make_model("swish_chain", 2048, 1024, 35);
+    model->to(device);
     for (const int64_t rows : {32, 64}) {
-      auto model = make_model("swish_chain", 2048, 1024, 35);
-      model->to(device);
       torch::manual_seed(35);
       const torch::Tensor scale = torch::logspace(-6, 3, 2048).index({torch::randperm(2048)});
       const torch::Tensor x = (torch::rand({rows, 2048}) * scale).to(device);
