@@ -296,35 +296,34 @@ GemmKernel LayeredModelImpl::model_kernel() const {
 bool LayeredModelImpl::may_run_mlp(const torch::Tensor& x) {
   if (!spec_.layered()) return false;
   const GemmKernel kernel = model_kernel();
+  // Asked for: the op runs it or says why not. Under auto: the op only where the plan takes it.
   if (kernel == GemmKernel::kMlp) return true;
-  if (kernel != GemmKernel::kAuto || !x.is_cuda()) return false;
-  // Under auto, only a model the kernel could take goes to the whole-model op to be decided: two
-  // layers or more (the op takes no one-Linear spec), each narrow enough.
-  if (layers_.size() < 2 || layers_.size() > size_t(cuda::kMaxMlpLayers)) return false;
-  for (LinearChainImpl* linear : linears()) {
-    if (linear->in_features() > cuda::kMaxMlpWidth) return false;
-    if (linear->out_features() > 2 * cuda::kMaxMlpWidth) return false;  // a chunked pair's two
+  return kernel == GemmKernel::kAuto && x.is_cuda() && choose_mlp(mlp_query(x), kernel).fused;
+}
+
+MlpQuery LayeredModelImpl::mlp_query(const torch::Tensor& x) {
+  MlpQuery query;
+  query.precision = layers_.front().linear->precision();
+  query.float32_model = x.scalar_type() == torch::kFloat32;
+  query.device = gemm_device_of(x);
+  query.rows = rows_of(x);
+  query.widths.push_back(in_features());
+  for (const Layer& layer : layers_) {
+    const int64_t out = layer.linear->out_features();
+    query.widths.push_back(layer.half >= 0 ? out / 2 : out);
+    query.compiled_chains.push_back(layer.linear->compiled_chain());
+    query.gated.push_back(layer.gate != nullptr || layer.half >= 0);
   }
-  return true;
+  return query;
 }
 
 MlpChoice LayeredModelImpl::mlp_choice(const torch::Tensor& x) {
   const GemmKernel kernel = model_kernel();
-  if (kernel != GemmKernel::kMlp && kernel != GemmKernel::kAuto) return {false, "not asked for"};
-  if (!spec_.layered()) {
-    // A Linear on its own: the plan says why it runs as auto plans it.
-    MlpQuery one;
-    one.precision = layers_.front().linear->precision();
-    one.float32_model = x.scalar_type() == torch::kFloat32;
-    one.device = gemm_device_of(x);
-    one.widths = {in_features(), out_features()};
-    return choose_mlp(one, kernel);
-  }
-  if (kernel == GemmKernel::kAuto && !x.is_cuda()) {
+  if (kernel == GemmKernel::kAuto && spec_.layered() && !x.is_cuda()) {
     return {false, "auto: the fused MLP kernel cannot take it: it runs on a GPU only"};
   }
-  const ModelOpArguments a = op_arguments();
-  return fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision, kernel).choice;
+  // A Linear on its own: the plan says why it runs as auto plans it.
+  return choose_mlp(mlp_query(x), kernel);
 }
 
 std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
@@ -334,10 +333,8 @@ std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
 
 std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
   if (may_run_mlp(x)) {
-    const ModelOpArguments a = op_arguments();
-    const FusedMlpPlan plan =
-        fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision, a.gemm);
-    if (plan.choice.fused) return plan.description;
+    const MlpQuery query = mlp_query(x);
+    if (choose_mlp(query, model_kernel()).fused) return mlp_description(query);
   }
   std::string text;
   std::string last;

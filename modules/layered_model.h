@@ -103,6 +103,9 @@ class LayeredModelImpl : public torch::nn::Module {
   // Whether forward(x) goes to the whole-model op, which decides on the fused-MLP kernel: asked
   // for, or under auto on a GPU for a model of widths and layers the kernel takes.
   bool may_run_mlp(const torch::Tensor& x);
+  // The model as the fused-MLP kernel's plan sees it (the whole-model op builds the same query
+  // from its arguments).
+  MlpQuery mlp_query(const torch::Tensor& x);
 
   ModelSpec spec_;
   std::vector<Layer> layers_;

@@ -182,6 +182,8 @@ GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
 
 GemmPlan LinearChainImpl::gemm_plan(const torch::Tensor& x) { return plan_gemm(gemm_query(x)); }
 
+bool LinearChainImpl::compiled_chain() const { return find_chain(chain_name_).compiled; }
+
 LinearWeights LinearChainImpl::weights(Precision products) {
   LinearWeights w{linear_->weight, {}, {}, {}};
   if (split_weight_parts(products) > 0) {

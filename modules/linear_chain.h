@@ -127,6 +127,9 @@ class LinearChainImpl : public torch::nn::Module {
 
   int64_t in_features();
   int64_t out_features();
+  // Whether a declaration's compiled kernels run the chain (else the op list, interpreted or
+  // compiled at run time).
+  bool compiled_chain() const;
 
  private:
   // W's bfloat16 parts (lo undefined for bf16, mid for all but bf16x6, whose parts are hi, mid and

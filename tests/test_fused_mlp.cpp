@@ -13,6 +13,7 @@
 
 #include "kernels/ops/gemm_plan.h"
 #include "kernels/ops/linear_forward.h"
+#include "kernels/ops/ops.h"
 #include "modules/layered_model.h"
 
 #ifdef FUSEDLINEAR_WITH_CUDA
@@ -502,6 +503,49 @@ TEST(FusedMlpCuda, AutoRunsItWhereThePlanTakesIt) {
   // On sm_90 the cluster form takes a row or a few: auto runs it there.
   if (gemm_device_of(torch::zeros({1, 8}, torch::kCUDA)).compute_major >= 9) {
     EXPECT_TRUE(any_fused);
+  }
+}
+
+// The module decides from its own layers (LayeredModelImpl::mlp_choice) before it calls the
+// whole-model op, which decides again from its arguments: both must say the same in every form,
+// dtype, mode and kernel.
+TEST(FusedMlpCuda, TheModuleAndTheWholeModelOpDecideAlike) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> models = {
+      {kEveryLayerSpec, {32, 48, 48, 64, 32}},
+      {"fc1:tanh|fc2:tanh|fc3:relu|fc4", {64, 256, 256, 256, 8}},
+      {"fc1:relu|fc2:relu|fc3:relu|fc4:relu|fc5", {32, 64, 64, 64, 64, 16}},
+      {"fc1:relu|fc2", {32, 512, 16}}};
+  for (const auto& [spec, widths] : models) {
+    for (const torch::ScalarType dtype : kDtypes) {
+      LayeredModelImpl model(layered_model(spec), widths, at::detail::createCPUGenerator(150));
+      model.to(torch::kCUDA, dtype);
+      const std::vector<Precision> modes =
+          dtype == torch::kFloat32 ? std::vector<Precision>{Precision::kIeee, Precision::kBf16,
+                                                            Precision::kBf16x3, Precision::kBf16x6}
+                                   : std::vector<Precision>{Precision::kIeee};
+      for (const Precision precision : modes) {
+        model.set_precision(precision);
+        for (const GemmKernel kernel : {GemmKernel::kAuto, GemmKernel::kMlp}) {
+          model.set_gemm_kernel(kernel);
+          for (const int64_t rows : {1, 64, 1024, 40000}) {
+            SCOPED_TRACE(spec + " " + c10::toString(dtype) + " " + precision_name(precision) + " " +
+                         std::to_string(rows) + " rows");
+            const torch::Tensor x = torch::zeros({rows, widths.front()}, torch::kCUDA).to(dtype);
+            const ModelOpArguments a = model.op_arguments();
+            const FusedMlpPlan op =
+                fused_model_mlp_plan(x, a.weights, a.biases, a.params, a.spec, a.precision, a.gemm);
+            const MlpChoice module = model.mlp_choice(x);
+            EXPECT_EQ(module.fused, op.choice.fused);
+            EXPECT_EQ(module.reason, op.choice.reason);
+            if (op.choice.fused) {
+              EXPECT_EQ(model.gemm_description(x), op.description);
+            }
+          }
+        }
+      }
+    }
   }
 }
 
