@@ -16,14 +16,14 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // At few rows bf16x3 runs ieee's kernel, faster there and more accurate; bf16x6, whose six
   // products read W's three bfloat16 parts (1.5x float32's bytes), at every row where ieee's kernel
   // runs (docs/RESULTS.md: bf16x6 at 8-128 rows). The Hopper GEMM's
-  // promoted bf16x3 and bf16x6 lead cuBLAS's products with the epilogue once its 128-row tiles
-  // are full, at every larger batch and width measured, and are closer to float64. Below that
-  // bf16x6 takes it from the row after ieee's kernel: there cuBLAS's six products lose the
-  // mode's float32-grade accuracy, and the Hopper GEMM was also the faster at nearly every
-  // shape measured (docs/RESULTS.md: bf16x6 at 33-127 rows).
+  // promoted bf16x3 and bf16x6 take over from the row after the small-batch kernel that runs
+  // the mode (bf16x3's own, ieee's for bf16x6): past it they led cuBLAS's products with the
+  // epilogue at nearly every batch and width measured, and were closer to float64, where
+  // cuBLAS's products lose the modes' float32-grade accuracy (docs/RESULTS.md: bf16x6 at 33-127
+  // rows, bf16x3 at 65-127 rows).
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
-       /*bf16x3_as_ieee*/ 8, /*bf16x6_as_ieee*/ 32, /*bf16x3_hopper_min*/ 128,
+       /*bf16x3_as_ieee*/ 8, /*bf16x6_as_ieee*/ 32, /*bf16x3_hopper_min*/ 65,
        /*bf16x6_hopper_min*/ 33},
   };
   if (!device.gpu) return nullptr;
