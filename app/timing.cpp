@@ -48,8 +48,10 @@ std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmu
   std::vector<std::vector<double>> micros(n, std::vector<double>(count));
 #ifdef FUSEDLINEAR_WITH_CUDA
   if (device.is_cuda()) {
-    // One event pair per call, all recorded on the current stream; read after one sync.
-    // CUDAEvent's default flags disable timing: ask for timing events.
+    // One event pair per call, all recorded on the current stream, each call started on an idle
+    // GPU: queued behind the call before, a call's launches would be hidden under that call's
+    // kernels or not, by its place in the turn. Read after one sync. CUDAEvent's default flags
+    // disable timing: ask for timing events.
     std::vector<at::cuda::CUDAEvent> starts, ends;
     starts.reserve(n * count);
     ends.reserve(n * count);
@@ -60,6 +62,7 @@ std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmu
     const auto stream = at::cuda::getCurrentCUDAStream(device.index());
     for (size_t i = 0; i < count; ++i) {
       for (size_t f = 0; f < n; ++f) {
+        stream.synchronize();
         starts[i * n + f].record(stream);
         fns[f](warmup + int(i));
         ends[i * n + f].record(stream);

@@ -16,7 +16,8 @@ struct TimingStats {
 // Calls each fn(i) `warmup` times, then `iters` times in turns (f0, f1, ..., f0, f1, ...),
 // timing every call, and summarises each function's timed calls. In turns, so slow drifts of
 // the device (clocks, temperature) weigh on all of them alike. On CUDA each call is bracketed by
-// events on the current stream (no host sync between calls); on CPU by
+// events on the current stream, after a sync: a launched call from an idle GPU, its launches'
+// cost included alike for every function, whatever ran before it; on CPU by
 // std::chrono::steady_clock. `i` counts the calls, so fn can rotate buffers.
 std::vector<TimingStats> time_interleaved(const torch::Device& device, int warmup, int iters,
                                           const std::vector<std::function<void(int)>>& fns);
