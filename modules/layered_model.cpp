@@ -322,7 +322,7 @@ MlpChoice LayeredModelImpl::mlp_choice(const torch::Tensor& x) {
   if (kernel == GemmKernel::kAuto && spec_.layered() && !x.is_cuda()) {
     return {false, "auto: the fused MLP kernel cannot take it: it runs on a GPU only"};
   }
-  // A Linear on its own: the plan says why it runs as auto plans it.
+  // The plan decides and says why, for a Linear on its own too (it runs as auto plans it).
   return choose_mlp(mlp_query(x), kernel);
 }
 

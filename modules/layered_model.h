@@ -100,8 +100,8 @@ class LayeredModelImpl : public torch::nn::Module {
  private:
   // The kernel every Linear was set to; kCublas where they differ (each Linear then runs alone).
   GemmKernel model_kernel() const;
-  // Whether forward(x) goes to the whole-model op, which decides on the fused-MLP kernel: asked
-  // for, or under auto on a GPU for a model of widths and layers the kernel takes.
+  // Whether forward(x) goes to the whole-model op: the fused-MLP kernel asked for (the op runs it
+  // or says why not), or under auto where choose_mlp takes it for this model and x.
   bool may_run_mlp(const torch::Tensor& x);
   // The model as the fused-MLP kernel's plan sees it (the whole-model op builds the same query
   // from its arguments).
