@@ -98,8 +98,9 @@ struct TermSource {
 // waits on its stores; after other passes staging measured slower): the values stored in a buffer
 // on the stack instead, and copied to out a piece at a time (Lanes::copy), which the SIMD loops
 // make a string move: it writes whole cache lines without reading them first, where each vector
-// store fetches its line of out. The call's pointers are read into locals first: the vector stores
-// may alias anything, so fields read through a reference would be read again after every store.
+// store fetches its line of out. Not where out is y itself (below). The call's pointers are read
+// into locals first: the vector stores may alias anything, so fields read through a reference would
+// be read again after every store.
 template <bool kFirst, bool kLast, bool kStaged, class Lanes, ElementType E, class Apply>
 inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   using V = typename Lanes::Value;
@@ -134,7 +135,15 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
       v[i] = x;
     }
   };
+  const auto store_to_out = [&] {
+    for (int i = 0; i < full; ++i) one(i, kLanes, out + i * kLanes);
+    if (rest > 0) one(full, rest, out + full * kLanes);
+  };
   if constexpr (kStage) {
+    // Over y itself (out == y, the CPU's whole forward) the values are stored in place: y's lines
+    // are in the cache already, and a string move back onto y from a buffer at y's own page
+    // offset runs slowly.
+    if (static_cast<const void*>(out) == static_cast<const void*>(y)) return store_to_out();
     // A piece at a time: its buffer starts at the offset in a 4 KiB page of the piece's source, so
     // that no load shares the low 12 bits of its address with an earlier store of the piece: the
     // core can take those for a dependence and wait on it.
@@ -155,8 +164,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
           std::min<int64_t>(int64_t(end) * kLanes, full * kLanes + rest) - int64_t(p) * kLanes);
     }
   } else {
-    for (int i = 0; i < full; ++i) one(i, kLanes, out + i * kLanes);
-    if (rest > 0) one(full, rest, out + full * kLanes);
+    store_to_out();
   }
 }
 
