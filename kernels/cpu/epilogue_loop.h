@@ -141,8 +141,7 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   };
   if constexpr (kStage) {
     // Over y itself (out == y, the CPU's whole forward) the values are stored in place: y's lines
-    // are in the cache already, and a string move back onto y from a buffer at y's own page
-    // offset runs slowly.
+    // are in the cache already, and the string move back onto them measured slower.
     if (static_cast<const void*>(out) == static_cast<const void*>(y)) return store_to_out();
     // A piece at a time: its buffer starts at the offset in a 4 KiB page of the piece's source, so
     // that no load shares the low 12 bits of its address with an earlier store of the piece: the
