@@ -116,6 +116,19 @@ void set_capability(Capability capability) {
   current().store(capability, std::memory_order_relaxed);
 }
 
+bool fast_string_moves() {
+  static const bool fast = [] {
+#if FUSEDLINEAR_CPU_SIMD && (defined(__x86_64__) || defined(__i386__))
+    // FSRM, leaf 7's EDX bit 4: without it a short rep movsb starts slowly.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 4)) != 0;
+#else
+    return false;
+#endif
+  }();
+  return fast;
+}
+
 Capability loop_of(const CpuChainKernels& kernels) {
   const Capability wanted = capability();
   for (Capability c : supported()) {

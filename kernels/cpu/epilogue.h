@@ -32,6 +32,10 @@ std::vector<Capability> supported_capabilities();
 // FUSEDLINEAR_CPU_CAPABILITY, with the same values, chooses for the fused ops alone.
 Capability capability();
 
+// Whether this CPU makes short string moves fast (CPUID's FSRM): only there does a pass that
+// stages its values and copies them to the output (epilogue_loop.h) gain by the copy.
+bool fast_string_moves();
+
 // Makes the ops use `capability` from now on (tests force each one in turn). Throws
 // std::invalid_argument when it is not among supported_capabilities().
 void set_capability(Capability capability);

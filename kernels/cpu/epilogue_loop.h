@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cpu/epilogue.h"
 #include "kernels/math/element.h"
 #include "kernels/math/model.h"
 
@@ -58,7 +59,8 @@ template <class Lanes>
 constexpr int kStagedValuesOf = int(std::min<int64_t>(kBlockValues, 256 / Lanes::kLanes));
 
 // A block of a row's run: `full` whole values from element `at` (column `col`), then the `rest`
-// elements (0 to kLanes - 1) of a partial one; `v` holds its values between the passes.
+// elements (0 to kLanes - 1) of a partial one; `v` holds its values between the passes;
+// `stage_copies`: fast_string_moves() (epilogue.h).
 template <class Lanes, ElementType E>
 struct Block {
   const EpilogueCall& call;
@@ -66,6 +68,7 @@ struct Block {
   int full;
   int64_t rest;
   typename Lanes::Value* v;
+  bool stage_copies;
 };
 
 // Term `slot` of a block's values: a column's values, one value for all (a one-element
@@ -141,8 +144,11 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   };
   if constexpr (kStage) {
     // Over y itself (out == y, the CPU's whole forward) the values are stored in place: y's lines
-    // are in the cache already, and the string move back onto them measured slower.
-    if (static_cast<const void*>(out) == static_cast<const void*>(y)) return store_to_out();
+    // are in the cache already, and the string move back onto them measured slower. Without fast
+    // short string moves the copy measured slower than the stores it replaces.
+    if (static_cast<const void*>(out) == static_cast<const void*>(y) || !block.stage_copies) {
+      return store_to_out();
+    }
     // A piece at a time: its buffer starts at the offset in a 4 KiB page of the piece's source, so
     // that no load shares the low 12 bits of its address with an earlier store of the piece: the
     // core can take those for a dependence and wait on it.
@@ -256,17 +262,18 @@ template <class Lanes, ElementType E, class ChainT>
 inline void run_chain(const ChainT& chain, const EpilogueCall& call, int64_t begin, int64_t end) {
   constexpr int64_t kLanes = Lanes::kLanes;
   typename Lanes::Value values[kBlockValues];
+  const bool stage_copies = fast_string_moves();
   // Without per-column inputs the rows need not be told apart: one run, blocks across rows.
   const bool by_row = call.bias || call.terms.count > 0;
-  for_each_row_run(by_row ? call.cols : end, begin, end,
-                   [&](int64_t first, int64_t col, int64_t n) {
-                     for (int64_t k = 0; k < n; k += kBlockValues * kLanes) {
-                       const int64_t count = std::min(n - k, kBlockValues * kLanes);
-                       const Block<Lanes, E> block{
-                           call, first + k, col + k, int(count / kLanes), count % kLanes, values};
-                       block_ops<0, true>(chain, block);
-                     }
-                   });
+  for_each_row_run(
+      by_row ? call.cols : end, begin, end, [&](int64_t first, int64_t col, int64_t n) {
+        for (int64_t k = 0; k < n; k += kBlockValues * kLanes) {
+          const int64_t count = std::min(n - k, kBlockValues * kLanes);
+          const Block<Lanes, E> block{call,           first + k, col + k,     int(count / kLanes),
+                                      count % kLanes, values,    stage_copies};
+          block_ops<0, true>(chain, block);
+        }
+      });
 }
 
 // The loop of declaration Model (or, for RuntimeChain, of `program`) on [begin, end) of a call.
