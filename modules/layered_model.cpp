@@ -318,12 +318,8 @@ MlpQuery LayeredModelImpl::mlp_query(const torch::Tensor& x) {
 }
 
 MlpChoice LayeredModelImpl::mlp_choice(const torch::Tensor& x) {
-  const GemmKernel kernel = model_kernel();
-  if (kernel == GemmKernel::kAuto && spec_.layered() && !x.is_cuda()) {
-    return {false, "auto: the fused MLP kernel cannot take it: it runs on a GPU only"};
-  }
-  // The plan decides and says why, for a Linear on its own too (it runs as auto plans it).
-  return choose_mlp(mlp_query(x), kernel);
+  // The plan decides and says why, on the CPU and for a Linear on its own too.
+  return choose_mlp(mlp_query(x), model_kernel());
 }
 
 std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
@@ -332,7 +328,8 @@ std::string LayeredModelImpl::mlp_refusal(const torch::Tensor& x) {
 }
 
 std::string LayeredModelImpl::gemm_description(const torch::Tensor& x) {
-  if (may_run_mlp(x)) {
+  // What may_run_mlp decides, from one query that the description reads too.
+  if (spec_.layered()) {
     const MlpQuery query = mlp_query(x);
     if (choose_mlp(query, model_kernel()).fused) return mlp_description(query);
   }
