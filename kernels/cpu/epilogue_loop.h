@@ -138,7 +138,9 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
       v[i] = x;
     }
   };
+  // Two values an iteration: with AVX2's float32, a whole cache line, as eager's loops store.
   const auto store_to_out = [&] {
+#pragma GCC unroll 2
     for (int i = 0; i < full; ++i) one(i, kLanes, out + i * kLanes);
     if (rest > 0) one(full, rest, out + full * kLanes);
   };
@@ -256,6 +258,16 @@ inline void block_ops(const act::ProgramChain<P, kTerms>& chain, const Block<Lan
   }
 }
 
+// Whether a chain is one pass (at most one op), which holds no values between passes.
+template <class... Fs>
+constexpr bool one_pass(const act::Chain<Fs...>&) {
+  return sizeof...(Fs) <= 1;
+}
+template <act::ResultPrecision P, int kTerms>
+bool one_pass(const act::ProgramChain<P, kTerms>& chain) {
+  return chain.program.count <= 1;
+}
+
 // The chain over the elements [begin, end) of the call's row-major [rows, cols] tensor, a block
 // of a row's run at a time.
 template <class Lanes, ElementType E, class ChainT>
@@ -265,10 +277,15 @@ inline void run_chain(const ChainT& chain, const EpilogueCall& call, int64_t beg
   const bool stage_copies = fast_string_moves();
   // Without per-column inputs the rows need not be told apart: one run, blocks across rows.
   const bool by_row = call.bias || call.terms.count > 0;
+  // A chain of one pass holds no values between passes, so its block is the whole run (up to a
+  // count of values an int holds): each block pays its pass's set-up again, which measured
+  // costly beside the few instructions a value of most ops.
+  const int64_t block_elements =
+      one_pass(chain) ? std::min<int64_t>(end - begin, int64_t(1) << 30) : kBlockValues * kLanes;
   for_each_row_run(
       by_row ? call.cols : end, begin, end, [&](int64_t first, int64_t col, int64_t n) {
-        for (int64_t k = 0; k < n; k += kBlockValues * kLanes) {
-          const int64_t count = std::min(n - k, kBlockValues * kLanes);
+        for (int64_t k = 0; k < n; k += block_elements) {
+          const int64_t count = std::min(n - k, block_elements);
           const Block<Lanes, E> block{call,           first + k, col + k,     int(count / kLanes),
                                       count % kLanes, values,    stage_copies};
           block_ops<0, true>(chain, block);
