@@ -35,6 +35,22 @@ inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) 
   }
 }
 
+// As for_each_row_run, but the whole rows among the runs go to one call, fn(first, 0, cols, rows);
+// a partial row, first or last, to a call of its own (rows = 1).
+template <class Fn>
+inline void for_each_row_group(int64_t cols, int64_t begin, int64_t end, Fn&& fn) {
+  int64_t first = begin;
+  if (first % cols != 0) {
+    const int64_t n = std::min(cols - first % cols, end - first);
+    fn(first, first % cols, n, int64_t(1));
+    first += n;
+  }
+  const int64_t rows = (end - first) / cols;
+  if (rows > 0) fn(first, int64_t(0), cols, rows);
+  first += rows * cols;
+  if (first < end) fn(first, int64_t(0), end - first, int64_t(1));
+}
+
 // Marks the lambdas run once a value (vector): they are always inlined into their loops. In the
 // interpreter's large switch the compiler otherwise leaves some out of line, so each value costs
 // a call, and a costly op reloads all its constants each time.
@@ -59,14 +75,15 @@ template <class Lanes>
 constexpr int kStagedValuesOf = int(std::min<int64_t>(kBlockValues, 256 / Lanes::kLanes));
 
 // A block of a row's run: `full` whole values from element `at` (column `col`), then the `rest`
-// elements (0 to kLanes - 1) of a partial one; `v` holds its values between the passes;
+// elements (0 to kLanes - 1) of a partial one; for a chain of one pass, `rows` such runs,
+// `stride` elements apart (else rows = 1); `v` holds its values between the passes;
 // `stage_copies`: fast_string_moves() (epilogue.h).
 template <class Lanes, ElementType E>
 struct Block {
   const EpilogueCall& call;
   int64_t at, col;
   int full;
-  int64_t rest;
+  int64_t rest, rows, stride;
   typename Lanes::Value* v;
   bool stage_copies;
 };
@@ -119,10 +136,11 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
   const int full = block.full;
   const int64_t rest = block.rest;
   const Apply fn = apply;  // a copy: what it holds by value stays in registers (op_pass)
-  const auto one = [&](int i, int64_t count, S* to) FUSEDLINEAR_PER_VALUE {
+  // Value i of the row `shift` elements on from the block's first.
+  const auto one = [&](int64_t shift, int i, int64_t count, S* to) FUSEDLINEAR_PER_VALUE {
     V x;
     if constexpr (kFirst) {
-      x = Lanes::template load<E>(y + i * kLanes, count);
+      x = Lanes::template load<E>(y + shift + i * kLanes, count);
       if (bias) x = x + Lanes::template load<E>(bias + i * kLanes, count);
     } else {
       x = v[i];
@@ -131,7 +149,8 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     if constexpr (kLast) {
       Lanes::template store<E>(to, x, count);
       if (gate) {
-        x = Lanes::template load<E>(to, count) * Lanes::template load<E>(gate + i * kLanes, count);
+        x = Lanes::template load<E>(to, count) *
+            Lanes::template load<E>(gate + shift + i * kLanes, count);
         Lanes::template store<E>(to, x, count);
       }
     } else {
@@ -139,10 +158,14 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     }
   };
   // Two values an iteration: with AVX2's float32, a whole cache line, as eager's loops store.
-  const auto store_to_out = [&] {
+  const auto store_row = [&](int64_t shift) FUSEDLINEAR_PER_VALUE {
 #pragma GCC unroll 2
-    for (int i = 0; i < full; ++i) one(i, kLanes, out + i * kLanes);
-    if (rest > 0) one(full, rest, out + full * kLanes);
+    for (int i = 0; i < full; ++i) one(shift, i, kLanes, out + shift + i * kLanes);
+    if (rest > 0) one(shift, full, rest, out + shift + full * kLanes);
+  };
+  const auto store_to_out = [&] {
+    for (int64_t shift = 0; shift < block.rows * block.stride; shift += block.stride)
+      store_row(shift);
   };
   if constexpr (kStage) {
     // Over y itself (out == y, the CPU's whole forward) the values are stored in place: y's lines
@@ -158,17 +181,19 @@ inline void block_pass(const Block<Lanes, E>& block, const Apply& apply) {
     constexpr size_t kPage = 4096;
     alignas(64) unsigned char room[kPage + kPiece * kLanes * sizeof(S)];
     const int values = full + (rest > 0 ? 1 : 0);
-    for (int p = 0; p < values; p += kPiece) {
-      const int end = std::min(values, p + kPiece);
-      const auto source = reinterpret_cast<uintptr_t>(y + p * kLanes);
-      S* const sink =
-          reinterpret_cast<S*>(room + (source - reinterpret_cast<uintptr_t>(room)) % kPage);
-      const int whole = std::min(end, full);
-      for (int i = p; i < whole; ++i) one(i, kLanes, sink + (i - p) * kLanes);
-      if (end > full) one(full, rest, sink + (full - p) * kLanes);
-      Lanes::template copy<E>(
-          out + p * kLanes, sink,
-          std::min<int64_t>(int64_t(end) * kLanes, full * kLanes + rest) - int64_t(p) * kLanes);
+    for (int64_t shift = 0; shift < block.rows * block.stride; shift += block.stride) {
+      for (int p = 0; p < values; p += kPiece) {
+        const int end = std::min(values, p + kPiece);
+        const auto source = reinterpret_cast<uintptr_t>(y + shift + p * kLanes);
+        S* const sink =
+            reinterpret_cast<S*>(room + (source - reinterpret_cast<uintptr_t>(room)) % kPage);
+        const int whole = std::min(end, full);
+        for (int i = p; i < whole; ++i) one(shift, i, kLanes, sink + (i - p) * kLanes);
+        if (end > full) one(shift, full, rest, sink + (full - p) * kLanes);
+        Lanes::template copy<E>(
+            out + shift + p * kLanes, sink,
+            std::min<int64_t>(int64_t(end) * kLanes, full * kLanes + rest) - int64_t(p) * kLanes);
+      }
     }
   } else {
     store_to_out();
@@ -269,28 +294,34 @@ bool one_pass(const act::ProgramChain<P, kTerms>& chain) {
 }
 
 // The chain over the elements [begin, end) of the call's row-major [rows, cols] tensor, a block
-// of a row's run at a time.
+// of a row's run at a time; a chain of one pass, which holds no values between passes, takes
+// every whole row as one block (and without per-column inputs the whole span): each block pays
+// its pass's set-up again, which measured costly beside most ops' few instructions a value.
 template <class Lanes, ElementType E, class ChainT>
 inline void run_chain(const ChainT& chain, const EpilogueCall& call, int64_t begin, int64_t end) {
   constexpr int64_t kLanes = Lanes::kLanes;
   typename Lanes::Value values[kBlockValues];
   const bool stage_copies = fast_string_moves();
-  // Without per-column inputs the rows need not be told apart: one run, blocks across rows.
+  // Without per-column inputs the rows need not be told apart: runs across rows, as long as a
+  // block's count of values fits its int.
   const bool by_row = call.bias || call.terms.count > 0;
-  // A chain of one pass holds no values between passes, so its block is the whole run (up to a
-  // count of values an int holds): each block pays its pass's set-up again, which measured
-  // costly beside the few instructions a value of most ops.
-  const int64_t block_elements =
-      one_pass(chain) ? std::min<int64_t>(end - begin, int64_t(1) << 30) : kBlockValues * kLanes;
-  for_each_row_run(
-      by_row ? call.cols : end, begin, end, [&](int64_t first, int64_t col, int64_t n) {
-        for (int64_t k = 0; k < n; k += block_elements) {
-          const int64_t count = std::min(n - k, block_elements);
-          const Block<Lanes, E> block{call,           first + k, col + k,     int(count / kLanes),
-                                      count % kLanes, values,    stage_copies};
+  const int64_t run = by_row ? call.cols : std::min<int64_t>(end, int64_t(1) << 30);
+  if (one_pass(chain)) {
+    return for_each_row_group(
+        run, begin, end, [&](int64_t first, int64_t col, int64_t n, int64_t rows) {
+          const Block<Lanes, E> block{call, first, col,    int(n / kLanes), n % kLanes,
+                                      rows, run,   values, stage_copies};
           block_ops<0, true>(chain, block);
-        }
-      });
+        });
+  }
+  for_each_row_run(run, begin, end, [&](int64_t first, int64_t col, int64_t n) {
+    for (int64_t k = 0; k < n; k += kBlockValues * kLanes) {
+      const int64_t count = std::min(n - k, kBlockValues * kLanes);
+      const Block<Lanes, E> block{call, first + k, col + k, int(count / kLanes), count % kLanes,
+                                  1,    run,       values,  stage_copies};
+      block_ops<0, true>(chain, block);
+    }
+  });
 }
 
 // The loop of declaration Model (or, for RuntimeChain, of `program`) on [begin, end) of a call.
