@@ -20,6 +20,10 @@ bool small_batch_runs() {
 #endif
 }
 
+bool small_batch_takes(int64_t rows, bool w_output_major) {
+  return small_batch_runs() && rows <= kSmallBatchMaxRows && w_output_major;
+}
+
 void small_batch_linear(const SmallBatchCall& call) {
   TORCH_CHECK(small_batch_runs(),
               "fusedlinear: the small-batch products need the AVX2 or AVX-512 loop, and the CPU "

@@ -13,7 +13,7 @@ namespace fusedlinear {
 namespace cpu {
 
 // The most rows auto gives the small-batch products (plan_gemm): up to here they measured faster
-// than the BLAS's GEMM, narrow layers and 1024-wide ones alike (docs/PERFORMANCE.md C26).
+// than the BLAS's GEMM, narrow layers and 1024-wide ones alike (docs/PERFORMANCE.md).
 constexpr int64_t kSmallBatchMaxRows = 16;
 
 // out [rows][n] = x [rows][k] W [n][k]^T, every tensor contiguous; x and out float32, W of
@@ -30,6 +30,11 @@ struct SmallBatchCall {
 // Whether the small-batch products run here: the epilogue's chosen loop (capability()) is AVX2's
 // or AVX-512's.
 bool small_batch_runs();
+
+// Whether the small-batch products take x W^T of `rows` rows of x, W output-major or not: where
+// they run, at most kSmallBatchMaxRows rows, W output-major. The op's CPU twin takes them there,
+// and a plan that wants the BLAS's GEMM asks this before it calls the twin.
+bool small_batch_takes(int64_t rows, bool w_output_major);
 
 // The products of `call`, W's rows split across libtorch's threads. Needs small_batch_runs().
 void small_batch_linear(const SmallBatchCall& call);

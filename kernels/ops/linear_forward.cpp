@@ -113,11 +113,12 @@ torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const
     return products_plus(x, w.weight, *terms.residual);
   }
   // On the CPU a float32 Linear with a chain is one op: the linear_epilogue op's CPU twin runs the
-  // chain over the products it owns, where a second op would allocate an output of its own. (At a
-  // few rows that twin takes the small-batch products, which this plan did not choose.)
+  // chain over the products it owns, where a second op would allocate an output of its own. (Not
+  // where that twin would take the small-batch products, which this plan did not choose.)
   const bool one_cpu_op = x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
                           plan.products == Precision::kIeee && !chain.empty() &&
-                          !given(terms.gate) && rows_of(x) > cpu::kSmallBatchMaxRows;
+                          !given(terms.gate) &&
+                          !cpu::small_batch_takes(rows_of(x), w.weight.is_contiguous());
   torch::Tensor out;
   if (!plan.skinny && !plan.hopper && !one_cpu_op) {
     // On the CPU the bias goes into the GEMM, as eager's Linear adds it: the BLAS then has no

@@ -292,11 +292,9 @@ torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Te
 }
 
 // x W^T in float32 by the CPU's small-batch products (kernels/cpu/small_batch.h) where they take
-// it: at most kSmallBatchMaxRows rows, W output-major; none elsewhere.
+// it (cpu::small_batch_takes); none elsewhere.
 c10::optional<torch::Tensor> small_batch_products(const torch::Tensor& x, const torch::Tensor& w) {
-  if (!cpu::small_batch_runs() || x.size(0) > cpu::kSmallBatchMaxRows || !w.is_contiguous()) {
-    return c10::nullopt;
-  }
+  if (!cpu::small_batch_takes(x.size(0), w.is_contiguous())) return c10::nullopt;
   const torch::Tensor rows = x.to(torch::kFloat32).contiguous();
   torch::Tensor y = torch::empty({rows.size(0), w.size(0)}, rows.options());
   cpu::small_batch_linear({rows.data_ptr<float>(), rows.size(0), w.data_ptr(), w.size(0), w.size(1),
