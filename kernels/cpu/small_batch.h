@@ -31,9 +31,9 @@ struct SmallBatchCall {
 // or AVX-512's.
 bool small_batch_runs();
 
-// Whether the small-batch products take x W^T of `rows` rows of x, W output-major or not: where
-// they run, at most kSmallBatchMaxRows rows, W output-major. The op's CPU twin takes them there,
-// and a plan that wants the BLAS's GEMM asks this before it calls the twin.
+// Whether the small-batch products take x W^T for `rows` rows of x (`w_output_major`: W's rows
+// contiguous): where they run, at most kSmallBatchMaxRows rows, W output-major. The op's CPU twin
+// takes them there, so a plan that wants the BLAS's GEMM asks this before it calls the twin.
 bool small_batch_takes(int64_t rows, bool w_output_major);
 
 // The products of `call`, W's rows split across libtorch's threads. Needs small_batch_runs().
