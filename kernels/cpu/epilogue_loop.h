@@ -23,20 +23,9 @@ namespace cpu {
 template <ElementType E>
 using Stored = std::conditional_t<E == ElementType::kFloat32, float, uint16_t>;
 
-// Calls fn(first, col, n) for each run of elements [first, first + n) of [begin, end) that lies
-// in one row, starting at column `col`: the per-column inputs of a run are contiguous.
-template <class Fn>
-inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) {
-  int64_t col = begin % cols;  // every later run starts a row
-  for (int64_t first = begin; first < end; col = 0) {
-    const int64_t n = std::min(cols - col, end - first);
-    fn(first, col, n);
-    first += n;
-  }
-}
-
-// As for_each_row_run, but the whole rows among the runs go to one call, fn(first, 0, cols, rows);
-// a partial row, first or last, to a call of its own (rows = 1).
+// Calls fn(first, col, n, rows) for the runs of elements of [begin, end) that each lie in one
+// row, starting at column `col`: a partial row, first or last, alone (rows = 1, the per-column
+// inputs of a run contiguous), and the whole rows between them in one call (col = 0, n = cols).
 template <class Fn>
 inline void for_each_row_group(int64_t cols, int64_t begin, int64_t end, Fn&& fn) {
   int64_t first = begin;
@@ -49,6 +38,14 @@ inline void for_each_row_group(int64_t cols, int64_t begin, int64_t end, Fn&& fn
   if (rows > 0) fn(first, int64_t(0), cols, rows);
   first += rows * cols;
   if (first < end) fn(first, int64_t(0), end - first, int64_t(1));
+}
+
+// As for_each_row_group, a row a call: fn(first, col, n).
+template <class Fn>
+inline void for_each_row_run(int64_t cols, int64_t begin, int64_t end, Fn&& fn) {
+  for_each_row_group(cols, begin, end, [&](int64_t first, int64_t col, int64_t n, int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r) fn(first + r * cols, col, n);
+  });
 }
 
 // Marks the lambdas run once a value (vector): they are always inlined into their loops. In the
