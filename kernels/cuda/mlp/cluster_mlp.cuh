@@ -1,12 +1,14 @@
 // The fused-MLP kernel for a few rows, on sm_90 (fused_mlp.h): a cluster of kClusterBlocks blocks
 // shares one tile of rows. Each block forms a slice of every layer's columns and writes its values
-// into every block's copy of the next layer's input (distributed shared memory), with one cluster
-// barrier a layer, so that W is read by as many multiprocessors as the cluster holds, where one
-// block a tile (fused_mlp.cuh) reads every layer's W alone. W depends on nothing computed, so each
+// into every block's copy of the next layer's input (distributed shared memory), so that W is read
+// by as many multiprocessors as the cluster holds, where one block a tile (fused_mlp.cuh) reads
+// every layer's W alone. The values are counted in on the receiving block's mbarrier (st.async),
+// so a block waits only for its next input: no barrier of the whole cluster a layer, whose fence
+// would also wait for every copy the block has in flight. W depends on nothing computed, so each
 // block copies its slice of the next layers' W into shared memory (cp.async, a ring of
-// kClusterStages layers) while it forms the layer before: a layer then waits on the cluster's
-// barrier, not on a read of W from memory. At its start each block also asks L2 for its slices of
-// every layer's W, so that the later layers' copies find them there.
+// kClusterStages layers) while it forms the layer before: a layer then waits on its input, not
+// on a read of W from memory. At its start each block also asks L2 for its slices of every
+// layer's W, so that the later layers' copies find them there.
 //
 // Products: float32 FMAs on the CUDA cores for every type (a product of two 16-bit values is exact
 // in float32, so this is the tensor cores' float32 sum in another order). A lane takes k in
@@ -19,6 +21,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/mlp/fused_mlp.cuh"
+#include "kernels/cuda/tma.cuh"
 
 namespace fusedlinear {
 namespace cuda {
@@ -50,10 +53,10 @@ struct ClusterShape {
   static constexpr int stage_elements_for(int width, bool gated) {
     return (gated ? 2 : 1) * slice_rows_for(width) * stride_for(width);
   }
-  // The two tiles of rows (floats), then the stages (T).
+  // The two tiles of rows (floats), then the stages (T), then a tile's mbarrier each.
   static constexpr int64_t shared_bytes_of(int width, bool gated) {
     return 2 * kRows * stride_for(width) * int64_t(sizeof(float)) +
-           kClusterStages * int64_t(stage_elements_for(width, gated)) * int64_t(sizeof(T));
+           kClusterStages * int64_t(stage_elements_for(width, gated)) * int64_t(sizeof(T)) + 2 * 8;
   }
 };
 
@@ -77,6 +80,39 @@ __device__ __forceinline__ void prefetch_rows(const void* w, Slice slice, int in
   }
 }
 
+// Stores v at `address` (this block's shared memory) in block `rank` of the cluster, counted in
+// on that block's mbarrier at `barrier` (also this block's address): the receiver waits on its
+// own mbarrier for a layer's values, with no barrier of the whole cluster and no fence.
+__device__ __forceinline__ void store_to_block(uint32_t address, uint32_t barrier, int rank,
+                                               float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote_address, remote_barrier;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_address)
+               : "r"(address), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_barrier)
+               : "r"(barrier), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                   remote_address),
+               "r"(__float_as_uint(v)), "r"(remote_barrier)
+               : "memory");
+#endif
+}
+
+// The two halves of a cluster barrier: this thread's arrival, which releases its earlier writes
+// (a fence that waits for its memory operations in flight), and the wait for every thread's.
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+
 // kVec consecutive elements of a row of W's slice in shared memory, as floats.
 __device__ __forceinline__ void shared_w_floats(const float* w, float (&v)[4]) {
   const float4 f = *reinterpret_cast<const float4*>(w);
@@ -98,12 +134,13 @@ __device__ __forceinline__ void shared_w_floats(const T* w, float (&v)[8]) {
 
 // Layer l: this block's slice of columns for every row of the tile (`in`, zeros past the
 // layer's in up to the next step of k) from its slice of W in shared memory (`w`, and the gate's
-// at `gate_w`; copy_rows), its values written into `out_tile` of every block of the cluster, or
-// for the last layer into the call's output.
+// at `gate_w`; copy_rows), its values written into `out_tile` of every block of the cluster
+// (counted in on each block's `out_barrier`), or for the last layer into the call's output.
 template <typename T, class Shape, class Chains>
 __device__ __forceinline__ void cluster_layer(const MlpCall& call, int l, bool last,
-                                              const float* in, float* out_tile, int stride,
-                                              const T* w, const T* gate_w, int64_t row0,
+                                              const float* in, float* out_tile,
+                                              uint32_t out_barrier, int stride, const T* w,
+                                              const T* gate_w, int64_t row0,
                                               cooperative_groups::cluster_group& cluster) {
   const MlpLayer& layer = call.layer[l];
   constexpr int kRows = Shape::kRows, kCols = Shape::kCols, kVec = Shape::kVec;
@@ -161,10 +198,9 @@ __device__ __forceinline__ void cluster_layer(const MlpCall& call, int l, bool l
         static_cast<T*>(call.out)[row[0] * layer.out + col[0]] = from_float<T>(p[0][0]);
       }
     } else {
+      const uint32_t address = shared_address(out_tile + r * stride + col[0]);
 #pragma unroll
-      for (int b = 0; b < kClusterBlocks; ++b) {
-        cluster.map_shared_rank(out_tile, b)[r * stride + col[0]] = p[0][0];
-      }
+      for (int b = 0; b < kClusterBlocks; ++b) store_to_block(address, out_barrier, b, p[0][0]);
     }
   }
 }
@@ -182,8 +218,16 @@ __global__ void __launch_bounds__(kThreads)
   float* tiles[2] = {reinterpret_cast<float*>(shared_bytes),
                      reinterpret_cast<float*>(shared_bytes) + Shape::kRows * stride};
   T* stages = reinterpret_cast<T*>(tiles[1] + Shape::kRows * stride);
+  // Tile t's mbarrier: its phase ends once every block's values of a layer have landed in it.
+  const uint32_t barriers = shared_address(stages + kClusterStages * stage_elements);
+  const auto barrier_of = [&](int t) { return barriers + 8u * uint32_t(t); };
   const int gate_at = stage_elements / 2;  // a stage's gate slice, where the model is gated
   const int64_t row0 = int64_t(blockIdx.x / kClusterBlocks) * Shape::kRows;
+  // This block's mbarriers ready, then its arrival at the barrier every block passes before any
+  // block writes into another's tiles: arrived before W's copies are issued, so that its fence
+  // waits for none of them.
+  if (threadIdx.x < 2) init_barrier(barrier_of(threadIdx.x));
+  cluster_arrive();
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
     const Slice slice = slice_of(layer.out, rank);
@@ -209,26 +253,36 @@ __global__ void __launch_bounds__(kThreads)
   };
   for (int l = 0; l < kClusterStages; ++l) fill(l);
   load_x_tile<Shape, T>(call, tiles[0], stride, row0);
-  // Every block of the cluster running, before any block writes into another's tiles.
-  cluster.sync();
+  cluster_wait();
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
     const bool last = l + 1 == call.layers;
     float* tile_out = tiles[(l + 1) % 2];
-    // This layer's slice in, every thread's copies of it (the later layers' may be in flight).
+    // This layer's input: the layer before's values from every block, the ((l - 1) / 2)-th phase
+    // of tile l % 2's mbarrier (the first layer's input is x, loaded by this block) ...
+    if (l > 0) wait_barrier(barrier_of(l % 2), uint32_t((l - 1) / 2) % 2);
+    // ... and its slice of W, every thread's copies of it (the later layers' may be in flight).
     skinny::copy_async_wait<kClusterStages - 1>();
     __syncthreads();
-    // The k past this layer's width that the next layer's last step reads: this block's own copy
-    // (the other blocks write only columns within the width).
-    if (!last)
+    if (!last) {
+      // The values every block will send into tile_out: every column for every row. The other
+      // blocks have read tile_out as their input already (they sent this layer's input after),
+      // and may count theirs in before this arrival: the phase ends only with it.
+      if (threadIdx.x == 0) {
+        expect_bytes(barrier_of((l + 1) % 2),
+                     uint32_t(Shape::kRows * layer.out * int(sizeof(float))));
+      }
+      // The k past this layer's width that the next layer's last step reads: this block's own
+      // copy (the other blocks write only columns within the width).
       zero_columns<float, Shape>(tile_out, stride, layer.out, round_up(layer.out, Shape::kKStep));
+    }
     const T* stage = stages + l % kClusterStages * stage_elements;
-    cluster_layer<T, Shape, Chains>(call, l, last, tiles[l % 2], tile_out, stride, stage,
-                                    layer.gate_w ? stage + gate_at : nullptr, row0, cluster);
+    cluster_layer<T, Shape, Chains>(call, l, last, tiles[l % 2], tile_out, barrier_of((l + 1) % 2),
+                                    stride, stage, layer.gate_w ? stage + gate_at : nullptr, row0,
+                                    cluster);
     if (last) break;
-    // Every block's slice written into every tile, and every read of this layer's input and of
-    // its stage done, before the next layer reads the one and writes the others.
-    cluster.sync();
+    // Every read of this layer's stage done before its copy of a later layer's W overwrites it.
+    __syncthreads();
     fill(l + kClusterStages);
   }
   skinny::copy_async_wait<0>();  // no copy outlives the block
