@@ -85,8 +85,8 @@ struct Block {
   bool stage_copies;
 };
 
-// Term `slot` of a block's values: a column's values, one value for all (a one-element
-// parameter), or zeros where the call passes fewer terms than the chain reads.
+// Term `slot` of a block's values: a column's values (`column`), or one value for all (`all`: a
+// one-element parameter, or zeros where the call passes fewer terms than the chain reads).
 template <class Lanes, ElementType E>
 struct TermSource {
   using V = typename Lanes::Value;
@@ -101,10 +101,6 @@ struct TermSource {
     } else {
       column = data + block.col;
     }
-  }
-  // Value i's term, `count` elements.
-  V at(int i, int64_t count) const {
-    return column ? Lanes::template load<E>(column + i * Lanes::kLanes, count) : all;
   }
 };
 
@@ -218,10 +214,19 @@ inline void op_pass(const F& f, const Block<Lanes, E>& block, int slot, bool las
   if constexpr (act::kTakesColumnTerm<F>) {
     TermSource<Lanes, E> term;
     term.set(block, slot);
-    block_pass<kFirst, act::kMemoryBound<F>>(
-        block, last, [f, term](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
-          return f(x, term.at(i, count));
-        });
+    // A loop for each kind of term: a branch on the kind inside kept the loop from storing two
+    // values an iteration.
+    if (term.column) {
+      const auto* const column = term.column;
+      block_pass<kFirst, act::kMemoryBound<F>>(
+          block, last, [f, column](V x, int i, int64_t count) FUSEDLINEAR_PER_VALUE {
+            return f(x, Lanes::template load<E>(column + i * Lanes::kLanes, count));
+          });
+    } else {
+      const V all = term.all;
+      block_pass<kFirst, act::kMemoryBound<F>>(
+          block, last, [f, all](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x, all); });
+    }
   } else {
     block_pass<kFirst, act::kMemoryBound<F>>(
         block, last, [f](V x, int, int64_t) FUSEDLINEAR_PER_VALUE { return f(x); });
