@@ -1,6 +1,7 @@
-// Declarations for test_compiled_chains: chains with neither Half forms nor a 16-bit launch shape
-// of their own, so that their kernels are exactly those a run-time chain of the same spec gets
-// when NVRTC compiles it (kernels/cuda/jit/), in every dtype.
+// Declarations for test_compiled_chains: chains without a 16-bit launch shape of their own, so
+// that their kernels are exactly those a run-time chain of the same spec gets when NVRTC compiles
+// it (kernels/cuda/jit/), in every dtype: the Half forms in 16 bits where the chain allows them
+// (the first), the float32 forms where it does not (the second).
 #pragma once
 
 #include <cmath>
@@ -10,7 +11,7 @@
 
 namespace fusedlinear {
 
-// swish_chain's chain (whose own declaration takes the Half forms in 16 bits).
+// swish_chain's chain (whose own declaration has a 16-bit launch shape).
 struct CompiledSwishChain {
   static constexpr const char* kName = "test_compiled_swish_chain";
   static constexpr const char* kLinear = "matmul";

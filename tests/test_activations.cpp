@@ -299,8 +299,8 @@ TEST(Activations, SwishBetaAndSquareAsPyTorchOnTheGrid) {
 }
 
 // Each library declaration's compiled chain, as the kernels run it at both result precisions
-// (rewritten: chain.h; its Half forms where it opts in: model.h), against the float64 forms of
-// the chain it declares.
+// (rewritten: chain.h; its Half forms where its chain allows them: model.h), against the float64
+// forms of the chain it declares.
 template <class Model>
 void expect_declaration_matches_float64() {
   const ParsedChain chain = chain_of(Model::kChain);
@@ -324,7 +324,8 @@ TEST(Activations, LibraryDeclarationsMatchFloat64) {
              LibraryModels{});
 }
 
-// A declaration that does not opt in to the Half forms (model.h).
+// A declaration whose chain does not allow the Half forms: a GELU after the Half-form ops, which
+// kHalfFormsHold does not count as keeping errors.
 struct NotOptedIn {
   static constexpr auto kChain = act::Chain(act::Tanh{}, act::Gelu{}, act::Gelu{});
 };
@@ -345,7 +346,7 @@ TEST(Activations, RewritesFollowTheRange) {
                 act::kRewriteOnly<act::GeluOnUnitIntervalHalfPrecision> &&
                 !act::kRewriteOnly<act::Gelu>);
   EXPECT_THROW(parse_chain("gelu_on_unit_interval"), ChainSpecError);
-  // Half forms only where a declaration opts in; run-time chains never take them (model.h).
+  // Half forms only where the chain allows them (model.h), for a declaration and an op list alike.
   static_assert(
       std::is_same_v<decltype(device_chain<NotOptedIn, ResultPrecision::kHalf>({})), Full>);
   static_assert(std::is_same_v<decltype(device_chain<RuntimeChain, ResultPrecision::kHalf>({})),
@@ -353,6 +354,60 @@ TEST(Activations, RewritesFollowTheRange) {
   const act::Program program = program_of(parse_chain("tanh,gelu,gelu"));
   EXPECT_EQ(program.ops[1].code, act::OpCode::kGeluOnUnitInterval);
   EXPECT_EQ(program.ops[2].code, act::OpCode::kGelu);
+  const act::Program half =
+      device_chain<RuntimeChain, ResultPrecision::kHalf>(program_of(parse_chain("tanh,relu")))
+          .program;
+  EXPECT_EQ(half.ops[0].code, act::OpCode::kTanhHalfPrecision);
+  EXPECT_EQ(half.ops[1].code, act::OpCode::kRelu);
+}
+
+// A declaration of chain type C (its functors' arguments their defaults: only the types matter).
+template <class C>
+struct DeclarationOf {
+  static constexpr C kChain{};
+};
+
+// Whether a chain's 16-bit results take the Half forms (chain.h's kHalfFormsHold) and whether an
+// op list of the same chain does (program.h's half_forms_hold): the same answer, and the one
+// written here.
+template <class... Fs>
+void expect_half_forms(const act::Chain<Fs...>& /*chain*/, const char* spec, bool hold) {
+  const act::Program program = program_of(parse_chain(spec));
+  EXPECT_EQ(act::kHalfFormsHold<act::Chain<Fs...>>, hold) << spec;
+  EXPECT_EQ(act::half_forms_hold(program), hold) << spec;
+  // The op list's Half forms are the compiled chain's, op for op.
+  const act::Program half = act::with_result_precision(program, act::ResultPrecision::kHalf);
+  int i = 0;
+  device_chain<DeclarationOf<act::Chain<Fs...>>, act::ResultPrecision::kHalf>({}).for_each(
+      [&](const auto& functor) {
+        using F = std::decay_t<decltype(functor)>;
+        EXPECT_EQ(int(half.ops[i].code), act::op_code_of<F>()) << spec << " op " << i;
+        ++i;
+      });
+  EXPECT_EQ(half.count, i) << spec;
+}
+
+TEST(Activations, HalfFormsWhereNoLaterOpMagnifiesTheirError) {
+  using namespace act;
+  // The library's chains, and ops that keep errors after a Half form.
+  expect_half_forms(Chain(Mish{}, Mish{}), "mish,mish", true);
+  // (swish_chain's clamp narrowed: the interpreter leaves out one that changes no value)
+  expect_half_forms(Chain(AddParam{"p"}, Swish{}, Tanh{}, Gelu{}, Hardtanh{-0.5f, 0.5f}),
+                    "add(p),swish,tanh,gelu,hardtanh(-0.5,0.5)", true);
+  expect_half_forms(Chain(Relu{}, Tanh{}, Relu{}), "relu,tanh,relu", true);
+  expect_half_forms(Chain(Tanh{}, Sigmoid{}, Softsign{}, Relu6{}, Clamp{-0.5f, 0.5f}),
+                    "tanh,sigmoid,softsign,relu6,clamp(-0.5,0.5)", true);
+  expect_half_forms(Chain(Sigmoid{}, Gelu{}, Mish{}), "sigmoid,gelu,mish", true);
+  // Anything before the first Half form; a chain with none.
+  expect_half_forms(Chain(AddScalar{1.0f}, Square{}, Tanh{}), "add(1),square,tanh", true);
+  expect_half_forms(Chain(Gelu{}, Softplus{}), "gelu,softplus", true);
+  // An op that may magnify the error after one: refused.
+  expect_half_forms(Chain(Tanh{}, Gelu{}, Gelu{}), "tanh,gelu,gelu", false);
+  expect_half_forms(Chain(Mish{}, MulParam{"s"}), "mish,mul(s)", false);
+  expect_half_forms(Chain(Tanh{}, AddScalar{1.0f}), "tanh,add(1)", false);
+  expect_half_forms(Chain(Mish{}, Softplus{}), "mish,softplus", false);
+  expect_half_forms(Chain(Sigmoid{}, Gelu{}, Square{}), "sigmoid,gelu,square", false);
+  expect_half_forms(Chain(Tanh{}, LeakyRelu{2.0f}), "tanh,leaky_relu(2)", false);
 }
 
 // The interpreter leaves out a clamp that cannot change a value (program.h's

@@ -255,8 +255,9 @@ TEST(ChainSpecs, WrittenAsADeclarationNvrtcCompiles) {
   int index = 0;
   for (const GrammarCase& c : grammar_cases()) {
     if (c.columns.at(1) == "refused" || is_layered_spec(c.columns[0])) continue;
+    act::Program program;
     try {
-      program_of(parse_chain(c.columns[0]));
+      program = program_of(parse_chain(c.columns[0]));
     } catch (const ChainSpecError&) {
       continue;  // past the run-time chains' limits: never compiled
     }
@@ -264,6 +265,10 @@ TEST(ChainSpecs, WrittenAsADeclarationNvrtcCompiles) {
     request.source += "struct " + name +
                       " : CompiledRuntimeChain {\n  static constexpr auto kChain = " +
                       chain_expression(parse_chain(c.columns[0])) + ";\n};\n";
+    // The compiled chain takes the Half forms where its op list does (model.h).
+    request.source += "static_assert(act::kHalfFormsHold<std::decay_t<decltype(" + name +
+                      "::kChain)>> == " + (act::half_forms_hold(program) ? "true" : "false") +
+                      ");\n";
     for (const char* precision : {"kFloat32", "kHalf"}) {
       request.source +=
           "static_assert(DeviceChain<" + name + ", act::ResultPrecision::" + precision +

@@ -33,6 +33,8 @@ std::vector<ModelSpec> chains_under_test() {
     specs.push_back(model);
     specs.push_back(runtime_model(model.chain, model.linear));
   }
+  // Each op, and chains of them; the last two take the Half forms in 16 bits, kept by the ops
+  // after them (chain.h).
   for (const char* spec : {"relu",
                            "relu6",
                            "leaky_relu(0.2)",
@@ -57,7 +59,9 @@ std::vector<ModelSpec> chains_under_test() {
                            "add(1.5)",
                            "sub(0.25),mul(-3)",
                            "div(3)",
-                           "sigmoid,mul(scale),add(shift),div(2.5)"}) {
+                           "sigmoid,mul(scale),add(shift),div(2.5)",
+                           "tanh,sigmoid,softsign,relu6",
+                           "sigmoid,gelu,mish,clamp(-0.2,2)"}) {
     specs.push_back(runtime_model(spec));
   }
   return specs;

@@ -213,8 +213,10 @@ void run_declaration(const Buffers<T>& b, int iters) {
   run_variant<T, Shape>(name + " compiled", b, iters, compiled, Model::kChain);
   // The interpreter as it runs in production (its kernel for as many terms as the program reads,
   // at the run-time chains' shape), at other shapes, and keeping all kMaxColumnTerms terms.
-  // The run-time chain's op list as the spec parser writes it (chain_spec.h's program_of).
-  const act::Program runtime_program = act::without_identity_clamps(program);
+  // The run-time chain's op list as the spec parser writes it (chain_spec.h's program_of), and as
+  // the kernels take it for results of P (the Half forms where it allows them: model.h).
+  const act::Program runtime_program =
+      act::with_result_precision(act::without_identity_clamps(program), P);
   act::with_term_capacity(runtime_program.terms, [&](auto capacity) {
     using Runtime = act::ProgramChain<act::ResultPrecision::kFloat32, capacity()>;
     const Runtime runtime{runtime_program};
@@ -224,7 +226,8 @@ void run_declaration(const Buffers<T>& b, int iters) {
     shape(cuda::ProductionShape<T, RuntimeChain, Runtime>{});
     if (runtime_program.count != program.count) {  // what leaving out the clamps saves
       run_variant<T, cuda::ProductionShape<T, RuntimeChain, Runtime>>(
-          name + " run-time, every op", b, iters, Runtime{program}, Model::kChain);
+          name + " run-time, every op", b, iters, Runtime{act::with_result_precision(program, P)},
+          Model::kChain);
     }
     shape(LaunchShape<1, 256, 2>{});
     shape(LaunchShape<1, 256, 0>{});
@@ -237,7 +240,7 @@ void run_declaration(const Buffers<T>& b, int iters) {
       shape(LaunchShape<2, 128, 2, 40>{});
     }
   });
-  const auto all_terms = device_chain<RuntimeChain, P>(runtime_program);
+  const auto all_terms = device_chain<RuntimeChain, P>(act::without_identity_clamps(program));
   using AllTerms = std::decay_t<decltype(all_terms)>;
   run_variant<T, cuda::ProductionShape<T, RuntimeChain, AllTerms>>(
       name + " run-time, all terms kept", b, iters, all_terms, Model::kChain);

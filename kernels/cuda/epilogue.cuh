@@ -365,8 +365,10 @@ cudaError_t launch_epilogue_for(const act::Program& program, const EpilogueCall&
           static_cast<T*>(call.out), call.rows, call.cols, epilogue, stream);
     };
     if constexpr (kIsRuntimeChain<Model>) {
+      // device_chain's interpreter (model.h), with the registers of as many terms as it reads.
       act::with_term_capacity(program.terms, [&](auto capacity) {
-        launch(act::ProgramChain<act::ResultPrecision::kFloat32, capacity()>{program});
+        launch(act::ProgramChain<act::ResultPrecision::kFloat32, capacity()>{
+            act::with_result_precision(program, kResultPrecisionOf<E>)});
       });
     } else {
       launch(device_chain<Model, kResultPrecisionOf<E>>(program));

@@ -2,7 +2,7 @@
 // applies them, `Chain(AddParam{"add_value"}, Swish{}, Tanh{}, Gelu{}, Hardtanh{-1, 1})`, and the
 // rewrites that make a chain cheaper without changing what it computes:
 //   - for results kept in bfloat16 or float16 (ResultPrecision::kHalf), each functor's `Half`
-//     form where it has one;
+//     form where it has one, in chains whose later ops do not magnify its error (kHalfFormsHold);
 //   - GELU after a functor whose results lie in [-1, 1] (Tanh, Sigmoid, ...) as the polynomial
 //     GeluOnUnitInterval, which is exact there only.
 // The run-time chains (program.h) apply the same rewrites to their op lists, and leave out the
@@ -72,6 +72,16 @@ struct HalfOfImpl<F, std::void_t<typename F::Half>> {
 // The functor for results kept in 16 bits: F::Half, or F itself.
 template <class F>
 using HalfOf = typename HalfOfImpl<F>::type;
+template <class F>
+inline constexpr bool kHasHalfForm = !std::is_same_v<HalfOf<F>, F>;
+
+template <class F, class = void>
+struct KeepsErrorsOf : std::false_type {};
+template <class F>
+struct KeepsErrorsOf<F, std::void_t<decltype(F::kKeepsErrors)>>
+    : std::bool_constant<F::kKeepsErrors> {};
+template <class F>
+inline constexpr bool kKeepsErrors = KeepsErrorsOf<F>::value;
 
 // How many arguments (kArgs) F takes: its data members, in order.
 template <class F, class = void>
@@ -232,13 +242,30 @@ struct Rewrite<P, Prev, Chain<F, Rest...>> {
   }
 };
 
-// Chain C as it runs for results of precision P.
+// Chain C as it runs for results of precision P (the Half forms for kHalf: model.h takes them
+// where kHalfFormsHold).
 template <ResultPrecision P, class C>
 using Rewritten = typename Rewrite<P, void, C>::type;
 template <ResultPrecision P, class C>
 FL_HOST_DEVICE constexpr Rewritten<P, C> rewrite(const C& chain) {
   return Rewrite<P, void, C>::of(chain);
 }
+
+// Whether the functors Fs (a chain's float32 forms, in order) may take their Half forms for 16-bit
+// results: each Half form is within a 16-bit rounding step of its own result, and every functor
+// after the first that has one keeps errors (kKeepsErrors), so that no later op magnifies that
+// error past a step (an add or a sub may cancel, a multiply scale it). The Half forms' results are
+// at least -1, the range kKeepsErrors is stated for. program.h's half_forms_hold applies the same
+// rule to an op list.
+template <class... Fs>
+constexpr bool half_forms_hold_of(const Chain<Fs...>*) {
+  bool seen = false, holds = true;
+  ((holds = holds && (!seen || kKeepsErrors<Fs>), seen = seen || kHasHalfForm<Fs>), ...);
+  return holds;
+}
+template <class C>
+inline constexpr bool kHalfFormsHold =
+    half_forms_hold_of(static_cast<const Rewritten<ResultPrecision::kFloat32, C>*>(nullptr));
 
 }  // namespace act
 }  // namespace fusedlinear

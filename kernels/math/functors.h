@@ -13,13 +13,16 @@
 //     and `compare`'s reference), and its eager libtorch form, `eager`: a template whose libtorch
 //     calls are unqualified, found in namespace at (a torch::Tensor's own) when a host file that
 //     includes torch instantiates it; the kernels never do.
-// Optional traits: `Half`, a cheaper functor for results kept in 16 bits (chain.h picks it);
-// kOutputInUnitInterval, results always in [-1, 1] (so that a following GELU may take the
-// polynomial GeluOnUnitInterval, chain.h); kArgsWrittenWhenNotDefault, the canonical spec writes
-// the bare name when every argument is its default (chain_spec.h); kMemoryBound, a few instructions
-// a value, so that a loop of it alone waits on memory, not on the core (the CPU loop stages the
-// stores of a chain of it alone, epilogue_loop.h). Not on the per-feature arithmetic: staged, it
-// measured slower at wide rows than stored directly.
+// Optional traits: `Half`, a cheaper functor for results kept in 16 bits (chain.h picks it where
+// the chain allows it); kKeepsErrors, an error of its argument at most ~1.1 times as large in its
+// result, absolute and relative, for arguments from -1 up (so that a Half form before it stays
+// within a 16-bit rounding step, chain.h); kOutputInUnitInterval, results always in [-1, 1] (so
+// that a following GELU may take the polynomial GeluOnUnitInterval, chain.h);
+// kArgsWrittenWhenNotDefault, the canonical spec writes the bare name when every argument is its
+// default (chain_spec.h); kMemoryBound, a few instructions a value, so that a loop of it alone
+// waits on memory, not on the core (the CPU loop stages the stores of a chain of it alone,
+// epilogue_loop.h). Not on the per-feature arithmetic: staged, it measured slower at wide rows
+// than stored directly.
 #pragma once
 
 #include <cmath>
@@ -47,6 +50,7 @@ inline double clamp_reference(double x, double lo, double hi) {
 // torch.relu: max(x, 0); NaN stays NaN.
 struct Relu {
   static constexpr const char* kName = "relu";
+  static constexpr bool kKeepsErrors = true;
   static constexpr bool kMemoryBound = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
@@ -62,6 +66,7 @@ struct Relu {
 // F.relu6: hardtanh(x, 0, 6).
 struct Relu6 {
   static constexpr const char* kName = "relu6";
+  static constexpr bool kKeepsErrors = true;
   static constexpr bool kMemoryBound = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
@@ -94,6 +99,7 @@ struct LeakyRelu {
 // F.hardtanh: min(max(x, min_val), max_val); NaN stays NaN.
 struct Hardtanh {
   static constexpr const char* kName = "hardtanh";
+  static constexpr bool kKeepsErrors = true;
   static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"min_val", -1.0f}, {"max_val", 1.0f}};
   float min_val = -1.0f, max_val = 1.0f;
@@ -112,6 +118,7 @@ struct Hardtanh {
 // the canonical spec writes both (-inf or inf for a side that is not bounded).
 struct Clamp {
   static constexpr const char* kName = "clamp";
+  static constexpr bool kKeepsErrors = true;
   static constexpr bool kMemoryBound = true;
   static constexpr Arg kArgs[] = {{"min", -INFINITY}, {"max", INFINITY}};
   float min = -INFINITY, max = INFINITY;
@@ -184,6 +191,7 @@ struct Celu {
 // division gives 0 where the true value is below 1e-37; x = -inf gives 0, +inf 1.
 struct Sigmoid {
   static constexpr const char* kName = "sigmoid";
+  static constexpr bool kKeepsErrors = true;
   static constexpr bool kOutputInUnitInterval = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
@@ -287,6 +295,7 @@ struct Hardswish {
 struct TanhHalfPrecision;
 struct Tanh {
   static constexpr const char* kName = "tanh";
+  static constexpr bool kKeepsErrors = true;
   static constexpr bool kOutputInUnitInterval = true;
   using Half = TanhHalfPrecision;
   template <class V>
@@ -313,6 +322,7 @@ struct TanhHalfPrecision {
 // F.softsign: x / (1 + |x|); +-inf gives inf / inf = NaN, as PyTorch's does.
 struct Softsign {
   static constexpr const char* kName = "softsign";
+  static constexpr bool kKeepsErrors = true;
   static constexpr bool kOutputInUnitInterval = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
@@ -377,6 +387,7 @@ FL_HOST_DEVICE V tanh_softplus_from_exp(V e) {
 struct MishHalfPrecision;
 struct Mish {
   static constexpr const char* kName = "mish";
+  static constexpr bool kKeepsErrors = true;
   using Half = MishHalfPrecision;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
@@ -456,6 +467,7 @@ struct GeluOnUnitIntervalHalfPrecision;
 struct GeluOnUnitInterval {
   using Half = GeluOnUnitIntervalHalfPrecision;
   static constexpr bool kRewriteOnly = true;  // a declaration writes Gelu{} (chain.h refuses this)
+  static constexpr bool kKeepsErrors = true;
   template <class V>
   FL_HOST_DEVICE V operator()(V x) const {
     const V q = polynomial(x * x, 3.989422917e-01f, -6.649035960e-02f, 9.973322973e-03f,
@@ -634,7 +646,8 @@ struct DivParam {
   X(AddParam) X(SubParam) X(MulParam) X(DivParam)
 // clang-format on
 // Functors the interpreter runs that no spec names: chain.h's rewrites.
-#define FUSEDLINEAR_REWRITTEN(X) X(GeluOnUnitInterval)
+#define FUSEDLINEAR_REWRITTEN(X) \
+  X(GeluOnUnitInterval) X(TanhHalfPrecision) X(MishHalfPrecision) X(GeluOnUnitIntervalHalfPrecision)
 
 }  // namespace act
 }  // namespace fusedlinear

@@ -10,7 +10,6 @@
 //         act::Chain(act::AddParam{"add_value"}, act::Swish{}, act::Tanh{}, act::Gelu{},
 //                    act::Hardtanh{-1.0f, 1.0f});
 //     static constexpr HalfLaunch kHalfLaunch{2, 128, 1};   // optional: see below
-//     static constexpr bool kHalfForms = true;              // optional: see below
 //   };
 //
 // A parameter of the chain (AddParam{"add_value"}, ...) is a tensor of the model under that
@@ -19,7 +18,7 @@
 // the Python constructor).
 //
 // A layered declaration lists its layers, each a struct of its Linear and chain as above (and,
-// optionally, its own kHalfLaunch and kHalfForms), in the model's order; it says what a layered
+// optionally, its own kHalfLaunch), in the model's order; it says what a layered
 // spec says (docs/CHAINS.md, "Layered models"), here `fc1: gelu | fc2: gelu | fc3`:
 //
 //   struct Fc1 {
@@ -69,16 +68,11 @@ struct HalfLaunchOf<M, std::void_t<decltype(M::kHalfLaunch)>> {
   static constexpr HalfLaunch value = M::kHalfLaunch;
 };
 
-// Whether declaration M's 16-bit results take the functors' cheaper Half forms (chain.h). Each
-// is accurate to its result's rounding step where it ends the chain or feeds functors that do
-// not amplify errors (clamps, mish's and tanh's slopes of at most ~1.1); an op after it that
-// cancels (sub, a softplus of large beta) can magnify its error past a rounding step. A
-// declaration opts in where its chain is of the first kind, tested in test_activations; others,
-// and every run-time chain, run the float32 forms whatever the result's type.
+// Whether declaration M sets kHalfForms, which device_chain refuses: its chain decides.
 template <class M, class = void>
-struct HalfFormsOf : std::false_type {};
+struct SetsHalfForms : std::false_type {};
 template <class M>
-struct HalfFormsOf<M, std::void_t<decltype(M::kHalfForms)>> : std::bool_constant<M::kHalfForms> {};
+struct SetsHalfForms<M, std::void_t<decltype(M::kHalfForms)>> : std::true_type {};
 
 // The run-time chains' pseudo-declaration: its kernels interpret a Program (program.h).
 struct RuntimeChain {};
@@ -87,18 +81,24 @@ template <class M>
 inline constexpr bool kIsRuntimeChain = std::is_same_v<M, RuntimeChain>;
 
 // What a run-time chain compiled by NVRTC declares besides its kChain (kernels/cuda/jit/): nothing,
-// so that it takes the defaults (launch shape, the float32 forms for 16-bit results, as every
-// run-time chain); the host launches its kernels with the shapes of this.
+// so that it takes the default launch shape; the host launches its kernels with the shapes of this.
 struct CompiledRuntimeChain {};
 
 // The chain the kernels run for declaration M with results of precision P: the declaration's
 // own, rewritten (chain.h); for RuntimeChain the interpreter of `program`, which compiled chains
-// ignore. Half forms only where M opts in (HalfFormsOf).
+// ignore. 16-bit results take the functors' Half forms where the chain allows them (chain.h's
+// kHalfFormsHold; program.h's half_forms_hold for an op list, the same rule), so that a
+// declaration, its chain compiled at run time and the interpreter run the same functors.
 template <class M, act::ResultPrecision P>
 constexpr auto device_chain(const act::Program& program) {
+  static_assert(!SetsHalfForms<M>::value,
+                "a declaration does not set kHalfForms: its chain decides whether 16-bit results "
+                "take the Half forms (kernels/math/chain.h, kHalfFormsHold)");
   if constexpr (kIsRuntimeChain<M>) {
-    return act::ProgramChain<act::ResultPrecision::kFloat32>{program};
-  } else if constexpr (P == act::ResultPrecision::kHalf && !HalfFormsOf<M>::value) {
+    return act::ProgramChain<act::ResultPrecision::kFloat32>{
+        act::with_result_precision(program, P)};
+  } else if constexpr (P == act::ResultPrecision::kHalf &&
+                       !act::kHalfFormsHold<std::decay_t<decltype(M::kChain)>>) {
     return act::rewrite<act::ResultPrecision::kFloat32>(M::kChain);
   } else {
     return act::rewrite<P>(M::kChain);

@@ -87,6 +87,58 @@ inline bool output_in_unit_interval(OpCode code) {
   return false;
 }
 
+// Whether op `code` keeps errors (kKeepsErrors, chain.h), and the op code of its Half form (its
+// own where it has none).
+constexpr bool keeps_errors(OpCode code) {
+  switch (code) {
+#define FUSEDLINEAR_OP_KEEPS(F) \
+  case OpCode::k##F:            \
+    return kKeepsErrors<F>;
+    FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_KEEPS)
+    FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_KEEPS)
+#undef FUSEDLINEAR_OP_KEEPS
+    case OpCode::kCount:
+      break;
+  }
+  return false;
+}
+constexpr OpCode half_form_of(OpCode code) {
+  switch (code) {
+#define FUSEDLINEAR_OP_HALF(F)                                                       \
+  case OpCode::k##F:                                                                 \
+    static_assert(op_code_of<HalfOf<F>>() >= 0, "a Half form the interpreter runs"); \
+    return OpCode(op_code_of<HalfOf<F>>());
+    FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_HALF)
+    FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_HALF)
+#undef FUSEDLINEAR_OP_HALF
+    case OpCode::kCount:
+      break;
+  }
+  return code;
+}
+
+// chain.h's kHalfFormsHold on an op list (its float32 forms): every op after the first that has a
+// Half form keeps errors.
+constexpr bool half_forms_hold(const Program& program) {
+  bool seen = false;
+  for (int i = 0; i < program.count; ++i) {
+    const OpCode code = program.ops[i].code;
+    if (seen && !keeps_errors(code)) return false;
+    seen = seen || half_form_of(code) != code;
+  }
+  return true;
+}
+
+// The program for results of precision P, as a compiled chain of its ops runs (model.h's
+// device_chain): for 16-bit results each op's Half form where the program allows them
+// (half_forms_hold). The interpreter runs each op's functor as the list gives it.
+constexpr Program with_result_precision(const Program& program, ResultPrecision precision) {
+  if (precision != ResultPrecision::kHalf || !half_forms_hold(program)) return program;
+  Program half = program;
+  for (int i = 0; i < half.count; ++i) half.ops[i].code = half_form_of(half.ops[i].code);
+  return half;
+}
+
 // The program without the clamps that cannot change a value: a Hardtanh or Clamp whose bounds
 // hold [-1, 1], after an op whose results lie there on every path, each rounding included — a GELU
 // of values in [-1, 1] (results in [-0.17, 0.85]) or a clamp to bounds inside [-1, 1]. There

@@ -123,7 +123,7 @@ NvrtcRequest mlp_unit(const std::vector<std::string>& layer_chains, const std::s
       "#include \"kernels/cuda/mlp/streamed_mlp.cuh\"\n"
       "#include \"kernels/math/model.h\"\n\n"
       "namespace fusedlinear {\nnamespace compiled {\n\n";
-  // Each layer's chain as a declaration of it, then their float32 forms (the interpreter's) by
+  // Each layer's chain as a declaration of it, then its forms for results of precision P by
   // layer, as fused_mlp.cuh's InterpretedChains applies them.
   std::string cases;
   for (size_t l = 0; l < layer_chains.size(); ++l) {
@@ -132,13 +132,13 @@ NvrtcRequest mlp_unit(const std::vector<std::string>& layer_chains, const std::s
             " : CompiledRuntimeChain {\n  static constexpr auto kChain = " + layer_chains[l] +
             ";\n};\n";
     cases += "      case " + std::to_string(l) +
-             ": {\n        constexpr auto chain =\n            device_chain<" + layer +
-             ", act::ResultPrecision::kFloat32>(act::Program{});\n"
+             ": {\n        constexpr auto chain = device_chain<" + layer +
+             ", P>(act::Program{});\n"
              "        act::apply_chain(chain, v, terms);\n        return;\n      }\n";
   }
   unit +=
       "\nstruct MlpChains {\n"
-      "  template <int R, int C>\n"
+      "  template <act::ResultPrecision P, int R, int C>\n"
       "  static __device__ __forceinline__ void apply(\n"
       "      const cuda::MlpLayer&, int l, float (&v)[R][C],\n"
       "      const float (&terms)[act::kMaxColumnTerms][C]) {\n"

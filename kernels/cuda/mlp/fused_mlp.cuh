@@ -88,8 +88,10 @@ __device__ __forceinline__ float rounded(float v) {
 // How the library's kernels apply a layer's chain: the interpreter of its op list (call.layer[l]'s
 // chain). A unit NVRTC compiles for a model (kernels/cuda/jit/chain_units.h: mlp_unit) passes its
 // own Chains instead, each layer's chain compiled in, with the same apply.
+// apply<P> applies layer l's chain as it runs for results of precision P (model.h's device_chain:
+// the interpreter's op list is given so by the host).
 struct InterpretedChains {
-  template <int R, int C>
+  template <act::ResultPrecision P, int R, int C>
   static __device__ __forceinline__ void apply(const MlpLayer& layer, int /*l*/, float (&v)[R][C],
                                                const float (&terms)[act::kMaxColumnTerms][C]) {
     act::apply_chain(layer.chain, v, terms);
@@ -131,7 +133,9 @@ __device__ __forceinline__ void finish_values(const MlpCall& call, int l, bool l
       for (int c = 0; c < C; ++c) terms[j][c] = to_float(term[broadcast ? 0 : n[c]]);
     }
   }
-  Chains::apply(layer, l, v, terms);
+  constexpr act::ResultPrecision kPrecision =
+      std::is_same_v<T, float> ? act::ResultPrecision::kFloat32 : act::ResultPrecision::kHalf;
+  Chains::template apply<kPrecision>(layer, l, v, terms);
   if (layer.gate_w) {
     const T* gate_bias = static_cast<const T*>(layer.gate_bias);
 #pragma unroll

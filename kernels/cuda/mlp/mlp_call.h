@@ -94,8 +94,8 @@ inline int64_t mlp_streamed_bytes(int64_t widest_in, int64_t widest, bool gated,
   return kMlpStreamStages * chunk + slots;
 }
 
-// The chain of a layer, as the interpreter runs it (program.h): the float32 forms of its ops,
-// as the per-layer path's epilogue runs a run-time chain for every element type.
+// The chain of a layer, as the interpreter runs it (program.h): its ops as the per-layer path's
+// epilogue runs them for the model's element type (act::with_result_precision).
 using MlpChain = act::ProgramChain<act::ResultPrecision::kFloat32>;
 
 // One layer: out[m, n] = chain(x[m, :] . w[n, :] + bias[n], terms[.][n]) [* gate[m, n]], each
