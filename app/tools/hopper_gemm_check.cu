@@ -304,10 +304,11 @@ Pointers pointers_of(const Operands<kMode>& op, void* out) {
 
 // The kernel in mode kMode with Model's chain (as the library's CUDA paths run it for the output
 // type), the problem's bias and add_value; k may be given smaller than the operands' to test
-// refusals.
+// refusals. `gate`: a gated pair's gate (its W and bias), the kernel then gated.
 template <Mode kMode, class Model>
 cudaError_t launch(const Operands<kMode>& op, const Pointers& ptr, GemmTile tile,
-                   cudaStream_t stream, bool with_bias = true, int64_t k = -1) {
+                   cudaStream_t stream, bool with_bias = true, int64_t k = -1,
+                   const Operands<kMode>* gate = nullptr) {
   using Traits = ModeTraits<kMode>;
   using In = typename Traits::In;
   using Out = typename Traits::Out;
@@ -317,25 +318,36 @@ cudaError_t launch(const Operands<kMode>& op, const Pointers& ptr, GemmTile tile
   ColumnTerms terms;
   terms.count = std::decay_t<decltype(Model::kChain)>::kTerms;
   terms.data[0] = op.add_value.data;
-  const cuda::ColumnEpilogue<Out, std::decay_t<decltype(chain)>> epilogue(
+  cuda::ColumnEpilogue<Out, std::decay_t<decltype(chain)>> epilogue(
       with_bias ? op.bias.data : nullptr, terms, chain);
   const int64_t kk = k < 0 ? op.k : k;
   const auto bf16 = [](const void* p) { return static_cast<const __nv_bfloat16*>(p); };
-  if constexpr (Traits::kParts == 3) {
-    const __nv_bfloat16* const x[3] = {bf16(ptr.x[0]), bf16(ptr.x[1]), bf16(ptr.x[2])};
-    const __nv_bfloat16* const w[3] = {bf16(ptr.w[0]), bf16(ptr.w[1]), bf16(ptr.w[2])};
-    return cuda::gemm::launch_hopper_gemm_bf16x6(x, w, static_cast<float*>(ptr.out), op.m, op.n, kk,
-                                                 epilogue, stream, tile);
-  } else if constexpr (Traits::kParts == 2) {
-    return cuda::gemm::launch_hopper_gemm_bf16x3<Traits::kProducts>(
-        static_cast<const __nv_bfloat16*>(ptr.x[0]), static_cast<const __nv_bfloat16*>(ptr.x[1]),
-        static_cast<const __nv_bfloat16*>(ptr.w[0]), static_cast<const __nv_bfloat16*>(ptr.w[1]),
-        static_cast<float*>(ptr.out), op.m, op.n, kk, epilogue, stream, tile);
-  } else {
-    return cuda::gemm::launch_hopper_gemm(
-        static_cast<const In*>(ptr.x[0]), static_cast<const In*>(ptr.w[0]),
-        static_cast<Out*>(ptr.out), op.m, op.n, kk, epilogue, stream, tile);
-  }
+  constexpr auto kAll = cuda::gemm::TileSet::kAll;
+  const auto run = [&](auto gated) -> cudaError_t {
+    constexpr bool kGated = decltype(gated)::value;
+    if constexpr (kGated) epilogue.gate_bias = gate->bias.data;
+    if constexpr (Traits::kParts == 3) {
+      const __nv_bfloat16* const x[3] = {bf16(ptr.x[0]), bf16(ptr.x[1]), bf16(ptr.x[2])};
+      const __nv_bfloat16* const w[3] = {bf16(ptr.w[0]), bf16(ptr.w[1]), bf16(ptr.w[2])};
+      const __nv_bfloat16* const g[3] = {kGated ? gate->w[0].data : nullptr,
+                                         kGated ? gate->w[1].data : nullptr,
+                                         kGated ? gate->w[2].data : nullptr};
+      return cuda::gemm::launch_hopper_gemm_bf16x6<kAll, kGated>(x, w, static_cast<float*>(ptr.out),
+                                                                 op.m, op.n, kk, epilogue, stream,
+                                                                 tile, {}, kGated ? g : nullptr);
+    } else if constexpr (Traits::kParts == 2) {
+      return cuda::gemm::launch_hopper_gemm_bf16x3<Traits::kProducts, kAll, kGated>(
+          bf16(ptr.x[0]), bf16(ptr.x[1]), bf16(ptr.w[0]), bf16(ptr.w[1]),
+          static_cast<float*>(ptr.out), op.m, op.n, kk, epilogue, stream, tile, {},
+          kGated ? gate->w[0].data : nullptr, kGated ? gate->w[1].data : nullptr);
+    } else {
+      return cuda::gemm::launch_hopper_gemm<kAll, kGated>(
+          static_cast<const In*>(ptr.x[0]), static_cast<const In*>(ptr.w[0]),
+          static_cast<Out*>(ptr.out), op.m, op.n, kk, epilogue, stream, tile,
+          kGated ? gate->w[0].data : nullptr);
+    }
+  };
+  return gate ? run(std::true_type{}) : run(std::false_type{});
 }
 
 // --- the float64 reference --------------------------------------------------------------------
@@ -590,6 +602,52 @@ void check_repeat_and_graph(const Problem& p, GemmTile tile, cudaStream_t stream
   CHECK_CUDA(cudaStreamDestroy(side));
   verdict(same, "%-15s %-12s graph captured on a side stream, 3 replays the same bits (%s)",
           ModeTraits<kMode>::kName, tile_name(tile), cudaGetErrorName(captured));
+}
+
+// A gated pair, chain(x A^T + bias) * (x B^T + gate bias), in one kernel: on every tile, bitwise
+// the two Linears launched apart, each output rounded to Out, then multiplied (in float32,
+// rounded to Out), as the per-layer path forms it.
+template <Mode kMode, class Model>
+void check_gated(const Problem& a, cudaStream_t stream) {
+  using Out = typename ModeTraits<kMode>::Out;
+  Problem b = make_problem(a.m, a.n, a.k, 99);
+  b.x = a.x;
+  const Operands<kMode> a_op = make_operands<kMode>(a), b_op = make_operands<kMode>(b);
+  const size_t count = size_t(a.m * a.n);
+  DeviceBuffer<Out> chain_out(count), gate_out(count), out(count);
+  const cudaError_t chain_launch =
+      launch<kMode, Model>(a_op, pointers_of(a_op, chain_out.data), GemmTile::kAuto, stream);
+  const cudaError_t gate_launch =
+      launch<kMode, IdentityModel>(b_op, pointers_of(b_op, gate_out.data), GemmTile::kAuto, stream);
+  CHECK_CUDA(chain_launch);
+  CHECK_CUDA(gate_launch);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  const std::vector<Out> chain_values = chain_out.download(count);
+  const std::vector<Out> gate_values = gate_out.download(count);
+  std::vector<Out> want(count);
+  for (size_t i = 0; i < count; ++i) {
+    want[i] = to_type<Out>(value_of(chain_values[i]) * value_of(gate_values[i]));
+  }
+  char what[64];
+  std::snprintf(what, sizeof what, "gated %lldx%lldx%lld", static_cast<long long>(a.m),
+                static_cast<long long>(a.n), static_cast<long long>(a.k));
+  for (GemmTile tile : kTiles) {
+    CHECK_CUDA(cudaMemsetAsync(out.data, 0xff, count * sizeof(Out), stream));
+    const cudaError_t err =
+        launch<kMode, Model>(a_op, pointers_of(a_op, out.data), tile, stream, true, -1, &b_op);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    if (!cuda::gemm::tile_fits(ModeTraits<kMode>::kProducts, tile)) {
+      verdict(err == cudaErrorNotSupported, "%-15s %-10s %-14s %s: refused (%s), does not fit",
+              ModeTraits<kMode>::kName, Model::kName, tile_name(tile), what, cudaGetErrorName(err));
+      continue;
+    }
+    const bool same = err == cudaSuccess && same_bits(out.download(count), want);
+    verdict(same, "%-15s %-10s %-14s %s: %s", ModeTraits<kMode>::kName, Model::kName,
+            tile_name(tile), what,
+            err != cudaSuccess ? cudaGetErrorString(err)
+            : same             ? "the two Linears' bits"
+                               : "bits differ from the two Linears'");
+  }
 }
 
 template <Mode kMode>
@@ -981,6 +1039,13 @@ int main(int argc, char** argv) {
                                                         "300x520x1000", stream);
     check_tiles<Mode::kBf16x6Promoted, SwishChainModel>(make_problem(300, 520, 1000, 22),
                                                         "300x520x1000", stream);
+    // Gated pairs (SwiGLU's form) with a per-feature term on the chain's side, n a multiple of a
+    // tile's half and not (odd: element stores), in 16-bit and split modes.
+    check_gated<Mode::kBf16ToF32, SwishChainModel>(make_problem(300, 520, 1000, 31), stream);
+    check_gated<Mode::kBf16ToBf16, SwishChainModel>(make_problem(300, 261, 136, 32), stream);
+    check_gated<Mode::kFp16ToFp16, MishMishModel>(make_problem(77, 520, 1000, 33), stream);
+    check_gated<Mode::kBf16x3Promoted, SwishChainModel>(make_problem(300, 261, 1000, 34), stream);
+    check_gated<Mode::kBf16x6Promoted, MishMishModel>(make_problem(129, 520, 136, 35), stream);
     check_wide_range(handle, stream);
   }
   if (what == "all" || what == "bench") bench(stream, handle);

@@ -28,12 +28,14 @@ namespace fusedlinear {
 namespace cuda {
 
 // A chain with the per-column inputs it reads: the Linear's bias and the chain's per-feature
-// terms, each of T, for any column. Passed by value to the kernels (as a __grid_constant__
-// parameter, so that the interpreter's op list is read where it lies).
+// terms, each of T, for any column; for the Hopper GEMM's gated pairs (hopper_gemm.cuh) also the
+// gate's Linear's bias. Passed by value to the kernels (as a __grid_constant__ parameter, so that
+// the interpreter's op list is read where it lies).
 template <typename T, class ChainT>
 struct ColumnEpilogue {
   using Chain = ChainT;
   const T* bias = nullptr;
+  const T* gate_bias = nullptr;
   const T* terms[act::kMaxColumnTerms] = {};
   uint32_t broadcast = 0;  // bit j: terms[j] is one value for every column
   int term_count = 0;

@@ -14,6 +14,13 @@
 //   - tiles in turns: each consumer its own tiles, the two taking the tensor cores in turn (named
 //     barriers), so that one's epilogue runs while the other's products do.
 // The TMA writes zeros past the matrix (tails of m, n and k), and the stores are masked.
+//
+// A gated pair, out = chain(x A^T + a) * (x B^T + b) (SwiGLU's silu(w1(x)) * w3(x)), is one GEMM
+// (kGated): a tile's W holds its columns' rows of A, then the same rows of B (two copies from the
+// two matrices), so that a consumer thread's accumulators of 8 columns of A sit beside those of the
+// same columns of B, and the epilogue forms their product: the two Linears' products in one
+// kernel, neither output written to memory, where the per-layer path runs two GEMMs and a pass
+// that multiplies their outputs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -189,22 +196,24 @@ struct TileOrder {
 };
 
 // The TMA's descriptions of x's and W's parts (hi, then lo, or mid and lo; the first
-// operand_parts used).
+// operand_parts used), and of a gated pair's gate's W (B).
 struct GemmMaps {
-  CUtensorMap x[kMaxParts], w[kMaxParts];
+  CUtensorMap x[kMaxParts], w[kMaxParts], gate[kMaxParts];
 };
 
-// The producer: every k-tile of every tile of this block, in order, into the ring.
-template <class Shape>
+// The producer: every k-tile of every tile of this block, in order, into the ring. kGated: a
+// tile's W the first kTileN / 2 rows of A from its first column, then the same rows of B.
+template <class Shape, bool kGated>
 __device__ __forceinline__ void produce_tiles(const GemmMaps& maps,
                                               const typename Shape::RingT& ring,
                                               const TileOrder& order, int k_tiles) {
   using RingT = typename Shape::RingT;
+  constexpr int kColumns = kGated ? Shape::kTileN / 2 : Shape::kTileN;  // out's, a tile
   int64_t t = 0;
   for (int tile = blockIdx.x; tile < order.count(); tile += gridDim.x) {
     int tm, tn;
     order.coords(tile, tm, tn);
-    const int64_t row_x = int64_t(tm) * Shape::kTileM, row_w = int64_t(tn) * Shape::kTileN;
+    const int64_t row_x = int64_t(tm) * Shape::kTileM, row_w = int64_t(tn) * kColumns;
     for (int kt = 0; kt < k_tiles; ++kt, ++t) {
       const int stage = RingT::stage_of(t);
       ring.wait_empty(t);
@@ -217,8 +226,9 @@ __device__ __forceinline__ void produce_tiles(const GemmMaps& maps,
       }
 #pragma unroll
       for (int p = 0; p < Shape::kParts; ++p) {
-        copy_tile(slot + Shape::kParts * Shape::kABytes + p * Shape::kBBytes, maps.w[p], row_w, k,
-                  full);
+        const uint32_t w_part = slot + Shape::kParts * Shape::kABytes + p * Shape::kBBytes;
+        copy_tile(w_part, maps.w[p], row_w, k, full);
+        if (kGated) copy_tile(w_part + Shape::kBBytes / 2, maps.gate[p], row_w, k, full);
       }
     }
   }
@@ -229,26 +239,45 @@ __device__ __forceinline__ void produce_tiles(const GemmMaps& maps,
 // the matrix the tiles' zeros meet x's or W's infinities too, and there is nothing to read), the
 // bias and the chain's terms of each column, the chain, then 16-byte stores where vector_stores
 // (n a multiple of a store's elements), one element at a time otherwise. `row`: this thread's
-// first row; n0: the tile's first column.
-template <int kTileN, typename Out, class ChainT>
+// first row; n0: the tile's first column of out. kGated: the accumulators' first half A's sums,
+// the second B's (`gate_split` B's operands); each column's chain value and B's sum plus its bias
+// are each rounded to Out, then multiplied, as the per-layer path rounds its two outputs before
+// it multiplies them.
+template <int kTileN, bool kGated, typename Out, class ChainT>
 __device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64_t row, int64_t n0,
                                            int m, int n, bool vector_stores,
                                            const ColumnEpilogue<Out, ChainT>& epilogue,
-                                           const split::SplitOperands& split, const float* columns,
-                                           Out* __restrict__ out, int lane) {
+                                           const split::SplitOperands& split,
+                                           const split::SplitOperands& gate_split,
+                                           const float* columns, Out* __restrict__ out, int lane) {
   constexpr int kTerms = ChainT::kTerms;
   // 8-column groups a 16-byte store takes: 4 floats of one group's row, or 8 16-bit values of two.
   constexpr int kGroups = sizeof(Out) == 4 ? 1 : 2;
+  constexpr int kOutGroups = kTileN / 8 / (kGated ? 2 : 1);  // 8-column groups of out a tile
   const int quad = lane % 4;
   const bool odd = quad & 1, upper = quad & 2;
+  // Group `group` of the accumulators (rows row, row, row + 8, row + 8; columns c, c + 1, c, c + 1
+  // of out group `of`) plus their columns' bias, a split mode's non-finite sums made eager's.
+  const auto sums_plus_bias = [&](int group, int of, const split::SplitOperands& operands,
+                                  float(&v)[4]) {
+    const float2 bias = *reinterpret_cast<const float2*>(columns + 8 * group + 2 * quad);
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; j += kGroups) {
+    for (int e = 0; e < 4; ++e) {
+      const int64_t r = row + 8 * (e / 2), col = n0 + 8 * of + 2 * quad + e % 2;
+      const float total = acc[4 * group + e];
+      const float sum =
+          r < m && col < n ? split::eager_sum_if_not_finite(operands, r, col, total) : total;
+      v[e] = sum + (e % 2 ? bias.y : bias.x);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < kOutGroups; j += kGroups) {
     float v[kGroups][4];  // rows row, row, row + 8, row + 8; columns c, c + 1, c, c + 1
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      // This group's two columns' bias and terms: every quad of the warp reads the same 8 values.
+      sums_plus_bias(j + g, j + g, split, v[g]);
+      // This group's two columns' terms: every quad of the warp reads the same 8 values.
       const int c = 8 * (j + g) + 2 * quad;
-      const float2 bias = *reinterpret_cast<const float2*>(columns + c);
       float terms[act::kMaxColumnTerms][4] = {};
 #pragma unroll
       for (int s = 0; s < kTerms; ++s) {
@@ -256,15 +285,16 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kTileN / 2], int64
         terms[s][0] = terms[s][2] = term.x;
         terms[s][1] = terms[s][3] = term.y;
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t r = row + 8 * (e / 2), col = n0 + c + e % 2;
-        const float total = acc[4 * (j + g) + e];
-        const float sum =
-            r < m && col < n ? split::eager_sum_if_not_finite(split, r, col, total) : total;
-        v[g][e] = sum + (e % 2 ? bias.y : bias.x);
-      }
       act::apply_chain(epilogue.chain, v[g], terms);
+      if constexpr (kGated) {
+        float gate[4];
+        sums_plus_bias(kOutGroups + j + g, j + g, gate_split, gate);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          v[g][e] =
+              __fmul_rn(to_float(from_float<Out>(v[g][e])), to_float(from_float<Out>(gate[e])));
+        }
+      }
     }
     if (vector_stores) {
       // Lanes q and q ^ 1 swap halves: the even lane ends with 4 columns of `row`, the odd one
@@ -349,12 +379,14 @@ __device__ __forceinline__ void promoted_products(float (&sums)[Shape::kBlocks][
 
 // One block: the ring's barriers, then the producer warpgroup and the two consumers. Launched
 // with Shape::kSmemBytes of dynamic shared memory, kGemmThreads threads, at most a block an SM.
-template <class Shape, typename In, typename Out, class ChainT>
+// kGated: a gated pair's (the epilogue's gate_bias B's bias, `gate_split` B's operands).
+template <class Shape, typename In, typename Out, class ChainT, bool kGated = false>
 __global__ void __launch_bounds__(kGemmThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ GemmMaps maps, Out* __restrict__ out, int m, int n,
                        int k_tiles, TileOrder order, int vector_stores,
                        const __grid_constant__ ColumnEpilogue<Out, ChainT> epilogue,
-                       const __grid_constant__ split::SplitOperands split) {
+                       const __grid_constant__ split::SplitOperands split,
+                       const __grid_constant__ split::SplitOperands gate_split) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using RingT = typename Shape::RingT;
   constexpr int kTileN = Shape::kTileN;
@@ -366,7 +398,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     set_register_count<kProducerRegisters, true>();
-    if (threadIdx.x == 0) produce_tiles<Shape>(maps, ring, order, k_tiles);
+    if (threadIdx.x == 0) produce_tiles<Shape, kGated>(maps, ring, order, k_tiles);
   } else {
     set_register_count<kConsumerRegisters, false>();
     constexpr int kBlocks = Shape::kBlocks, kRowBytes = Shape::kTileK * 2;
@@ -383,6 +415,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
     // This consumer's copy of its tiles' column values: [value][column], value 0 the bias, 1 ...
     // the chain's terms; named barrier 3 + consumer orders its 128 threads' writes and reads.
     constexpr int kColumnValues = 1 + ChainT::kTerms, kColumnsPerThread = (kTileN + 127) / 128;
+    constexpr int kColumns = kGated ? kTileN / 2 : kTileN;  // out's columns a tile
     float* const columns =
         reinterpret_cast<float*>(shared + (ring.first - shared_address(shared)) + RingT::kBytes +
                                  consumer * Shape::kColumnValues * kTileN * 4);
@@ -410,14 +443,19 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       float column_values[kColumnValues][kColumnsPerThread];
 #pragma unroll
       for (int j = 0; j < kColumnsPerThread; ++j) {
-        const int64_t col = int64_t(tn) * kTileN + column_thread + 128 * j;
-        const bool inside = col < n && column_thread + 128 * j < kTileN;
-        column_values[0][j] = inside && epilogue.bias ? to_float(epilogue.bias[col]) : 0.0f;
+        // The tile's column c, and out's column it stands for: for a gated pair, A's for the
+        // first half of the tile, B's (its bias, no terms) for the second.
+        const int c = column_thread + 128 * j;
+        const bool gate = kGated && c >= kTileN / 2;
+        const int64_t col = int64_t(tn) * kColumns + (gate ? c - kTileN / 2 : c);
+        const bool inside = col < n && c < kTileN;
+        const Out* const bias = gate ? epilogue.gate_bias : epilogue.bias;
+        column_values[0][j] = inside && bias ? to_float(bias[col]) : 0.0f;
 #pragma unroll
         for (int v = 1; v < kColumnValues; ++v) {
           const int term = v - 1;
           column_values[v][j] =
-              inside && term < epilogue.term_count
+              inside && !gate && term < epilogue.term_count
                   ? to_float(epilogue.terms[term][(epilogue.broadcast >> term) & 1 ? 0 : col])
                   : 0.0f;
         }
@@ -610,8 +648,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
 #pragma unroll
           for (int i = 0; i < kTileN / 2; ++i) acc[0][blk][i] += acc[1][blk][i];
         }
-        store_tile<kTileN>(acc[0][blk], row + 64 * blk, int64_t(tn) * kTileN, m, n,
-                           vector_stores != 0, epilogue, split, columns, out, lane);
+        store_tile<kTileN, kGated>(acc[0][blk], row + 64 * blk, int64_t(tn) * kColumns, m, n,
+                                   vector_stores != 0, epilogue, split, gate_split, columns, out,
+                                   lane);
       }
     }
   }
@@ -743,19 +782,23 @@ constexpr const char* products_name(GemmProducts products) {
 
 namespace detail {
 
+// `gate`: a gated pair's B (its parts), the handle's kernel then gated; null otherwise.
 template <class Shape, typename Out>
 cudaError_t launch_shape(const GemmKernelHandle& handle, const DeviceLimits& limits,
                          const void* const (&x)[kMaxParts], const void* const (&w)[kMaxParts],
-                         Out* out, int64_t m, int64_t n, int64_t k,
-                         const split::SplitOperands& split, cudaStream_t stream) {
+                         const void* const* gate, Out* out, int64_t m, int64_t n, int64_t k,
+                         const split::SplitOperands& split, const split::SplitOperands& gate_split,
+                         cudaStream_t stream) {
+  const int columns = gate ? Shape::kTileN / 2 : Shape::kTileN;  // out's columns a tile
   GemmMaps maps{};
   for (int p = 0; p < Shape::kParts; ++p) {
     cudaError_t err = describe_matrix(maps.x[p], x[p], 2, m, k, Shape::kTileM);
-    if (err == cudaSuccess) err = describe_matrix(maps.w[p], w[p], 2, n, k, Shape::kTileN);
+    if (err == cudaSuccess) err = describe_matrix(maps.w[p], w[p], 2, n, k, columns);
+    if (err == cudaSuccess && gate) err = describe_matrix(maps.gate[p], gate[p], 2, n, k, columns);
     if (err != cudaSuccess) return err;
   }
   TileOrder order;
-  const int64_t tiles_m = ceil_div(m, Shape::kTileM), tiles_n = ceil_div(n, Shape::kTileN);
+  const int64_t tiles_m = ceil_div(m, Shape::kTileM), tiles_n = ceil_div(n, columns);
   if (tiles_m * tiles_n >= (int64_t(1) << 31)) return cudaErrorNotSupported;
   order.tiles_m = int(tiles_m);
   order.tiles_n = int(tiles_n);
@@ -776,7 +819,8 @@ cudaError_t launch_shape(const GemmKernelHandle& handle, const DeviceLimits& lim
                   &order,
                   &vector_stores,
                   const_cast<void*>(handle.epilogue),
-                  const_cast<split::SplitOperands*>(&split)};
+                  const_cast<split::SplitOperands*>(&split),
+                  const_cast<split::SplitOperands*>(&gate_split)};
   return launch_dependent_kernel(limits, handle.kernel, dim3(grid), dim3(kGemmThreads),
                                  Shape::kSmemBytes, stream, args);
 }
@@ -784,17 +828,23 @@ cudaError_t launch_shape(const GemmKernelHandle& handle, const DeviceLimits& lim
 // `kernel_of(Shape{})`: the GemmKernelHandle of the tile's shape, asked once every check has
 // passed (a run-time chain's is compiled then); `prepare()`: what the stream must run before the
 // kernel (x's split), launched once the kernel is known; `split`: the operands from which a sum
-// that is not finite is recomputed as eager's (kernels/math/bf16_split.h).
+// that is not finite is recomputed as eager's (kernels/math/bf16_split.h). `gate`: a gated pair's
+// B, [n][k] as W (A) in parts, kernel_of's kernels then gated, `gate_split` as `split` for B;
+// null otherwise.
 template <GemmProducts kProducts, TileSet kTiles, typename Out, class KernelOf, class Prepare>
 cudaError_t launch_products(const KernelOf& kernel_of, const Prepare& prepare,
                             const void* const (&x)[kMaxParts], const void* const (&w)[kMaxParts],
                             Out* out, int64_t m, int64_t n, int64_t k, cudaStream_t stream,
-                            GemmTile tile, const split::SplitOperands& split) {
+                            GemmTile tile, const split::SplitOperands& split,
+                            const void* const* gate = nullptr,
+                            const split::SplitOperands& gate_split = {}) {
   constexpr int kParts = operand_parts(kProducts);
   if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
   // The TMA reads 16-byte aligned rows (k a multiple of 8), from 16-byte aligned bases.
   bool supported = k > 0 && k % 8 == 0 && aligned16(out);
-  for (int p = 0; p < kParts; ++p) supported = supported && aligned16(x[p]) && aligned16(w[p]);
+  for (int p = 0; p < kParts; ++p) {
+    supported = supported && aligned16(x[p]) && aligned16(w[p]) && (!gate || aligned16(gate[p]));
+  }
   if (!supported) return cudaErrorNotSupported;
   DeviceLimits limits;
   cudaError_t err = current_device_limits(limits);
@@ -806,7 +856,9 @@ cudaError_t launch_products(const KernelOf& kernel_of, const Prepare& prepare,
   }
   if (m == 0 || n == 0) return cudaSuccess;
   if (kTiles == TileSet::kAutoCandidates && tile != GemmTile::kAuto) return cudaErrorInvalidValue;
-  if (tile == GemmTile::kAuto) tile = choose_tile(kProducts, m, n, limits.multiprocessors);
+  // A gated pair's tiles span both Linears' columns.
+  if (tile == GemmTile::kAuto)
+    tile = choose_tile(kProducts, m, gate ? 2 * n : n, limits.multiprocessors);
   const auto launch = [&](auto shape) {
     using Shape = decltype(shape);
     constexpr bool kBuilt =
@@ -817,7 +869,8 @@ cudaError_t launch_products(const KernelOf& kernel_of, const Prepare& prepare,
       if (!handle.kernel) return cudaErrorNotSupported;
       const cudaError_t prepared = prepare();
       if (prepared != cudaSuccess) return prepared;
-      return launch_shape<Shape>(handle, limits, x, w, out, m, n, k, split, stream);
+      return launch_shape<Shape>(handle, limits, x, w, gate, out, m, n, k, split, gate_split,
+                                 stream);
     } else {
       return cudaErrorNotSupported;  // more accumulators than a consumer's registers, or not built
     }
@@ -850,13 +903,14 @@ inline cudaError_t nothing_before() { return cudaSuccess; }
 }  // namespace detail
 
 // The kernels compiled with the library for a ColumnEpilogue<Out, ChainT>: kernel_of for
-// detail::launch_products, its x and W of In.
-template <typename In, typename Out, class ChainT>
+// detail::launch_products, its x and W of In; kGated: a gated pair's.
+template <typename In, bool kGated = false, typename Out, class ChainT>
 auto declared_kernels(const ColumnEpilogue<Out, ChainT>& epilogue) {
   return [&epilogue](auto shape) {
     using Shape = decltype(shape);
     return GemmKernelHandle{
-        reinterpret_cast<const void*>(&hopper_gemm_kernel<Shape, In, Out, ChainT>), &epilogue};
+        reinterpret_cast<const void*>(&hopper_gemm_kernel<Shape, In, Out, ChainT, kGated>),
+        &epilogue};
   };
 }
 
@@ -865,18 +919,22 @@ auto declared_kernels(const ColumnEpilogue<Out, ChainT>& epilogue) {
 // float32 sums. cudaErrorNotSupported, with nothing launched, where the kernel cannot take the
 // call (a GPU other than compute capability 9.0, a base pointer not 16-byte aligned, k not a
 // positive multiple of 8): the caller then takes another GEMM. Asynchronous on `stream`. kTiles:
-// the tiles built (TileSet).
-template <TileSet kTiles = TileSet::kAll, typename In, typename Out, class ChainT>
+// the tiles built (TileSet). kGated: out = chain(x W^T + bias) * (x gate^T + gate_bias), `gate`
+// [n][k] as w, the epilogue's gate_bias the gate's bias; the launchers below likewise.
+template <TileSet kTiles = TileSet::kAll, bool kGated = false, typename In, typename Out,
+          class ChainT>
 cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, int64_t n, int64_t k,
                                const ColumnEpilogue<Out, ChainT>& epilogue, cudaStream_t stream,
-                               GemmTile tile = GemmTile::kAuto) {
+                               GemmTile tile = GemmTile::kAuto, const In* gate = nullptr) {
   static_assert(std::is_same_v<In, __nv_bfloat16> || std::is_same_v<In, __half>);
   static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, In>);
+  if (kGated != (gate != nullptr)) return cudaErrorInvalidValue;
   const void* const xs[kMaxParts] = {x, x, x};
   const void* const ws[kMaxParts] = {w, w, w};
-  return detail::launch_products<GemmProducts::kOne, kTiles>(declared_kernels<In>(epilogue),
-                                                             detail::nothing_before, xs, ws, out, m,
-                                                             n, k, stream, tile, {});
+  const void* const gates[kMaxParts] = {gate, gate, gate};
+  return detail::launch_products<GemmProducts::kOne, kTiles>(
+      declared_kernels<In, kGated>(epilogue), detail::nothing_before, xs, ws, out, m, n, k, stream,
+      tile, {}, kGated ? gates : nullptr);
 }
 
 // bf16x3: out = chain(x W^T + bias) from x's and W's bfloat16 parts (x = x_hi + x_lo, W = w_hi +
@@ -888,19 +946,24 @@ cudaError_t launch_hopper_gemm(const In* x, const In* w, Out* out, int64_t m, in
 // cudaErrorNotSupported, nothing launched). `split`: float32 x and W's parts, for sums that come
 // out inf or NaN to be given eager's value (split::eager_sum_if_not_finite); none: left as formed.
 template <GemmProducts kProducts = GemmProducts::kBf16x3, TileSet kTiles = TileSet::kAll,
-          class ChainT>
+          bool kGated = false, class ChainT>
 cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo,
                                       const __nv_bfloat16* w_hi, const __nv_bfloat16* w_lo,
                                       float* out, int64_t m, int64_t n, int64_t k,
                                       const ColumnEpilogue<float, ChainT>& epilogue,
                                       cudaStream_t stream, GemmTile tile = GemmTile::kAuto,
-                                      const split::SplitOperands& split = {}) {
+                                      const split::SplitOperands& split = {},
+                                      const __nv_bfloat16* gate_hi = nullptr,
+                                      const __nv_bfloat16* gate_lo = nullptr,
+                                      const split::SplitOperands& gate_split = {}) {
   static_assert(operand_parts(kProducts) == 2);
+  if (kGated != (gate_hi != nullptr && gate_lo != nullptr)) return cudaErrorInvalidValue;
   const void* const xs[kMaxParts] = {x_hi, x_lo, x_lo};
   const void* const ws[kMaxParts] = {w_hi, w_lo, w_lo};
-  return detail::launch_products<kProducts, kTiles>(declared_kernels<__nv_bfloat16>(epilogue),
-                                                    detail::nothing_before, xs, ws, out, m, n, k,
-                                                    stream, tile, split);
+  const void* const gates[kMaxParts] = {gate_hi, gate_lo, gate_lo};
+  return detail::launch_products<kProducts, kTiles>(
+      declared_kernels<__nv_bfloat16, kGated>(epilogue), detail::nothing_before, xs, ws, out, m, n,
+      k, stream, tile, split, kGated ? gates : nullptr, gate_split);
 }
 
 // bf16x6: out = chain(x W^T + bias) from x's and W's three bfloat16 parts (hi, mid, lo, as
@@ -908,18 +971,20 @@ cudaError_t launch_hopper_gemm_bf16x3(const __nv_bfloat16* x_hi, const __nv_bflo
 // j with i + j < 3, smallest first, each k-tile's sums promoted into float32 totals (GemmProducts);
 // out and the epilogue's terms float32. The promoted tiles only (128x128, 128x64, 64x128 turns);
 // refuses as launch_hopper_gemm_bf16x3 does; `split` as there.
-template <TileSet kTiles = TileSet::kAll, class ChainT>
-cudaError_t launch_hopper_gemm_bf16x6(const __nv_bfloat16* const (&x)[kMaxParts],
-                                      const __nv_bfloat16* const (&w)[kMaxParts], float* out,
-                                      int64_t m, int64_t n, int64_t k,
-                                      const ColumnEpilogue<float, ChainT>& epilogue,
-                                      cudaStream_t stream, GemmTile tile = GemmTile::kAuto,
-                                      const split::SplitOperands& split = {}) {
+template <TileSet kTiles = TileSet::kAll, bool kGated = false, class ChainT>
+cudaError_t launch_hopper_gemm_bf16x6(
+    const __nv_bfloat16* const (&x)[kMaxParts], const __nv_bfloat16* const (&w)[kMaxParts],
+    float* out, int64_t m, int64_t n, int64_t k, const ColumnEpilogue<float, ChainT>& epilogue,
+    cudaStream_t stream, GemmTile tile = GemmTile::kAuto, const split::SplitOperands& split = {},
+    const __nv_bfloat16* const* gate = nullptr, const split::SplitOperands& gate_split = {}) {
+  if (kGated != (gate != nullptr)) return cudaErrorInvalidValue;
   const void* const xs[kMaxParts] = {x[0], x[1], x[2]};
   const void* const ws[kMaxParts] = {w[0], w[1], w[2]};
+  const void* const gates[kMaxParts] = {gate ? gate[0] : nullptr, gate ? gate[1] : nullptr,
+                                        gate ? gate[2] : nullptr};
   return detail::launch_products<GemmProducts::kBf16x6Promoted, kTiles>(
-      declared_kernels<__nv_bfloat16>(epilogue), detail::nothing_before, xs, ws, out, m, n, k,
-      stream, tile, split);
+      declared_kernels<__nv_bfloat16, kGated>(epilogue), detail::nothing_before, xs, ws, out, m, n,
+      k, stream, tile, split, kGated ? gates : nullptr, gate_split);
 }
 
 #endif  // __CUDACC_RTC__
