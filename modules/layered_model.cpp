@@ -140,12 +140,13 @@ namespace {
 
 // The model on x: `whole(L, h, terms)` a Linear and its chain, times a gate and plus the residual
 // where `terms` has them (LayerTerms), `product(L, h)` a Linear alone (bias included), `chain(L,
-// y)` L's chain on y (part of L's output). A residual adds x (eager's order, x + f(x)), given to
-// the last layer where it is a Linear of its own; `input` is x as the layers take it.
-template <class Whole, class Product, class Chain>
+// y)` L's chain on y (part of L's output), `gated(L, G, h)` a gated layer (by default whole(L, h)
+// times product(G, h)). A residual adds x (eager's order, x + f(x)), given to the last layer where
+// it is a Linear of its own; `input` is x as the layers take it.
+template <class Whole, class Product, class Chain, class Gated>
 torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool residual,
-                       const torch::Tensor& input, Whole&& whole, Product&& product,
-                       Chain&& chain) {
+                       const torch::Tensor& input, Whole&& whole, Product&& product, Chain&& chain,
+                       Gated&& gated) {
   torch::Tensor h = input;
   bool added = false;
   for (const LayeredModelImpl::Layer& layer : layers) {
@@ -154,7 +155,7 @@ torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool 
       const auto [main, other] = halves(product(linear, h), layer.half);
       h = chain(linear, main) * other;
     } else if (layer.gate) {
-      h = whole(linear, h, LayerTerms{product(*layer.gate, h), c10::nullopt});
+      h = gated(linear, *layer.gate, h);
     } else if (residual && &layer == &layers.back()) {
       h = whole(linear, h, LayerTerms{c10::nullopt, input});
       added = true;
@@ -163,6 +164,16 @@ torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool 
     }
   }
   return residual && !added ? input + h : h;
+}
+template <class Whole, class Product, class Chain>
+torch::Tensor evaluate(const std::vector<LayeredModelImpl::Layer>& layers, bool residual,
+                       const torch::Tensor& input, Whole&& whole, Product&& product,
+                       Chain&& chain) {
+  const auto gate_output_first = [&](LinearChainImpl& l, LinearChainImpl& gate,
+                                     const torch::Tensor& h) {
+    return whole(l, h, LayerTerms{product(gate, h), c10::nullopt});
+  };
+  return evaluate(layers, residual, input, whole, product, chain, gate_output_first);
 }
 
 // The eager form of whole(L, h, terms), from L's forward f: f(h) * gate, x + f(h).
@@ -188,6 +199,9 @@ torch::Tensor LayeredModelImpl::forward(const torch::Tensor& x) {
       [](LinearChainImpl& l, const torch::Tensor& h) { return l.forward_without_chain(h); },
       [](LinearChainImpl& l, const torch::Tensor& y) {
         return l.chain_fused(y.contiguous(), c10::nullopt);
+      },
+      [](LinearChainImpl& l, LinearChainImpl& gate, const torch::Tensor& h) {
+        return l.forward_gated(h, gate);
       });
 }
 

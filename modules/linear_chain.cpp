@@ -214,6 +214,13 @@ torch::Tensor LinearChainImpl::forward_with(const torch::Tensor& x, const LayerT
                         terms);
 }
 
+torch::Tensor LinearChainImpl::forward_gated(const torch::Tensor& x, LinearChainImpl& gate) {
+  const GemmPlan plan = gemm_plan(x);
+  return linear_forward_gated(plan, x, weights(plan.products), linear_->bias, slot_params(),
+                              chain_name_, gate.weights(plan.products), gate.linear()->bias,
+                              [&] { return gate.forward_without_chain(x); });
+}
+
 torch::Tensor LinearChainImpl::forward_without_chain(const torch::Tensor& x) {
   GemmQuery query = gemm_query(x);
   query.chain_kernels = gpu_chain_kernels(find_chain(""));

@@ -56,6 +56,9 @@ class LinearChainImpl : public torch::nn::Module {
   // forward(x) [* gate] [+ residual] as a layer adds them (linear_forward.h: LayerTerms): the
   // gate's multiply bitwise forward(x) * gate; the residual rounded once where cuBLAS adds it.
   torch::Tensor forward_with(const torch::Tensor& x, const LayerTerms& terms);
+  // forward(x) * gate.forward_without_chain(x), a gated layer (linear_forward.h:
+  // linear_forward_gated): one kernel for both products where the plan takes the Hopper GEMM.
+  torch::Tensor forward_gated(const torch::Tensor& x, LinearChainImpl& gate);
   torch::Tensor forward_eager(const torch::Tensor& x);
   // The forward in float64 (x, W, b and the parameters upcast; the chain from the functors'
   // float64 forms): the reference of the errors `compare` and `bench` report.

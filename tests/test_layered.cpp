@@ -348,6 +348,53 @@ TEST(LayeredModels, WholeModelOpRefusesInOneLine) {
                std::invalid_argument);
 }
 
+// A gated layer on the Hopper GEMM: both products in one kernel (linear_forward_gated), bitwise
+// the gate's forward and then the chain Linear's times it (two launches and a multiply), through
+// the module and the whole-model op, in each mode the GEMM takes; widths a multiple of 8 (16-byte
+// stores) and not (one element at a time), tails of a tile's rows and columns.
+TEST(LayeredModels, GatedPairInOneHopperKernelAsInTwo) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const GemmDevice device = gemm_device_of(torch::empty({1}, torch::kCUDA));
+  if (device.compute_major != 9 || device.compute_minor != 0) {
+    GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0, this GPU has "
+                 << device.compute_major << "." << device.compute_minor;
+  }
+  struct Case {
+    torch::ScalarType dtype;
+    Precision precision;
+  };
+  const Case cases[] = {{torch::kFloat32, Precision::kBf16x3},
+                        {torch::kFloat32, Precision::kBf16x6},
+                        {torch::kFloat32, Precision::kBf16},
+                        {torch::kBFloat16, Precision::kIeee},
+                        {torch::kFloat16, Precision::kIeee}};
+  const std::pair<std::string, std::vector<int64_t>> models[] = {{"w1:gelu*w3|w2", {256, 520, 128}},
+                                                                 {"w1:silu*w3", {136, 261}}};
+  for (const auto& [spec, widths] : models) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(spec + " " + c10::toString(c.dtype) + " " + precision_name(c.precision));
+      LayeredModelImpl model(layered_model(spec), widths, at::detail::createCPUGenerator(11));
+      model.to(torch::kCUDA, c.dtype);
+      model.set_precision(c.precision);
+      model.set_gemm_kernel(GemmKernel::kHopper);
+      const torch::Tensor x =
+          torch::randn({300, widths.front()}, at::detail::createCPUGenerator(12))
+              .to(torch::kCUDA, c.dtype);
+      torch::NoGradGuard no_grad;
+      const torch::Tensor fused = model.forward(x);
+      torch::Tensor apart = x;
+      for (const LayeredModelImpl::Layer& layer : model.layers()) {
+        apart = layer.gate
+                    ? layer.linear->forward_with(
+                          apart, LayerTerms{layer.gate->forward_without_chain(apart), c10::nullopt})
+                    : layer.linear->forward(apart);
+      }
+      EXPECT_TRUE(torch::equal(fused, apart)) << (fused - apart).abs().max();
+      EXPECT_TRUE(torch::equal(model.forward_op(x), fused));
+    }
+  }
+}
+
 // The float32-grade modes run in every Linear of a model: bf16x6 as close to float64 as float32
 // is; bf16x3, whose split drops ~2^-17 of each product, within an order of magnitude at these
 // short sums (where float32's own rounding is small), far from bf16's ~2^-8.

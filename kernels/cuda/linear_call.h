@@ -29,6 +29,13 @@ struct LinearCall {
   const void* w_third = nullptr;  // W's third part: bf16x6's lo
   const void* bias = nullptr;
   ColumnTerms terms;
+  // A gated pair's second Linear (the gate, B; the Hopper GEMM only): out = chain(x W^T + bias)
+  // * (x B^T + gate_bias), B [out_features, in_features] in W's parts and layout, its bias as
+  // bias. Null for one Linear.
+  const void* gate_w = nullptr;
+  const void* gate_w_lo = nullptr;
+  const void* gate_w_third = nullptr;
+  const void* gate_bias = nullptr;
   void* out = nullptr;
   int64_t rows = 0, out_features = 0, in_features = 0;
   // From sm_90 the kernels that stage W and x through shared memory have the TMA copy them where
@@ -38,11 +45,13 @@ struct LinearCall {
 };
 
 // What the kernels read to give a split-mode sum that comes out inf or NaN eager's value
-// (bf16_split.h): float32 x and W's parts, for bf16x3 and bf16x6; nothing for the other products.
-inline split::SplitOperands split_operands_of(const LinearCall& call) {
+// (bf16_split.h): float32 x and W's parts (or the gate's, B's), for bf16x3 and bf16x6; nothing
+// for the other products.
+inline split::SplitOperands split_operands_of(const LinearCall& call, bool gate = false) {
   const int parts = split_parts_of(call.precision);
   if (call.type != ElementType::kFloat32 || parts < 2) return {};
-  const void* const w[3] = {call.w, call.w_lo, call.w_third};
+  const void* const w[3] = {gate ? call.gate_w : call.w, gate ? call.gate_w_lo : call.w_lo,
+                            gate ? call.gate_w_third : call.w_third};
   return split::split_operands(static_cast<const float*>(call.x), w, parts, call.in_features,
                                call.out_features, /*w_input_major=*/false);
 }

@@ -63,28 +63,44 @@ torch::Tensor linear_products(const torch::Tensor& x, const LinearWeights& w, Pr
 
 namespace {
 
+// W as the whole-forward ops take it for `products` (ops.h): W, or its parts, as w, w_lo and
+// w_third.
+struct WholeForwardWeights {
+  torch::Tensor w;
+  c10::optional<torch::Tensor> w_lo, w_third;
+};
+WholeForwardWeights whole_forward_weights(const GemmPlan& plan, const LinearWeights& w,
+                                          Precision products) {
+  switch (products) {
+    case Precision::kIeee:
+    case Precision::kTf32:
+      return {w.weight, c10::nullopt, c10::nullopt};
+    case Precision::kBf16x3:
+      return {w.hi, w.lo, c10::nullopt};
+    case Precision::kBf16:
+      return {w.hi, c10::nullopt, c10::nullopt};
+    case Precision::kBf16x6:  // the Hopper GEMM's (plan_gemm: no small-batch kernel)
+      return {w.hi, w.mid, w.lo};
+  }
+  TORCH_CHECK(false, detail::text("linear_forward: the plan gave ", plan.description,
+                                  ", which no whole-forward op runs"));
+  return {};
+}
+
+// The products a whole-forward op forms for the plan: the small-batch kernels form tf32's as
+// float32's (plan_gemm).
+Precision whole_forward_products(const GemmPlan& plan) {
+  return plan.products == Precision::kTf32 ? Precision::kIeee : plan.products;
+}
+
 // The whole forward in one op: the small-batch kernels' or the Hopper GEMM's.
 torch::Tensor whole_forward(const GemmPlan& plan, const torch::Tensor& x, const LinearWeights& w,
                             const c10::optional<torch::Tensor>& bias,
                             const std::vector<torch::Tensor>& params, const std::string& chain) {
-  // Both ops take the same arguments (ops.h): W, or its parts, as w, w_lo and w_third.
   const auto op = plan.hopper ? &fused_gemm_epilogue : &fused_linear_epilogue;
-  // The small-batch kernels form tf32's products as float32's (plan_gemm).
-  const Precision products = plan.products == Precision::kTf32 ? Precision::kIeee : plan.products;
-  switch (products) {
-    case Precision::kIeee:
-    case Precision::kTf32:
-      return op(x, w.weight, c10::nullopt, bias, params, chain, products, c10::nullopt);
-    case Precision::kBf16x3:
-      return op(x, w.hi, w.lo, bias, params, chain, products, c10::nullopt);
-    case Precision::kBf16:
-      return op(x, w.hi, c10::nullopt, bias, params, chain, products, c10::nullopt);
-    case Precision::kBf16x6:  // the Hopper GEMM's (plan_gemm: no small-batch kernel)
-      return op(x, w.hi, w.mid, bias, params, chain, products, w.lo);
-  }
-  TORCH_CHECK(false, detail::text("linear_forward: the plan gave ", plan.description,
-                                  ", which no whole-forward op runs"));
-  return torch::Tensor();
+  const Precision products = whole_forward_products(plan);
+  const WholeForwardWeights args = whole_forward_weights(plan, w, products);
+  return op(x, args.w, args.w_lo, bias, params, chain, products, args.w_third);
 }
 
 }  // namespace
@@ -137,6 +153,24 @@ torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const
     if (given(terms.gate)) out = out * *terms.gate;
   }
   return given(terms.residual) ? *terms.residual + out : out;
+}
+
+torch::Tensor linear_forward_gated(const GemmPlan& plan, const torch::Tensor& x,
+                                   const LinearWeights& w, const c10::optional<torch::Tensor>& bias,
+                                   const std::vector<torch::Tensor>& params,
+                                   const std::string& chain, const LinearWeights& gate,
+                                   const c10::optional<torch::Tensor>& gate_bias,
+                                   const std::function<torch::Tensor()>& gate_forward) {
+#ifdef FUSEDLINEAR_WITH_CUDA
+  if (plan.hopper) {
+    const Precision products = whole_forward_products(plan);
+    const WholeForwardWeights a = whole_forward_weights(plan, w, products);
+    const WholeForwardWeights b = whole_forward_weights(plan, gate, products);
+    return fused_gemm_epilogue_gated(x, a.w, a.w_lo, a.w_third, b.w, b.w_lo, b.w_third, bias,
+                                     gate_bias, params, chain, products);
+  }
+#endif
+  return linear_forward(plan, x, w, bias, params, chain, LayerTerms{gate_forward(), c10::nullopt});
 }
 
 }  // namespace fusedlinear

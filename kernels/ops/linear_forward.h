@@ -6,6 +6,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,16 @@ torch::Tensor linear_forward(const GemmPlan& plan, const torch::Tensor& x, const
                              const c10::optional<torch::Tensor>& bias,
                              const std::vector<torch::Tensor>& params, const std::string& chain,
                              const LayerTerms& terms = {});
+
+// A gated layer, chain(x W^T + bias, params) * (x G^T + gate_bias), G the gate's weights (its
+// parts for plan.products as W's): where the plan takes the Hopper GEMM, both products in one
+// kernel (ops.h: fused_gemm_epilogue_gated), the same bits as linear_forward with the gate's
+// output as LayerTerms::gate; otherwise that, `gate_forward()` giving the gate's output.
+torch::Tensor linear_forward_gated(const GemmPlan& plan, const torch::Tensor& x,
+                                   const LinearWeights& w, const c10::optional<torch::Tensor>& bias,
+                                   const std::vector<torch::Tensor>& params,
+                                   const std::string& chain, const LinearWeights& gate,
+                                   const c10::optional<torch::Tensor>& gate_bias,
+                                   const std::function<torch::Tensor()>& gate_forward);
 
 }  // namespace fusedlinear

@@ -301,10 +301,8 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
   };
   // Linear i on h, with `chain` and its parameters, and a gate or the residual: as the plan for
   // `kernel` says (a model the fused-MLP kernel refused: auto's).
-  const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain,
-                       const std::vector<torch::Tensor>& chain_params,
-                       const LayerTerms& terms = {}) {
-    const LinearWeights w = weights_of(i);
+  const auto plan_of = [&](const LinearWeights& w, const torch::Tensor& h,
+                           const std::string& chain) {
     GemmQuery query;
     query.precision = precision;
     query.kernel = kernel;
@@ -314,7 +312,13 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     query.device = gemm_device_of(h);
     query.weight_output_major = w.weight.is_contiguous();
     query.chain_kernels = gpu_chain_kernels(detail::chain_for(kModel, chain));
-    return linear_forward(plan_gemm(query), h, w, biases.get(i), chain_params, chain, terms);
+    return plan_gemm(query);
+  };
+  const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain,
+                       const std::vector<torch::Tensor>& chain_params,
+                       const LayerTerms& terms = {}) {
+    const LinearWeights w = weights_of(i);
+    return linear_forward(plan_of(w, h, chain), h, w, biases.get(i), chain_params, chain, terms);
   };
   torch::Tensor h = x;
   for (const ModelLayout::Layer& layer : layout.layers) {
@@ -329,8 +333,10 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
       const torch::Tensor other = y.narrow(-1, (1 - layer.half) * width, width);
       h = fused_epilogue(main, c10::nullopt, chain_params, layer.chain) * other;
     } else if (layer.gated) {
-      const torch::Tensor gate = run(layer.gate, h, "", {});
-      h = run(layer.linear, h, layer.chain, chain_params, {gate, c10::nullopt});
+      const LinearWeights w = weights_of(layer.linear);
+      h = linear_forward_gated(plan_of(w, h, layer.chain), h, w, biases.get(layer.linear),
+                               chain_params, layer.chain, weights_of(layer.gate),
+                               biases.get(layer.gate), [&] { return run(layer.gate, h, "", {}); });
     } else if (layout.residual && &layer == &layout.layers.back()) {
       // The residual given to the last Linear, as LayeredModel gives it (bitwise the same).
       h = run(layer.linear, h, layer.chain, chain_params, {c10::nullopt, x});

@@ -83,6 +83,18 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
                                   const std::string& chain, Precision precision,
                                   const c10::optional<torch::Tensor>& w_third = c10::nullopt);
 
+// A gated pair's whole forward on the Hopper GEMM in one kernel, out = chain(x W^T + bias) *
+// (x G^T + gate_bias): W and G (the gate) each as fused_gemm_epilogue takes W (the same parts for
+// `precision`), gate_bias as bias; the chain's value and the gate's sum rounded to x's dtype,
+// then multiplied, as fused_gemm_epilogue of each then a multiply give them. Not an op: the
+// layered models' forwards call it (linear_forward.h), in CUDA builds only.
+torch::Tensor fused_gemm_epilogue_gated(
+    const torch::Tensor& x, const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+    const c10::optional<torch::Tensor>& w_third, const torch::Tensor& gate,
+    const c10::optional<torch::Tensor>& gate_lo, const c10::optional<torch::Tensor>& gate_third,
+    const c10::optional<torch::Tensor>& bias, const c10::optional<torch::Tensor>& gate_bias,
+    const std::vector<torch::Tensor>& params, const std::string& chain, Precision precision);
+
 // A layered model's whole forward (kernels/ops/model_spec.h's spec, e.g. "w1:silu*w3|w2"), each
 // Linear run as the plan for `gemm` says for its input (gemm_plan.h; linear_forward.h: the
 // small-batch kernels, the Hopper GEMM, or the products then the fused epilogue), as LayeredModel

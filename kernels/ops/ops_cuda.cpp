@@ -274,18 +274,9 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
   return f.out.view(f.view);
 }
 
-// The Hopper GEMM's whole forward (ops.h: fused_gemm_epilogue); the workspace, float32 x's
-// bfloat16 parts, from libtorch's caching allocator on the current stream.
-torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
-                                 const c10::optional<torch::Tensor>& w_lo,
-                                 const c10::optional<torch::Tensor>& bias,
-                                 const detail::OptionalTensors& params_or_none,
-                                 c10::string_view chain, c10::string_view precision,
-                                 const c10::optional<torch::Tensor>& w_third) {
-  const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f = prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias,
-                                         detail::listed(params_or_none), precision, w_third);
+// The Hopper GEMM's whole forward of a prepared call (one Linear's or a gated pair's); the
+// workspace, float32 x's bfloat16 parts, from libtorch's caching allocator on the current stream.
+torch::Tensor launch_gemm(const ChainEntry& entry, WholeForward& f, const torch::Tensor& x) {
   const cuda::LinearCall& call = f.call;
   TORCH_CHECK(call.type != ElementType::kFloat32 || call.precision != Precision::kIeee,
               text(kGemmEpilogue,
@@ -306,7 +297,50 @@ torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
   return f.out.view(f.view);
 }
 
+// The Hopper GEMM's whole forward (ops.h: fused_gemm_epilogue).
+torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
+                                 const c10::optional<torch::Tensor>& w_lo,
+                                 const c10::optional<torch::Tensor>& bias,
+                                 const detail::OptionalTensors& params_or_none,
+                                 c10::string_view chain, c10::string_view precision,
+                                 const c10::optional<torch::Tensor>& w_third) {
+  const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  WholeForward f = prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias,
+                                         detail::listed(params_or_none), precision, w_third);
+  return launch_gemm(entry, f, x);
+}
+
 }  // namespace
+
+torch::Tensor fused_gemm_epilogue_gated(
+    const torch::Tensor& x, const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+    const c10::optional<torch::Tensor>& w_third, const torch::Tensor& gate,
+    const c10::optional<torch::Tensor>& gate_lo, const c10::optional<torch::Tensor>& gate_third,
+    const c10::optional<torch::Tensor>& bias, const c10::optional<torch::Tensor>& gate_bias,
+    const std::vector<torch::Tensor>& params, const std::string& chain, Precision precision) {
+  const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const std::string products = precision_name(precision);
+  WholeForward f =
+      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, params, products, w_third);
+  // The gate as the same op would take it alone: W's shape, parts and dtype, no chain.
+  detail::check_linear_epilogue_inputs(kGemmEpilogue, c10::DeviceType::CUDA, x, gate, gate_lo,
+                                       gate_bias, {}, 0, products, gate_third);
+  TORCH_CHECK(gate.sizes() == w.sizes(), text(kGemmEpilogue, ": a gated pair's gate is W's shape ",
+                                              w.sym_sizes(), ", got ", gate.sym_sizes()));
+  const torch::Tensor gate_w = gate.contiguous();
+  const torch::Tensor lo = gate_lo && gate_lo->defined() ? gate_lo->contiguous() : torch::Tensor();
+  const torch::Tensor third =
+      gate_third && gate_third->defined() ? gate_third->contiguous() : torch::Tensor();
+  const detail::ColumnInputs gate_columns = detail::column_inputs(gate_bias, {});
+  cuda::LinearCall& call = f.call;
+  call.gate_w = gate_w.data_ptr();
+  call.gate_w_lo = lo.defined() ? lo.data_ptr() : nullptr;
+  call.gate_w_third = third.defined() ? third.data_ptr() : nullptr;
+  call.gate_bias = gate_columns.bias_data;
+  return launch_gemm(entry, f, x);
+}
 
 TORCH_LIBRARY_IMPL(fusedlinear, CUDA, m) {
   m.impl("epilogue", &epilogue_cuda);

@@ -59,29 +59,39 @@ cudaError_t launch_hopper_family(const KernelOf& kernel_of, const LinearCall& ca
                                                parts > 2   ? call.w_third
                                                : parts > 1 ? call.w_lo
                                                            : call.w};
+    const void* const gate_in[gemm::kMaxParts] = {call.gate_w,
+                                                  parts > 1 ? call.gate_w_lo : call.gate_w,
+                                                  parts > 2   ? call.gate_w_third
+                                                  : parts > 1 ? call.gate_w_lo
+                                                              : call.gate_w};
+    const void* const* gate = call.gate_w ? gate_in : nullptr;
     const auto split_x = [&] {
       return launch_split_bf16_parts(static_cast<const float*>(call.x), x_parts[0], x_parts[1],
                                      x_parts[2], m * k, stream);
     };
     // Sums that an operand's inf or NaN makes inf or NaN, as eager's (bf16_split.h).
     const split::SplitOperands operands = split_operands_of(call);
+    const split::SplitOperands gate_operands = split_operands_of(call, /*gate=*/true);
     if (parts == 3) {
       return gemm::detail::launch_products<gemm::GemmProducts::kBf16x6Promoted, kTiles>(
-          kernel_of, split_x, x_in, w_in, out, m, n, k, stream, gemm::GemmTile::kAuto, operands);
+          kernel_of, split_x, x_in, w_in, out, m, n, k, stream, gemm::GemmTile::kAuto, operands,
+          gate, gate_operands);
     }
     if (parts == 2) {
       return gemm::detail::launch_products<kLibraryBf16x3, kTiles>(
-          kernel_of, split_x, x_in, w_in, out, m, n, k, stream, gemm::GemmTile::kAuto, operands);
+          kernel_of, split_x, x_in, w_in, out, m, n, k, stream, gemm::GemmTile::kAuto, operands,
+          gate, gate_operands);
     }
     // One product carries an inf or NaN as eager does: no sums to recompute.
     return gemm::detail::launch_products<gemm::GemmProducts::kOne, kTiles>(
-        kernel_of, split_x, x_in, w_in, out, m, n, k, stream, gemm::GemmTile::kAuto, {});
+        kernel_of, split_x, x_in, w_in, out, m, n, k, stream, gemm::GemmTile::kAuto, {}, gate);
   } else {
     const void* const x_in[gemm::kMaxParts] = {call.x, call.x, call.x};
     const void* const w_in[gemm::kMaxParts] = {call.w, call.w, call.w};
+    const void* const gate_in[gemm::kMaxParts] = {call.gate_w, call.gate_w, call.gate_w};
     return gemm::detail::launch_products<gemm::GemmProducts::kOne, kTiles>(
         kernel_of, gemm::detail::nothing_before, x_in, w_in, out, m, n, k, stream,
-        gemm::GemmTile::kAuto, {});
+        gemm::GemmTile::kAuto, {}, call.gate_w ? gate_in : nullptr);
   }
 }
 
@@ -91,9 +101,15 @@ template <class Model, HopperFamily kFamily>
 cudaError_t launch_hopper_for(const act::Program& program, const LinearCall& call, float* workspace,
                               cudaStream_t stream) {
   using Types = HopperTypes<kFamily>;
+  using Out = typename Types::Out;
   const auto chain = device_chain<Model, kResultPrecisionOf<Types::kOut>>(program);
-  const ColumnEpilogue<typename Types::Out, std::decay_t<decltype(chain)>> epilogue(
-      call.bias, call.terms, chain);
+  ColumnEpilogue<Out, std::decay_t<decltype(chain)>> epilogue(call.bias, call.terms, chain);
+  epilogue.gate_bias = static_cast<const Out*>(call.gate_bias);
+  if (call.gate_w) {
+    return launch_hopper_family<kFamily>(
+        gemm::declared_kernels<typename Types::In, /*kGated=*/true>(epilogue), call, workspace,
+        stream);
+  }
   return launch_hopper_family<kFamily>(gemm::declared_kernels<typename Types::In>(epilogue), call,
                                        workspace, stream);
 }

@@ -84,7 +84,8 @@ NvrtcRequest hopper_unit(const std::string& chain_expression, const HopperInstan
       "fusedlinear::cuda::gemm::GemmProducts::" +
       instance.products + ", " + std::to_string(instance.tile_n) + ", " +
       std::to_string(instance.consumer_rows) + ", " + (instance.turns ? "true" : "false") + ">, " +
-      in + ", " + out + ", " + compiled_epilogue(instance.type) + "::ChainT>");
+      in + ", " + out + ", " + compiled_epilogue(instance.type) + "::ChainT, " +
+      (instance.gated ? "true" : "false") + ">");
   request.name_expressions.push_back(chain_value(instance.type));
   request.architecture = architecture;  // no options of its own, as the declarations' files
   return request;

@@ -32,6 +32,7 @@ struct HopperInstance {
   std::string products;  // "kOne", "kBf16x3Promoted", "kBf16x6Promoted"
   int tile_n = 0, consumer_rows = 0;
   bool turns = false;
+  bool gated = false;  // a gated pair's kernel (hopper_gemm.cuh: kGated)
 };
 
 // The Hopper GEMM's kernel `instance` with the chain in its epilogue: its name expressions are

@@ -242,6 +242,8 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
   if (err != cudaSuccess) return err;
   ColumnEpilogue<typename Types::Out, CompiledChainBytes> epilogue(call.bias, call.terms,
                                                                    CompiledChainBytes{});
+  epilogue.gate_bias = static_cast<const typename Types::Out*>(call.gate_bias);
+  const bool gated = call.gate_w != nullptr;
   bool interpret = false;
   const auto kernel_of = [&](auto shape) {
     using Shape = decltype(shape);
@@ -249,7 +251,8 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
     const std::string tile = std::to_string(Shape::kTileM) + " x " + std::to_string(Shape::kTileN) +
                              (Shape::kTurns ? " in turns" : "");
     const std::string unit_key = architecture + " hopper " + element_name(Types::kOut) + " " +
-                                 products + " " + tile + " " + std::to_string(Shape::kConsumerRows);
+                                 products + " " + tile + " " +
+                                 std::to_string(Shape::kConsumerRows) + (gated ? " gated" : "");
     const LoadedModule& loaded = module_of(*chain, unit_key, [&] {
       HopperInstance instance;
       instance.type = Types::kOut;
@@ -257,9 +260,10 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
       instance.tile_n = Shape::kTileN;
       instance.consumer_rows = Shape::kConsumerRows;
       instance.turns = Shape::kTurns;
+      instance.gated = gated;
       return Unit{hopper_unit(chain->expression, instance, architecture),
                   std::string("the Hopper GEMM's ") + element_name(Types::kOut) + " " + products +
-                      " kernel on " + tile + " tiles"};
+                      (gated ? " gated-pair" : "") + " kernel on " + tile + " tiles"};
     });
     if (!loaded.ready) {
       interpret = true;
