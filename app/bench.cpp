@@ -325,6 +325,23 @@ void set_cublas_forwards(Result& r) {
   }
 }
 
+// Each fused forward's cuBLAS counterpart, then, where asked, each fused model (r.fused[p]'s)
+// replayed from a CUDA Graph.
+template <class Model>
+void finish_fused_forwards(Result& r,
+                           [[maybe_unused]] const std::vector<std::shared_ptr<Model>>& fused,
+                           [[maybe_unused]] const torch::Tensor& x,
+                           [[maybe_unused]] const Settings& s, [[maybe_unused]] bool cuda_graph) {
+  set_cublas_forwards(r);
+#ifdef FUSEDLINEAR_WITH_CUDA
+  for (size_t p = 0; p < r.fused.size() && cuda_graph; ++p) {
+    Model& model = *fused[p];
+    time_cuda_graph([&](const torch::Tensor& in) { return model.forward(in); }, x, s, r,
+                    r.fused[p]);
+  }
+#endif
+}
+
 // The models of one (model, dtype) sweep: eager's, with the weight as nn.Linear lays it out,
 // and one fused model (the same parameters) per precision and GEMM kernel, each laying its
 // weight out per batch.
@@ -442,14 +459,7 @@ Result bench_one(Models& models, const ModelSpec& spec, int64_t batch, const Set
     r.fused[p].timings["gemm"] = gemm_times[p + 1];
     r.fused[p].timings["forward"] = forward_times[p + 1];
   }
-  set_cublas_forwards(r);
-#ifdef FUSEDLINEAR_WITH_CUDA
-  for (size_t p = 0; p < r.fused.size() && cuda_graph; ++p) {
-    LinearChainImpl& fused_model = *models.fused[p];
-    time_cuda_graph([&](const torch::Tensor& in) { return fused_model.forward(in); }, x(0), s, r,
-                    r.fused[p]);
-  }
-#endif
+  finish_fused_forwards(r, models.fused, x(0), s, cuda_graph);
   return r;
 }
 
@@ -516,14 +526,7 @@ Result bench_layered_one(LayeredModels& models, const ModelSpec& spec, int64_t b
   r.timings["gemm_addmm"] = floors.gemms;
   r.timings["weight_copy"] = floors.weight_copy;
   for (size_t p = 0; p < r.fused.size(); ++p) r.fused[p].timings["forward"] = times[p + 1];
-  set_cublas_forwards(r);
-#ifdef FUSEDLINEAR_WITH_CUDA
-  for (size_t p = 0; p < r.fused.size() && cuda_graph; ++p) {
-    LayeredModelImpl& fused_model = *models.fused[p];
-    time_cuda_graph([&](const torch::Tensor& in) { return fused_model.forward(in); }, x(0), s, r,
-                    r.fused[p]);
-  }
-#endif
+  finish_fused_forwards(r, models.fused, x(0), s, cuda_graph);
   return r;
 }
 
