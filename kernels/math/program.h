@@ -72,49 +72,26 @@ inline AppendError append_op(Program& program, int code, const float* args, bool
   return AppendError::kNone;
 }
 
-// Whether op `code`'s results lie in [-1, 1] (or are NaN) whatever its input.
-inline bool output_in_unit_interval(OpCode code) {
+// What the rules below ask of op `code`'s functor (chain.h's traits): whether its results lie in
+// [-1, 1] (or are NaN) whatever its input, whether it keeps errors (kKeepsErrors), and the op
+// code of its Half form (its own where it has none).
+struct OpTraits {
+  bool output_in_unit_interval, keeps_errors;
+  OpCode half_form;
+};
+constexpr OpTraits op_traits(OpCode code) {
   switch (code) {
-#define FUSEDLINEAR_OP_RANGE(F) \
-  case OpCode::k##F:            \
-    return kOutputInUnitInterval<F>;
-    FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_RANGE)
-    FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_RANGE)
-#undef FUSEDLINEAR_OP_RANGE
-    case OpCode::kCount:
-      break;
-  }
-  return false;
-}
-
-// Whether op `code` keeps errors (kKeepsErrors, chain.h), and the op code of its Half form (its
-// own where it has none).
-constexpr bool keeps_errors(OpCode code) {
-  switch (code) {
-#define FUSEDLINEAR_OP_KEEPS(F) \
-  case OpCode::k##F:            \
-    return kKeepsErrors<F>;
-    FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_KEEPS)
-    FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_KEEPS)
-#undef FUSEDLINEAR_OP_KEEPS
-    case OpCode::kCount:
-      break;
-  }
-  return false;
-}
-constexpr OpCode half_form_of(OpCode code) {
-  switch (code) {
-#define FUSEDLINEAR_OP_HALF(F)                                                       \
+#define FUSEDLINEAR_OP_TRAITS(F)                                                     \
   case OpCode::k##F:                                                                 \
     static_assert(op_code_of<HalfOf<F>>() >= 0, "a Half form the interpreter runs"); \
-    return OpCode(op_code_of<HalfOf<F>>());
-    FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_HALF)
-    FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_HALF)
-#undef FUSEDLINEAR_OP_HALF
+    return {kOutputInUnitInterval<F>, kKeepsErrors<F>, OpCode(op_code_of<HalfOf<F>>())};
+    FUSEDLINEAR_VOCABULARY(FUSEDLINEAR_OP_TRAITS)
+    FUSEDLINEAR_REWRITTEN(FUSEDLINEAR_OP_TRAITS)
+#undef FUSEDLINEAR_OP_TRAITS
     case OpCode::kCount:
       break;
   }
-  return code;
+  return {false, false, code};
 }
 
 // chain.h's kHalfFormsHold on an op list (its float32 forms): every op after the first that has a
@@ -123,8 +100,8 @@ constexpr bool half_forms_hold(const Program& program) {
   bool seen = false;
   for (int i = 0; i < program.count; ++i) {
     const OpCode code = program.ops[i].code;
-    if (seen && !keeps_errors(code)) return false;
-    seen = seen || half_form_of(code) != code;
+    if (seen && !op_traits(code).keeps_errors) return false;
+    seen = seen || op_traits(code).half_form != code;
   }
   return true;
 }
@@ -135,7 +112,7 @@ constexpr bool half_forms_hold(const Program& program) {
 constexpr Program with_result_precision(const Program& program, ResultPrecision precision) {
   if (precision != ResultPrecision::kHalf || !half_forms_hold(program)) return program;
   Program half = program;
-  for (int i = 0; i < half.count; ++i) half.ops[i].code = half_form_of(half.ops[i].code);
+  for (int i = 0; i < half.count; ++i) half.ops[i].code = op_traits(half.ops[i].code).half_form;
   return half;
 }
 
@@ -160,7 +137,7 @@ inline Program without_identity_clamps(const Program& program) {
                       op.code == OpCode::kGeluOnUnitInterval;
     well_inside =
         (gelu && in_unit_interval) || (clamp && op.args[0] >= -1.0f && op.args[1] <= 1.0f);
-    in_unit_interval = well_inside || output_in_unit_interval(op.code);
+    in_unit_interval = well_inside || op_traits(op.code).output_in_unit_interval;
     kept.ops[kept.count++] = op;
   }
   return kept;
