@@ -197,8 +197,7 @@ void run_variant(const std::string& name, const Buffers<T>& b, int iters,
 template <class Model, typename T>
 void run_declaration(const Buffers<T>& b, int iters) {
   using cuda::LaunchShape;
-  constexpr act::ResultPrecision P =
-      std::is_same_v<T, float> ? act::ResultPrecision::kFloat32 : act::ResultPrecision::kHalf;
+  constexpr act::ResultPrecision P = act::kResultPrecisionFor<T>;
   const act::Program program = act::program_of(Model::kChain);
   const std::string name = Model::kName;
   const auto compiled = device_chain<Model, P>(program);

@@ -312,9 +312,7 @@ cudaError_t launch(const Operands<kMode>& op, const Pointers& ptr, GemmTile tile
   using Traits = ModeTraits<kMode>;
   using In = typename Traits::In;
   using Out = typename Traits::Out;
-  constexpr auto kPrecision =
-      std::is_same_v<Out, float> ? act::ResultPrecision::kFloat32 : act::ResultPrecision::kHalf;
-  const auto chain = device_chain<Model, kPrecision>(act::Program{});
+  const auto chain = device_chain<Model, act::kResultPrecisionFor<Out>>(act::Program{});
   ColumnTerms terms;
   terms.count = std::decay_t<decltype(Model::kChain)>::kTerms;
   terms.data[0] = op.add_value.data;

@@ -21,6 +21,10 @@ namespace act {
 // float16 (8 and 11 significant bits) can take cheaper ones whose errors stay under their
 // rounding step.
 enum class ResultPrecision { kFloat32, kHalf };
+// The precision of a result held in T: float, or a 16-bit type (the host's or the device's).
+template <typename T>
+inline constexpr ResultPrecision kResultPrecisionFor =
+    std::is_same_v<T, float> ? ResultPrecision::kFloat32 : ResultPrecision::kHalf;
 
 // The most per-feature terms (AddParam, ...) one chain may take.
 constexpr int kMaxColumnTerms = 4;

@@ -29,9 +29,12 @@ inline void dispatch_element(ElementType type, Fn&& fn) {
   }
 }
 // The precision of a result held in that element type.
+constexpr act::ResultPrecision result_precision_of(ElementType type) {
+  return type == ElementType::kFloat32 ? act::ResultPrecision::kFloat32
+                                       : act::ResultPrecision::kHalf;
+}
 template <ElementType E>
-inline constexpr act::ResultPrecision kResultPrecisionOf =
-    E == ElementType::kFloat32 ? act::ResultPrecision::kFloat32 : act::ResultPrecision::kHalf;
+inline constexpr act::ResultPrecision kResultPrecisionOf = result_precision_of(E);
 
 // A chain's per-feature terms: data[j] the j-th term's values (`count` of them, in the chain's
 // slot order), each [cols] of the call's element type, or one value for every column where bit j

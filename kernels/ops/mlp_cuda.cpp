@@ -44,9 +44,7 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
     columns.push_back(detail::column_inputs(in.bias, in.params));
     const detail::ColumnInputs& main = columns.back();
     layer.terms = main.terms;
-    layer.chain.program = act::with_result_precision(
-        *in.program, call.type == ElementType::kFloat32 ? act::ResultPrecision::kFloat32
-                                                        : act::ResultPrecision::kHalf);
+    layer.chain.program = act::with_result_precision(*in.program, result_precision_of(call.type));
     // W's parts (at most two: bf16x3's hi and lo), each from row `first` on.
     const auto set_parts = [&](const std::vector<torch::Tensor>& parts, int64_t first,
                                const void*(&to)[2]) {

@@ -133,9 +133,7 @@ __device__ __forceinline__ void finish_values(const MlpCall& call, int l, bool l
       for (int c = 0; c < C; ++c) terms[j][c] = to_float(term[broadcast ? 0 : n[c]]);
     }
   }
-  constexpr act::ResultPrecision kPrecision =
-      std::is_same_v<T, float> ? act::ResultPrecision::kFloat32 : act::ResultPrecision::kHalf;
-  Chains::template apply<kPrecision>(layer, l, v, terms);
+  Chains::template apply<act::kResultPrecisionFor<T>>(layer, l, v, terms);
   if (layer.gate_w) {
     const T* gate_bias = static_cast<const T*>(layer.gate_bias);
 #pragma unroll
