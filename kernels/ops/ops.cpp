@@ -159,13 +159,25 @@ EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const to
   return in;
 }
 
-Precision check_linear_epilogue_inputs(const char* op, c10::DeviceType device,
-                                       const torch::Tensor& x, const torch::Tensor& w,
-                                       const c10::optional<torch::Tensor>& w_lo,
-                                       const c10::optional<torch::Tensor>& bias,
-                                       c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                       c10::string_view precision_given,
-                                       const c10::optional<torch::Tensor>& w_third) {
+Precision epilogue_precision_of(const char* op, c10::string_view precision) {
+  // bf16x6 on the Hopper GEMM only: the small-batch kernels form no six products.
+  const bool takes_bf16x6 = std::string(op) == kGemmEpilogue;
+  const std::string asked(precision);
+  const std::optional<Precision> parsed = parse_precision(asked);
+  TORCH_CHECK(
+      parsed && *parsed != Precision::kTf32 && (takes_bf16x6 || *parsed != Precision::kBf16x6),
+      text(op, ": expected precision ",
+           takes_bf16x6 ? "ieee, bf16, bf16x3 or bf16x6" : "ieee, bf16 or bf16x3", ", got '", asked,
+           "'"));
+  return *parsed;
+}
+
+void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
+                                  const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                                  const c10::optional<torch::Tensor>& bias,
+                                  c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                  Precision precision,
+                                  const c10::optional<torch::Tensor>& w_third) {
   TORCH_CHECK(x.defined() && w.defined(),
               text(op, ": expected tensors x and w, got an undefined tensor"));
   TORCH_CHECK(x.device().type() == device,
@@ -176,16 +188,6 @@ Precision check_linear_epilogue_inputs(const char* op, c10::DeviceType device,
            ": expected x of dtype float32, float16 or bfloat16 with shape [..., in_features], "
            "got ",
            describe(x)));
-  // bf16x6 on the Hopper GEMM only: the small-batch kernels form no six products.
-  const bool takes_bf16x6 = std::string(op) == kGemmEpilogue;
-  const std::string asked(precision_given);
-  const std::optional<Precision> parsed = parse_precision(asked);
-  TORCH_CHECK(
-      parsed && *parsed != Precision::kTf32 && (takes_bf16x6 || *parsed != Precision::kBf16x6),
-      text(op, ": expected precision ",
-           takes_bf16x6 ? "ieee, bf16, bf16x3 or bf16x6" : "ieee, bf16 or bf16x3", ", got '", asked,
-           "'"));
-  const Precision precision = *parsed;
   const char* const mode = precision_name(precision);
   check_weight(op, x, w);
   // W's parts past the first: bf16x3's lo (w_lo); bf16x6's mid (w_lo) and lo (w_third).
@@ -219,7 +221,6 @@ Precision check_linear_epilogue_inputs(const char* op, c10::DeviceType device,
   if (bias && bias->defined())
     check_column_input(op, "bias", *bias, w.sym_size(0), whose, x, "x", false);
   check_params(op, params, chain_params, w.sym_size(0), whose, x, "x");
-  return precision;
 }
 
 void check_linear_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
@@ -313,9 +314,9 @@ torch::Tensor whole_forward_cpu(const char* op, const torch::Tensor& x, const to
                                 c10::string_view chain, c10::string_view precision,
                                 const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(op, chain);
-  const Precision products =
-      detail::check_linear_epilogue_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, params,
-                                           entry.chain.slot_params().size(), precision, w_third);
+  const Precision products = detail::epilogue_precision_of(op, precision);
+  detail::check_linear_epilogue_inputs(op, c10::DeviceType::CPU, x, w, w_lo, bias, params,
+                                       entry.chain.slot_params().size(), products, w_third);
   const torch::Tensor x_rows = detail::linear_rows(x);
   const bool has_bias = bias && bias->defined();
   bool bias_in_gemm = false;
@@ -365,7 +366,8 @@ torch::Tensor whole_forward_meta(const char* op, const torch::Tensor& x, const t
                                  const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(op, chain);
   detail::check_linear_epilogue_inputs(op, c10::DeviceType::Meta, x, w, w_lo, bias, params,
-                                       entry.chain.slot_params().size(), precision, w_third);
+                                       entry.chain.slot_params().size(),
+                                       detail::epilogue_precision_of(op, precision), w_third);
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 

@@ -186,15 +186,17 @@ EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const to
                                 const c10::optional<torch::Tensor>& gate = c10::nullopt,
                                 bool write_over_y = false);
 
-// The checks of fused_linear_epilogue and fused_gemm_epilogue (`op`), on `device`; returns the
-// precision the schema's string names (parsed here, once a call).
-Precision check_linear_epilogue_inputs(const char* op, c10::DeviceType device,
-                                       const torch::Tensor& x, const torch::Tensor& w,
-                                       const c10::optional<torch::Tensor>& w_lo,
-                                       const c10::optional<torch::Tensor>& bias,
-                                       c10::ArrayRef<torch::Tensor> params, size_t chain_params,
-                                       c10::string_view precision,
-                                       const c10::optional<torch::Tensor>& w_third);
+// The precision that fused_linear_epilogue's or fused_gemm_epilogue's (`op`) schema string names,
+// parsed once a call at the op's boundary; a mode the op does not take throws, naming those it
+// does.
+Precision epilogue_precision_of(const char* op, c10::string_view precision);
+// The checks of fused_linear_epilogue and fused_gemm_epilogue (`op`), on `device`, for the
+// precision given.
+void check_linear_epilogue_inputs(const char* op, c10::DeviceType device, const torch::Tensor& x,
+                                  const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
+                                  const c10::optional<torch::Tensor>& bias,
+                                  c10::ArrayRef<torch::Tensor> params, size_t chain_params,
+                                  Precision precision, const c10::optional<torch::Tensor>& w_third);
 
 // The ElementType of a float32, float16 or bfloat16 tensor (ATen's AT_DISPATCH_SWITCH: any
 // other dtype throws; the ops check dtypes with clearer messages before). The one place the

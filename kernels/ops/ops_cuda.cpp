@@ -197,11 +197,26 @@ torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
   return call.result();
 }
 
+// A weight's parts as the kernels read them, contiguous: W (or its bfloat16 hi part), bf16x3's lo
+// or bf16x6's mid, bf16x6's lo; the parts not given stay undefined.
+struct WeightParts {
+  torch::Tensor w, lo, third;
+};
+WeightParts contiguous_parts(const torch::Tensor& w, const c10::optional<torch::Tensor>& lo,
+                             const c10::optional<torch::Tensor>& third) {
+  const auto given = [](const c10::optional<torch::Tensor>& part) {
+    return part && part->defined() ? part->contiguous() : torch::Tensor();
+  };
+  return {w.contiguous(), given(lo), given(third)};
+}
+const void* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
 // What the whole-forward ops share: their checks, x as rows (copied where its base is not 16-byte
-// aligned, which the tensor cores' tile copies need), W and its other parts contiguous, and the
-// call the launchers take, with its output allocated.
+// aligned, which the tensor cores' tile copies need), W's parts contiguous, and the call the
+// launchers take, with its output allocated.
 struct WholeForward {
-  torch::Tensor x_rows, weight, lo, third, out;
+  torch::Tensor x_rows, out;
+  WeightParts weight;
   detail::ColumnInputs columns;
   cuda::LinearCall call;
   std::vector<int64_t> view;  // the output's shape
@@ -210,26 +225,23 @@ struct WholeForward {
 WholeForward prepare_whole_forward(const char* op, const ChainEntry& entry, const torch::Tensor& x,
                                    const torch::Tensor& w, const c10::optional<torch::Tensor>& w_lo,
                                    const c10::optional<torch::Tensor>& bias, at::TensorList params,
-                                   c10::string_view precision,
+                                   Precision products,
                                    const c10::optional<torch::Tensor>& w_third) {
-  const Precision products =
-      detail::check_linear_epilogue_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, params,
-                                           entry.chain.slot_params().size(), precision, w_third);
+  detail::check_linear_epilogue_inputs(op, c10::DeviceType::CUDA, x, w, w_lo, bias, params,
+                                       entry.chain.slot_params().size(), products, w_third);
   WholeForward f;
   f.x_rows = detail::linear_rows(x);
   if (reinterpret_cast<uintptr_t>(f.x_rows.data_ptr()) % 16 != 0) f.x_rows = f.x_rows.clone();
-  f.weight = w.contiguous();
-  if (w_lo && w_lo->defined()) f.lo = w_lo->contiguous();
-  if (w_third && w_third->defined()) f.third = w_third->contiguous();
+  f.weight = contiguous_parts(w, w_lo, w_third);
   f.columns = detail::column_inputs(bias, params);
   f.out = torch::empty({f.x_rows.size(0), w.size(0)}, x.options());
   cuda::LinearCall& call = f.call;
   call.type = detail::element_type_of(x);
   call.precision = products;
   call.x = f.x_rows.data_ptr();
-  call.w = f.weight.data_ptr();
-  call.w_lo = f.lo.defined() ? f.lo.data_ptr() : nullptr;
-  call.w_third = f.third.defined() ? f.third.data_ptr() : nullptr;
+  call.w = f.weight.w.data_ptr();
+  call.w_lo = data_or_null(f.weight.lo);
+  call.w_third = data_or_null(f.weight.third);
   call.bias = f.columns.bias_data;
   call.terms = f.columns.terms;
   call.out = f.out.data_ptr();
@@ -256,8 +268,9 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
                                    const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f = prepare_whole_forward(kLinearEpilogue, entry, x, w, w_lo, bias,
-                                         detail::listed(params_or_none), precision, w_third);
+  WholeForward f = prepare_whole_forward(
+      kLinearEpilogue, entry, x, w, w_lo, bias, detail::listed(params_or_none),
+      detail::epilogue_precision_of(kLinearEpilogue, precision), w_third);
   const cuda::LinearCall& call = f.call;
   if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
   cuda::SkinnyPlan plan;
@@ -306,8 +319,9 @@ torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
                                  const c10::optional<torch::Tensor>& w_third) {
   const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f = prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias,
-                                         detail::listed(params_or_none), precision, w_third);
+  WholeForward f =
+      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, detail::listed(params_or_none),
+                            detail::epilogue_precision_of(kGemmEpilogue, precision), w_third);
   return launch_gemm(entry, f, x);
 }
 
@@ -321,23 +335,19 @@ torch::Tensor fused_gemm_epilogue_gated(
     const std::vector<torch::Tensor>& params, const std::string& chain, Precision precision) {
   const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const std::string products = precision_name(precision);
   WholeForward f =
-      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, params, products, w_third);
+      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, params, precision, w_third);
   // The gate as the same op would take it alone: W's shape, parts and dtype, no chain.
   detail::check_linear_epilogue_inputs(kGemmEpilogue, c10::DeviceType::CUDA, x, gate, gate_lo,
-                                       gate_bias, {}, 0, products, gate_third);
+                                       gate_bias, {}, 0, precision, gate_third);
   TORCH_CHECK(gate.sizes() == w.sizes(), text(kGemmEpilogue, ": a gated pair's gate is W's shape ",
                                               w.sym_sizes(), ", got ", gate.sym_sizes()));
-  const torch::Tensor gate_w = gate.contiguous();
-  const torch::Tensor lo = gate_lo && gate_lo->defined() ? gate_lo->contiguous() : torch::Tensor();
-  const torch::Tensor third =
-      gate_third && gate_third->defined() ? gate_third->contiguous() : torch::Tensor();
+  const WeightParts gate_parts = contiguous_parts(gate, gate_lo, gate_third);
   const detail::ColumnInputs gate_columns = detail::column_inputs(gate_bias, {});
   cuda::LinearCall& call = f.call;
-  call.gate_w = gate_w.data_ptr();
-  call.gate_w_lo = lo.defined() ? lo.data_ptr() : nullptr;
-  call.gate_w_third = third.defined() ? third.data_ptr() : nullptr;
+  call.gate_w = gate_parts.w.data_ptr();
+  call.gate_w_lo = data_or_null(gate_parts.lo);
+  call.gate_w_third = data_or_null(gate_parts.third);
   call.gate_bias = gate_columns.bias_data;
   return launch_gemm(entry, f, x);
 }
