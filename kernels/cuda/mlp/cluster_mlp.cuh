@@ -7,8 +7,8 @@
 // would also wait for every copy the block has in flight. W depends on nothing computed, so each
 // block copies its slice of the next layers' W into shared memory (cp.async, a ring of
 // kClusterStages layers) while it forms the layer before: a layer then waits on its input, not
-// on a read of W from memory. At its start each block also asks L2 for its slices of every
-// layer's W, so that the later layers' copies find them there.
+// on a read of W from memory. Once the first layers' copies and x are issued, each block also
+// asks L2 for its slices of the later layers' W, so that their copies find them there.
 //
 // Products: float32 FMAs on the CUDA cores for every type (a product of two 16-bit values is exact
 // in float32, so this is the tensor cores' float32 sum in another order). A lane takes k in
@@ -228,12 +228,6 @@ __global__ void __launch_bounds__(kThreads)
   // waits for none of them.
   if (threadIdx.x < 2) init_barrier(barrier_of(threadIdx.x));
   cluster_arrive();
-  for (int l = 0; l < call.layers; ++l) {
-    const MlpLayer& layer = call.layer[l];
-    const Slice slice = slice_of(layer.out, rank);
-    prefetch_rows<T>(layer.w, slice, layer.in);
-    prefetch_rows<T>(layer.gate_w, slice, layer.in);
-  }
   // Layer l's slices of W (and of the gate's W) into stage l % kClusterStages, one group of copies
   // a layer (an empty one past the last: the waits count groups).
   const auto fill = [&](int l) {
@@ -253,6 +247,14 @@ __global__ void __launch_bounds__(kThreads)
   };
   for (int l = 0; l < kClusterStages; ++l) fill(l);
   load_x_tile<Shape, T>(call, tiles[0], stride, row0);
+  // The later layers' slices asked of L2 once the first layers' copies and x are under way, so
+  // that their copies find them there.
+  for (int l = kClusterStages; l < call.layers; ++l) {
+    const MlpLayer& layer = call.layer[l];
+    const Slice slice = slice_of(layer.out, rank);
+    prefetch_rows<T>(layer.w, slice, layer.in);
+    prefetch_rows<T>(layer.gate_w, slice, layer.in);
+  }
   cluster_wait();
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
