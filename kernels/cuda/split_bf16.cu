@@ -15,6 +15,7 @@ namespace {
 
 constexpr int kValuesPerThread = 8;
 constexpr int kThreads = 256;
+constexpr int kPiecesInFlight = 4;
 
 // Two bfloat16 bit patterns in one 32-bit word, element 2k in the low half (little-endian).
 __device__ __forceinline__ uint32_t pair_word(uint16_t low, uint16_t high) {
@@ -67,27 +68,39 @@ __global__ void split_bf16_one_kernel(const float* __restrict__ v, uint16_t* __r
   }
 }
 
-// y [m][n]: each sum that is inf or NaN as eager's (split::eager_sum_if_not_finite), 4 sums a
-// thread read with one 16-byte load where n allows, finite ones left as they are.
+// y [m][n]: each sum that is inf or NaN as eager's (split::eager_sum_if_not_finite), finite ones
+// left as they are. Where n allows, a thread reads kPiecesInFlight 16-byte pieces of 4 sums, a grid
+// stride apart, before it tests any: one piece a thread left too few loads in flight to read y at
+// memory's pace.
 __global__ void eager_non_finite_sums_kernel(float* __restrict__ y, int64_t m, int64_t n,
                                              const split::SplitOperands operands) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const bool vector = n % 4 == 0;
-  const int64_t count = vector ? m * n / 4 : m * n;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    if (vector) {
-      const float4 four = reinterpret_cast<const float4*>(y)[i];
-      if (split::is_finite(four.x) && split::is_finite(four.y) && split::is_finite(four.z) &&
-          split::is_finite(four.w)) {
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n % 4 != 0) {
+    for (int64_t i = first; i < m * n; i += stride)
+      y[i] = split::eager_sum_if_not_finite(operands, i / n, i % n, y[i]);
+    return;
+  }
+  const int64_t pieces = m * n / 4;
+  const float4* const y4 = reinterpret_cast<const float4*>(y);
+  for (int64_t base = first; base < pieces; base += stride * kPiecesInFlight) {
+    float4 four[kPiecesInFlight];
+#pragma unroll
+    for (int j = 0; j < kPiecesInFlight; ++j) {
+      const int64_t i = base + j * stride;
+      four[j] = i < pieces ? y4[i] : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kPiecesInFlight; ++j) {
+      if (split::is_finite(four[j].x) && split::is_finite(four[j].y) &&
+          split::is_finite(four[j].z) && split::is_finite(four[j].w)) {
         continue;
       }
-      const float sums[4] = {four.x, four.y, four.z, four.w};
-      for (int j = 0; j < 4; ++j) {
-        const int64_t at = 4 * i + j;
-        y[at] = split::eager_sum_if_not_finite(operands, at / n, at % n, sums[j]);
+      const float sums[4] = {four[j].x, four[j].y, four[j].z, four[j].w};
+      for (int lane = 0; lane < 4; ++lane) {
+        const int64_t at = 4 * (base + j * stride) + lane;
+        y[at] = split::eager_sum_if_not_finite(operands, at / n, at % n, sums[lane]);
       }
-    } else {
-      y[i] = split::eager_sum_if_not_finite(operands, i / n, i % n, y[i]);
     }
   }
 }
@@ -107,8 +120,8 @@ cudaError_t launch_eager_non_finite_sums(float* y, int64_t m, int64_t n,
                                          cudaStream_t stream) {
   if (m <= 0 || n <= 0 || operands.parts < 2) return cudaSuccess;
   if (!aligned16(y)) return cudaErrorInvalidValue;
-  eager_non_finite_sums_kernel<<<blocks_for(n % 4 == 0 ? m * n / 4 : m * n), kThreads, 0, stream>>>(
-      y, m, n, operands);
+  const int64_t work = n % 4 == 0 ? (m * n / 4 + kPiecesInFlight - 1) / kPiecesInFlight : m * n;
+  eager_non_finite_sums_kernel<<<blocks_for(work), kThreads, 0, stream>>>(y, m, n, operands);
   return cudaGetLastError();
 }
 
