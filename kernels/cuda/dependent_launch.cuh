@@ -32,6 +32,12 @@ __device__ __forceinline__ void allow_next_kernel_start() {
 #endif
 }
 
+// Asks L2 for the line at `p` (a hint: no value is read, so it may come before
+// wait_for_previous_kernel even where the kernel before writes that memory).
+__device__ __forceinline__ void prefetch_to_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 #ifndef __CUDACC_RTC__
 // `kernel` (a __global__ function, or a kernel handle that cudaLibraryGetKernel gave, as a
 // pointer) launched as kernel<<<grid, threads, shared_bytes, stream>>>, each of `args` pointing to

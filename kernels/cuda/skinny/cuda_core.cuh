@@ -106,6 +106,21 @@ __global__ void __launch_bounds__(kWarps * 32, Shape::kMinBlocks)
           [](int m, int piece) { return uint32_t((m * kChunk + piece * kVec) * sizeof(T)); });
     }
   };
+  // Launched as the dependent of the kernel before it (often the layer before, whose output x
+  // is): the first chunk's rows of W asked of L2 while that kernel ends, then the wait for x.
+  if (walk.steps > 0) {
+#pragma unroll
+    for (int r = 0; r < kWarpRows; ++r) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int64_t k = walk.k_of(0) + (s * 32 + lane) * kVec;
+        if (n0 + r >= n_out || k >= walk.end) continue;
+        prefetch_to_l2(w + (n0 + r) * k_in + k);
+        if constexpr (kHasLo) prefetch_to_l2(w_lo + (n0 + r) * k_in + k);
+      }
+    }
+  }
+  wait_for_previous_kernel();
   if constexpr (kStageX) {
 #pragma unroll
     for (int stage = 0; stage < kXStages - 1; ++stage) {

@@ -146,6 +146,24 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     x_rows[j] = x + (m < rows ? m : rows - 1) * k_in + quad * 8;
   }
 
+  // Launched as the dependent of the kernel before it (often the layer before, whose output x
+  // is): this warp's first chunk of W asked of L2 while that kernel ends, then the wait for x.
+  if (warp < walk.steps) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t k = walk.k_of(warp) + s * 32;
+#pragma unroll
+      for (int i = 0; i < kMmaTilesW; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (!w_inside[i][h] || k + quad * 8 >= walk.end) continue;
+          prefetch_to_l2(w + w_offset[i][h] + k);
+          if constexpr (kHasLo) prefetch_to_l2(w_lo + w_offset[i][h] + k);
+        }
+      }
+    }
+  }
+  wait_for_previous_kernel();
   float acc[kMmaTilesW][kTilesX][4] = {};
   for (int64_t c = warp; c < walk.steps; c += kMmaWarps) {
     const int64_t k0 = walk.k_of(c);

@@ -97,13 +97,14 @@ using ReduceFunction = void (*)(const float*, int, T*, int64_t, int64_t, ColumnE
 
 // Launches a CUDA-core or tensor-core kernel (they take the same arguments) of function type Fn
 // with the call's pointers as its types, and what bf16x3's sums that come out inf or NaN read
-// (split_operands_of).
+// (split_operands_of); as the dependent of the kernel before it (launch_dependent_kernel), so that
+// its launch and its first requests for W overlap that kernel's end.
 template <class Fn, typename T, typename WT, class Epilogue>
-cudaError_t launch_kernel(const void* kernel, int threads, const SkinnyPlan& plan,
-                          const LinearCall& call, float* partial, const Epilogue& epilogue,
-                          cudaStream_t stream) {
-  return KernelLauncher<Fn>::launch(
-      kernel, grid_of(plan), threads, 0, stream, static_cast<const T*>(call.x),
+cudaError_t launch_kernel(const DeviceLimits& limits, const void* kernel, int threads,
+                          const SkinnyPlan& plan, const LinearCall& call, float* partial,
+                          const Epilogue& epilogue, cudaStream_t stream) {
+  return KernelLauncher<Fn>::launch_dependent(
+      limits, kernel, grid_of(plan), threads, 0, stream, static_cast<const T*>(call.x),
       static_cast<const WT*>(call.w), static_cast<const __nv_bfloat16*>(call.w_lo),
       static_cast<T*>(call.out), partial, call.rows, call.out_features, call.in_features,
       plan.k_per_split, epilogue, split_operands_of(call));
@@ -141,11 +142,12 @@ struct CudaCoreKernel {
   }
   static int64_t x_workspace_floats(const LinearCall&) { return 0; }
   template <class ChainT>
-  static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const LinearCall& call,
-                            float*, float* partial, const ColumnEpilogue<T, ChainT>& epilogue,
-                            const SkinnyKernels& kernels, cudaStream_t stream) {
-    return launch_kernel<Function<ChainT>, T, WT>(kernels.kernel[0], kWarps * 32, plan, call,
-                                                  partial, epilogue, stream);
+  static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
+                            const LinearCall& call, float*, float* partial,
+                            const ColumnEpilogue<T, ChainT>& epilogue, const SkinnyKernels& kernels,
+                            cudaStream_t stream) {
+    return launch_kernel<Function<ChainT>, T, WT>(limits, kernels.kernel[0], kWarps * 32, plan,
+                                                  call, partial, epilogue, stream);
   }
 #endif
 };
@@ -165,11 +167,12 @@ struct TensorCoreKernel {
   static BlockCover cover() { return {kMmaRowsW, Shape::kRows, Shape::kChunk, kMmaWarps, 1}; }
   static int64_t x_workspace_floats(const LinearCall&) { return 0; }
   template <class ChainT>
-  static cudaError_t launch(const DeviceLimits&, const SkinnyPlan& plan, const LinearCall& call,
-                            float*, float* partial, const ColumnEpilogue<T, ChainT>& epilogue,
-                            const SkinnyKernels& kernels, cudaStream_t stream) {
-    return launch_kernel<Function<ChainT>, T, WT>(kernels.kernel[0], kMmaWarps * 32, plan, call,
-                                                  partial, epilogue, stream);
+  static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
+                            const LinearCall& call, float*, float* partial,
+                            const ColumnEpilogue<T, ChainT>& epilogue, const SkinnyKernels& kernels,
+                            cudaStream_t stream) {
+    return launch_kernel<Function<ChainT>, T, WT>(limits, kernels.kernel[0], kMmaWarps * 32, plan,
+                                                  call, partial, epilogue, stream);
   }
 #endif
 };
