@@ -1,6 +1,7 @@
 """Times each reference model's compiled declaration against the same chain given as a spec
 (`--chain`), compiled at run time by NVRTC and interpreted, in turns of whole `fusedlinear bench`
-runs: the whole forward in every precision at each batch, and its error against float64.
+runs: the whole forward in every precision at each batch, and its error against float64. Each
+turn takes the three ways in another order (declaration first, then compiled first, ...).
 
 Usage: python3 .ci/spec_vs_declaration.py FUSEDLINEAR OUTPUT_FOLDER [TURNS] [BATCHES] [-- BENCH ARGS]
        (defaults: 3 turns, batches 1,8,64,1024; BENCH ARGS are added to every run, e.g. the
@@ -34,8 +35,11 @@ def main(binary, folder, turns, batches, extra):
     os.makedirs(folder, exist_ok=True)
     times, errors = {}, {}
     for turn in range(turns):
+        # Each turn starts from another way, so that a drift within a turn (the GPU warming up
+        # under the 16-bit GEMMs) favours none of them.
+        ways = WAYS[turn % len(WAYS):] + WAYS[:turn % len(WAYS)]
         for model, spec in MODELS.items():
-            for way, way_args in WAYS:
+            for way, way_args in ways:
                 given = ["--model", model] if way == "declaration" else ["--chain", spec]
                 path = os.path.join(folder, "%s-%s-%d.json" % (model, way, turn))
                 for r in bench(binary, given + way_args + ["--batches", batches] + extra, path):
