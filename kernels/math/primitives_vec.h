@@ -191,7 +191,8 @@ FL_HOST_DEVICE FloatVec accurate_gelu(FloatVec x) {
 // ~130 instructions a vector with AVX2: as much as the rest of swish_chain), within 1.7 ulp:
 // below |x| = 0.625 the odd polynomial |x| + |x|^3 P(x^2) (P fitted to tanh, 0.8 ulp in float);
 // from there 1 - 2 / (exp(2|x|) + 1) (no cancellation: the result is above 0.55); then the sign
-// of x, so -0 stays -0 and NaN stays NaN (exp(NaN) is NaN); exp(2|x|) = inf gives 1.
+// of x, so -0 stays -0 and NaN stays NaN (exp(NaN) is NaN). 2|x| is clamped at 40, where tanh
+// already rounds to 1, so that exp's 2^n is one normal float (vector_exp's range needs two).
 FL_HOST_DEVICE FloatVec tanh_from_exp(FloatVec x) {
   const FloatVec sign = x & FloatVec(-0.0f);
   const FloatVec a = x.abs();
@@ -199,7 +200,10 @@ FL_HOST_DEVICE FloatVec tanh_from_exp(FloatVec x) {
   const FloatVec p = polynomial(w, -3.333333135e-01f, 1.333320588e-01f, -5.394676328e-02f,
                                 2.170070447e-02f, -8.177398704e-03f, 2.142962068e-03f);
   const FloatVec near_zero = a + a * w * p;
-  const FloatVec beyond = FloatVec(1.0f) - FloatVec(2.0f) / (vector_exp(a + a) + FloatVec(1.0f));
+  const ExpReduced e = reduce_for_exp(at::vec::clamp_max(a + a, FloatVec(40.0f)));  // NaN kept
+  const FloatVec power = power_of_two(e.n);
+  const FloatVec exp_2a = at::vec::fmadd(power, expm1_reduced(e.r), power);
+  const FloatVec beyond = FloatVec(1.0f) - FloatVec(2.0f) / (exp_2a + FloatVec(1.0f));
   return FloatVec::blendv(beyond, near_zero, a < FloatVec(0.625f)) ^ sign;
 }
 
