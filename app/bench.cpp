@@ -916,33 +916,39 @@ int report_failures(const std::vector<Result>& results) {
   return failures;
 }
 
+// What a bench JSON starts with, the models' and the ops' alike: the command and its date, the
+// machine and the libraries it ran on.
+nlohmann::ordered_json bench_header(const Settings& settings, const std::string& platform,
+                                    const std::string& date) {
+  const bool cuda = settings.device.is_cuda();
+  return {{"command", "bench"},
+          {"command_line", command_line()},
+          {"date_utc", date},
+          {"platform", platform},
+          {"threads", at::get_num_threads()},
+          {"blas", blas_description()},
+          {"device", device_name(settings.device)},
+          {"device_type", cuda ? "cuda" : "cpu"},
+          {"libtorch_version", TORCH_VERSION},
+          {"cuda_version",
+           cuda ? nlohmann::ordered_json(cuda_version()) : nlohmann::ordered_json(nullptr)}};
+}
+
 nlohmann::ordered_json bench_json(const std::vector<Result>& results, const Plan& plan,
                                   const Settings& settings, const std::string& platform,
                                   const std::string& date) {
-  const bool cuda = settings.device.is_cuda();
-  nlohmann::ordered_json header = {
-      {"command", "bench"},
-      {"command_line", command_line()},
-      {"date_utc", date},
-      {"platform", platform},
-      {"threads", at::get_num_threads()},
-      {"blas", blas_description()},
-      {"device", device_name(settings.device)},
-      {"device_type", cuda ? "cuda" : "cpu"},
-      {"libtorch_version", TORCH_VERSION},
-      {"cuda_version",
-       cuda ? nlohmann::ordered_json(cuda_version()) : nlohmann::ordered_json(nullptr)},
-      {"models", model_names_of(plan.models)},
-      {"model_source", settings.model_source},
-      {"batches", plan.batches},
-      {"iters", settings.iters},
-      {"warmup", settings.warmup},
-      {"seed", settings.seed},
-      {"cuda_graph", plan.cuda_graph},
-      {"bf16x3_min_rows", settings.bf16x3_min_rows},
-      {"assumed_cache_bytes", cache_bytes(settings.device)},
-      {"weights", settings.weights.empty() ? nlohmann::ordered_json(nullptr)
-                                           : nlohmann::ordered_json(settings.weights)}};
+  nlohmann::ordered_json header = bench_header(settings, platform, date);
+  header["models"] = model_names_of(plan.models);
+  header["model_source"] = settings.model_source;
+  header["batches"] = plan.batches;
+  header["iters"] = settings.iters;
+  header["warmup"] = settings.warmup;
+  header["seed"] = settings.seed;
+  header["cuda_graph"] = plan.cuda_graph;
+  header["bf16x3_min_rows"] = settings.bf16x3_min_rows;
+  header["assumed_cache_bytes"] = cache_bytes(settings.device);
+  header["weights"] = settings.weights.empty() ? nlohmann::ordered_json(nullptr)
+                                               : nlohmann::ordered_json(settings.weights);
   header["in_features"] = results.empty() ? 0 : results.front().in_features;
   header["out_features"] = results.empty() ? 0 : results.front().out_features;
   header["dtypes"] = nlohmann::ordered_json::array();
@@ -1178,6 +1184,59 @@ int print_ops(const std::vector<OpResult>& results, const std::string& platform,
   return failures;
 }
 
+// The ops' timings as JSON: bench_header, what was timed, then a result an op, dtype and batch.
+nlohmann::ordered_json ops_json(const std::vector<OpResult>& results, const Plan& plan,
+                                const Settings& settings, const std::string& platform,
+                                const std::string& date) {
+  nlohmann::ordered_json out = bench_header(settings, platform, date);
+  out["ops"] = std::vector<std::string>(std::begin(kOpSpecs), std::end(kOpSpecs));
+  out["dtypes"] = nlohmann::ordered_json::array();
+  for (const auto dtype : plan.dtypes) out["dtypes"].push_back(dtype_name(dtype));
+  out["batches"] = plan.batches;
+  out["iters"] = settings.iters;
+  out["warmup"] = settings.warmup;
+  out["seed"] = settings.seed;
+  out["timed"] = {{"copy", "a copy of the op's input (clone)"},
+                  {"eager", "the op's libtorch op"},
+                  {"fused", "the op as a chain spec (fused_epilogue)"}};
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const OpResult& r : results) {
+    rows.push_back({{"op", r.op},
+                    {"dtype", dtype_name(r.dtype)},
+                    {"batch", r.batch},
+                    {"cols", r.cols},
+                    {"timings",
+                     {{"copy", timing_json(r.copy)},
+                      {"eager", timing_json(r.eager)},
+                      {"fused", timing_json(r.fused)}}},
+                    {"speedup", r.eager.median_us / r.fused.median_us},
+                    {"vs_eager", difference_json(r.vs_eager)}});
+  }
+  out["results"] = rows;
+  return out;
+}
+
+// One CSV row an op, dtype and batch.
+std::string render_ops_csv(const std::vector<OpResult>& results) {
+  std::ostringstream out;
+  out << "op,dtype,batch,cols";
+  for (const char* name : {"copy", "eager", "fused"}) {
+    out << "," << name << "_median_us," << name << "_p10_us," << name << "_p90_us";
+  }
+  out << ",speedup,max_abs_diff,allclose\n";
+  for (const OpResult& r : results) {
+    out << csv_text(r.op) << "," << dtype_name(r.dtype) << "," << r.batch << "," << r.cols;
+    for (const TimingStats* t : {&r.copy, &r.eager, &r.fused}) {
+      out << "," << csv_number(t->median_us) << "," << csv_number(t->p10_us) << ","
+          << csv_number(t->p90_us);
+    }
+    out << "," << csv_number(r.eager.median_us / r.fused.median_us) << ","
+        << csv_number(r.vs_eager.max_abs) << "," << (r.vs_eager.allclose ? "true" : "false")
+        << "\n";
+  }
+  return out.str();
+}
+
 }  // namespace
 
 void add_bench_options(cxxopts::Options& options) {
@@ -1199,8 +1258,26 @@ void add_bench_options(cxxopts::Options& options) {
 int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   const Plan plan = plan_from_options(settings, parsed);
   if (parsed.count("ops")) {
+    if (!plan.plot_path.empty()) {
+      throw UsageError("--plot draws the models' speedups; with --ops, give --json or --csv");
+    }
+    const std::string date = utc_now();
     const std::string platform = platform_description(settings.device);
-    return print_ops(run_ops(plan, settings), platform, settings) > 0 ? 1 : 0;
+    const std::vector<OpResult> results = run_ops(plan, settings);
+    const int failures = print_ops(results, platform, settings);
+    if (!settings.json.empty()) {
+      write_for_option("--json", [&] {
+        write_output_file(settings.json,
+                          ops_json(results, plan, settings, platform, date).dump(2) + "\n",
+                          settings.overwrite);
+      });
+    }
+    if (!plan.csv_path.empty()) {
+      write_for_option("--csv", [&] {
+        write_output_file(plan.csv_path, render_ops_csv(results), settings.overwrite);
+      });
+    }
+    return failures > 0 ? 1 : 0;
   }
   for (const auto dtype : plan.dtypes) {
     Settings s = settings;

@@ -311,6 +311,25 @@ TEST_F(Cli, CpuHeaderNamesBlasThreadsAndLoop) {
   EXPECT_NE(json.find("\"gemm_gflops\""), std::string::npos) << json;
 }
 
+// bench --ops writes what it prints to --json and --csv, a result an op; --plot (the models'
+// chart) is refused before anything runs.
+TEST_F(Cli, BenchOpsWritesJsonAndCsv) {
+  const Result r =
+      run("bench --device cpu --ops --batches 2 --out-features 8 --threads 1 "
+          "--iters 1 --warmup 0 --json " +
+          path("ops.json") + " --csv " + path("ops.csv"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string json = read_file(path("ops.json"));
+  EXPECT_NE(json.find("\"op\": \"tanh\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"eager\": {"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"allclose\": true"), std::string::npos) << json;
+  const std::string csv = read_file(path("ops.csv"));
+  EXPECT_EQ(csv.rfind("op,dtype,batch,cols,copy_median_us,", 0), 0u) << csv;
+  EXPECT_NE(csv.find("\nadd(p),float32,2,8,"), std::string::npos) << csv;
+  expect_usage_error("bench --device cpu --ops --plot " + path("ops.svg"), "--plot");
+  EXPECT_FALSE(std::ifstream(path("ops.svg")).good());
+}
+
 TEST_F(Cli, HelpComesBeforeAnyCheck) {
   const Result r = run("--batch many --iters 4294967296 --help");
   EXPECT_EQ(r.exit_code, 0) << r.err;
