@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -1237,6 +1238,19 @@ std::string render_ops_csv(const std::vector<OpResult>& results) {
   return out.str();
 }
 
+// --json and --csv where asked, each rendered only then.
+void write_json_and_csv(const Settings& settings, const Plan& plan,
+                        const std::function<std::string()>& json,
+                        const std::function<std::string()>& csv) {
+  if (!settings.json.empty()) {
+    write_for_option("--json",
+                     [&] { write_output_file(settings.json, json(), settings.overwrite); });
+  }
+  if (!plan.csv_path.empty()) {
+    write_for_option("--csv", [&] { write_output_file(plan.csv_path, csv(), settings.overwrite); });
+  }
+}
+
 }  // namespace
 
 void add_bench_options(cxxopts::Options& options) {
@@ -1265,18 +1279,10 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
     const std::string platform = platform_description(settings.device);
     const std::vector<OpResult> results = run_ops(plan, settings);
     const int failures = print_ops(results, platform, settings);
-    if (!settings.json.empty()) {
-      write_for_option("--json", [&] {
-        write_output_file(settings.json,
-                          ops_json(results, plan, settings, platform, date).dump(2) + "\n",
-                          settings.overwrite);
-      });
-    }
-    if (!plan.csv_path.empty()) {
-      write_for_option("--csv", [&] {
-        write_output_file(plan.csv_path, render_ops_csv(results), settings.overwrite);
-      });
-    }
+    write_json_and_csv(
+        settings, plan,
+        [&] { return ops_json(results, plan, settings, platform, date).dump(2) + "\n"; },
+        [&] { return render_ops_csv(results); });
     return failures > 0 ? 1 : 0;
   }
   for (const auto dtype : plan.dtypes) {
@@ -1290,18 +1296,10 @@ int run_bench(const Settings& settings, const cxxopts::ParseResult& parsed) {
   const std::vector<Result> results = run_sweep(plan, settings);
   print_tables(results, plan, platform, settings);
   const int failures = report_failures(results);
-  if (!settings.json.empty()) {
-    write_for_option("--json", [&] {
-      write_output_file(settings.json,
-                        bench_json(results, plan, settings, platform, date).dump(2) + "\n",
-                        settings.overwrite);
-    });
-  }
-  if (!plan.csv_path.empty()) {
-    write_for_option("--csv", [&] {
-      write_output_file(plan.csv_path, render_csv(results), settings.overwrite);
-    });
-  }
+  write_json_and_csv(
+      settings, plan,
+      [&] { return bench_json(results, plan, settings, platform, date).dump(2) + "\n"; },
+      [&] { return render_csv(results); });
   if (!plan.plot_path.empty()) {
     write_for_option("--plot", [&] {
       write_output_file(plan.plot_path, bench_plot(results, plan, platform, date, settings.iters),
