@@ -116,17 +116,20 @@ void set_capability(Capability capability) {
   current().store(capability, std::memory_order_relaxed);
 }
 
-bool fast_string_moves() {
-  static const bool fast = [] {
+bool staged_copies_pay() {
+  static const bool pay = [] {
 #if FUSEDLINEAR_CPU_SIMD && (defined(__x86_64__) || defined(__i386__))
-    // FSRM, leaf 7's EDX bit 4: without it a short rep movsb starts slowly.
+    // The vendor, leaf 0's "AuthenticAMD" in EBX, EDX, ECX; FSRM, leaf 7's EDX bit 4: without
+    // it a short rep movsb starts slowly.
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 4)) != 0;
+    const bool amd = __get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x68747541 &&
+                     edx == 0x69746e65 && ecx == 0x444d4163;
+    return amd && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 4)) != 0;
 #else
     return false;
 #endif
   }();
-  return fast;
+  return pay;
 }
 
 Capability loop_of(const CpuChainKernels& kernels) {

@@ -32,9 +32,10 @@ std::vector<Capability> supported_capabilities();
 // FUSEDLINEAR_CPU_CAPABILITY, with the same values, chooses for the fused ops alone.
 Capability capability();
 
-// Whether this CPU makes short string moves fast (CPUID's FSRM): only there does a pass that
-// stages its values and copies them to the output (epilogue_loop.h) gain by the copy.
-bool fast_string_moves();
+// Whether a pass that stages its values and copies them to the output with a string move
+// (epilogue_loop.h) gains by it on this CPU: an AMD one that makes short string moves fast
+// (CPUID's FSRM). It lost to plain stores on AMD CPUs without FSRM and on Intel CPUs with it.
+bool staged_copies_pay();
 
 // Makes the ops use `capability` from now on (tests force each one in turn). Throws
 // std::invalid_argument when it is not among supported_capabilities().

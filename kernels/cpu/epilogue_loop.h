@@ -74,7 +74,7 @@ constexpr int kStagedValuesOf = int(std::min<int64_t>(kBlockValues, 256 / Lanes:
 // A block of a row's run: `full` whole values from element `at` (column `col`), then the `rest`
 // elements (0 to kLanes - 1) of a partial one; for a chain of one pass, `rows` such runs,
 // `stride` elements apart (else rows = 1); `v` holds its values between the passes;
-// `stage_copies`: fast_string_moves() (epilogue.h).
+// `stage_copies`: staged_copies_pay() (epilogue.h).
 template <class Lanes, ElementType E>
 struct Block {
   const EpilogueCall& call;
@@ -303,7 +303,7 @@ template <class Lanes, ElementType E, class ChainT>
 inline void run_chain(const ChainT& chain, const EpilogueCall& call, int64_t begin, int64_t end) {
   constexpr int64_t kLanes = Lanes::kLanes;
   typename Lanes::Value values[kBlockValues];
-  const bool stage_copies = fast_string_moves();
+  const bool stage_copies = staged_copies_pay();
   // Without per-column inputs the rows need not be told apart: runs across rows, as long as a
   // block's count of values fits its int.
   const bool by_row = call.bias || call.terms.count > 0;
