@@ -103,6 +103,12 @@ std::string blas_description() {
                    "(.ci/setup does)\n";
     }
   }
+  // OpenBLAS takes its SSE3 (Prescott) kernels on a CPU it does not know (0.3.21 on Intel's
+  // Sapphire Rapids), several times slower there; its OPENBLAS_CORETYPE chooses others.
+  if (name.find(", Prescott kernels") != std::string::npos && __builtin_cpu_supports("avx2")) {
+    name += std::string(" (OpenBLAS does not know this CPU; OPENBLAS_CORETYPE=") +
+            (__builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell") + " runs faster kernels)";
+  }
   std::ostringstream s;
   s << name << ", " << (threads > 0 ? std::to_string(threads) : std::string("?"))
     << (threads == 1 ? " thread" : " threads");
