@@ -111,12 +111,16 @@ FL_HOST_DEVICE FloatVec expm1_reduced(FloatVec r) {
 }
 
 // v 2^n for integer-valued n in [-150, 128]: results that are subnormal round once, those past
-// the float range become infinite. AVX-512 scales in one instruction; AVX2 multiplies by two
-// factors, each a normal float.
+// the float range become infinite. AVX-512 scales in one instruction. Otherwise one factor 2^n
+// where every lane's is a normal float (n in [-126, 127], nearly every vector), else two factors,
+// each a normal float; a product by a power of two is exact until its one rounding, so both give
+// the same bits.
 FL_HOST_DEVICE FloatVec times_power_of_two(FloatVec v, FloatVec n) {
 #if defined(CPU_CAPABILITY_AVX512)
   return _mm512_scalef_ps(v, n);
 #else
+  const FloatVec beyond_one_factor = (n < FloatVec(-126.0f)) | (n > FloatVec(127.0f));
+  if (beyond_one_factor.zero_mask() == (1 << FloatVec::size()) - 1) return v * power_of_two(n);
   const FloatVec half = (n * FloatVec(0.5f)).floor();
   return v * power_of_two(half) * power_of_two(n - half);
 #endif
