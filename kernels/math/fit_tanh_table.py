@@ -4,8 +4,8 @@ and writes them as C++, kernels/math/tanh_table.h (needs numpy):
   python3 kernels/math/fit_tanh_table.py | clang-format --assume-filename=h > kernels/math/tanh_table.h
 
 The intervals come from a float's bits: (bits of a) >> 21 keeps its exponent and two bits of its
-significand, so [2^-4, 9.5] falls into 28 intervals, four an octave; interval 0 holds everything
-below 1.25 * 2^-4 as well. On interval k, tanh(a) = c0 + t (c1 + t (c2 + ... + t c6)) with
+significand, so [2^-4, 9.5] falls into 29 intervals, four an octave (the last cut at 9.5), and
+interval 0 also holds everything below 2^-4. On interval k, tanh(a) = c0 + t (c1 + t (c2 + ... + t c6)) with
 t = a - center_k, exact since a and center_k are within a factor of 2 of each other. Each center
 is a float near the interval's middle whose tanh is within a hundredth of an ulp of a float, so
 c0 carries tanh to float's accuracy at t = 0. Interval 0 has center 0 and c0 = 0 and keeps its
