@@ -339,7 +339,7 @@ TEST_P(FusedOpsCpu, AccurateAgainstFloat64OnDenseGrid) {
 // tanh, the op whose vector forms differ most between the loops, on every 256th float of
 // [0, 10] and their negatives (every interval of the AVX-512 table, each end among them), in ulp
 // of the float nearest the float64 value: the AVX-512 table within 0.6, tanh_from_exp (AVX2)
-// within 2, libm's tanhf (scalar) within 2.5 (glibc's own bound).
+// within 2, libm's tanhf (scalar) within 2.5 (glibc's errs by a little over 2 ulp).
 TEST_P(FusedOpsCpu, TanhWithinItsUlpsOfFloat64) {
   torch::NoGradGuard no_grad;
   const int64_t bits_of_ten = 0x41200000;

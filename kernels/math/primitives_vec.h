@@ -221,10 +221,10 @@ FL_HOST_DEVICE FloatVec tanh_from_exp(FloatVec x) {
 #if defined(CPU_CAPABILITY_AVX512)
 // tanh with AVX-512, within 0.58 ulp (every float checked), with no division and no exp: a
 // polynomial of degree 6 on each of 29 intervals of |x| (tanh_table.h), whose coefficients two
-// registers and one permute give each lane. The interval is the bits
-// of |x|, clamped at 9.5 (where tanh rounds to 1; NaN kept), shifted right by 21: its exponent and
-// two bits of its significand, from 2^-4 on (below, interval 0). Interval 0 adds t = |x| last,
-// for relative accuracy near 0. Then the sign of x, so -0 stays -0; NaN gives NaN through t.
+// registers and one permute give each lane. The interval is the bits of |x|, clamped at 9.5
+// (where tanh rounds to 1; NaN kept), shifted right by 21: its exponent and two bits of its
+// significand, from 2^-4 on (below, interval 0). Interval 0 adds t = |x| last, for relative
+// accuracy near 0. Then the sign of x, so -0 stays -0; NaN gives NaN through t.
 FL_HOST_DEVICE FloatVec tanh_from_table(FloatVec x) {
   const FloatVec sign = x & FloatVec(-0.0f);
   const FloatVec a = at::vec::clamp_max(x.abs(), FloatVec(9.5f));
