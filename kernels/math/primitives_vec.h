@@ -203,7 +203,8 @@ FL_HOST_DEVICE FloatVec accurate_gelu(FloatVec x) {
 // below |x| = 0.625 the odd polynomial |x| + |x|^3 P(x^2) (P fitted to tanh, 0.8 ulp in float);
 // from there 1 - 2 / (exp(2|x|) + 1) (no cancellation: the result is above 0.55); then the sign
 // of x, so -0 stays -0 and NaN stays NaN (exp(NaN) is NaN). 2|x| is clamped at 40, where tanh
-// already rounds to 1, so that exp's 2^n is one normal float (vector_exp's range needs two).
+// already rounds to 1, so that exp's 2^n is always one normal float: no check of the lanes'
+// range, as vector_exp's for its wider one.
 FL_HOST_DEVICE FloatVec tanh_from_exp(FloatVec x) {
   const FloatVec sign = x & FloatVec(-0.0f);
   const FloatVec a = x.abs();
