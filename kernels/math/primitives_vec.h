@@ -20,6 +20,9 @@
 
 #include <ATen/cpu/vec/vec.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "kernels/math/primitives.h"
 #include "kernels/math/tanh_table.h"
 
@@ -87,15 +90,44 @@ FL_HOST_DEVICE FloatVec power_of_two(FloatVec n) {
 #endif
 }
 
+// Rounding u to an integer n by an addition (ties to even), for |u| < 2^22: u + 1.5 2^23 + bias
+// has 1 as its last place, so the sum is u rounded, and holds n + bias in its low bits;
+// subtracting the same constant gives n. Two additions, where round() and a conversion of n take
+// three instructions, and power_of_two_from_sum reads 2^(n + bias - 127) from the sum with one
+// shift.
+constexpr float rounding_constant(int bias) {
+  return 12582912.0f + float(bias);  // exact
+}
+
+// 2^(n + bias - 127) from a sum of rounding_constant(bias) that rounded to n: its low bits
+// shifted into the exponent, for n + bias in [1, 254].
+FL_HOST_DEVICE FloatVec power_of_two_from_sum(FloatVec sum) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(sum), 23));
+#elif defined(CPU_CAPABILITY_AVX2)
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(sum), 23));
+#else
+  uint32_t lanes[FloatVec::size()];
+  std::memcpy(lanes, &sum, sizeof(lanes));
+  for (uint32_t& lane : lanes) lane <<= 23;
+  FloatVec power;
+  std::memcpy(&power, lanes, sizeof(lanes));
+  return power;
+#endif
+}
+
 // x = n ln 2 + r with integer n and |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact to a few
-// float ulp).
+// float ulp), for |x| < 2^21: n is x log2(e) rounded once, from the exact product, with 127 as
+// the sum's bias, so that power_of_two_from_sum(sum) is 2^n where n is in [-126, 127].
 struct ExpReduced {
-  FloatVec n, r;
+  FloatVec n, r, sum;
 };
 FL_HOST_DEVICE ExpReduced reduce_for_exp(FloatVec x) {
-  const FloatVec n = (x * FloatVec(1.44269504088896341f)).round();
+  const FloatVec sum =
+      at::vec::fmadd(x, FloatVec(1.44269504088896341f), FloatVec(rounding_constant(127)));
+  const FloatVec n = sum - FloatVec(rounding_constant(127));
   const FloatVec r = at::vec::fmadd(n, FloatVec(-0.693145751953125f), x);
-  return {n, at::vec::fmadd(n, FloatVec(-1.42860682030941723e-6f), r)};
+  return {n, at::vec::fmadd(n, FloatVec(-1.42860682030941723e-6f), r), sum};
 }
 // The same for any x, clamped first to [-104, 89] (NaN kept): e^x is 0 below and infinite above.
 FL_HOST_DEVICE ExpReduced reduce_for_exp_clamped(FloatVec x) {
@@ -110,17 +142,19 @@ FL_HOST_DEVICE FloatVec expm1_reduced(FloatVec r) {
   return at::vec::fmadd(r * r, p, r);
 }
 
-// v 2^n for integer-valued n in [-150, 128]: results that are subnormal round once, those past
-// the float range become infinite. AVX-512 scales in one instruction. Otherwise one factor 2^n
-// where every lane's is a normal float (n in [-126, 127], nearly every vector), else two factors,
-// each a normal float; a product by a power of two is exact until its one rounding, so both give
-// the same bits.
-FL_HOST_DEVICE FloatVec times_power_of_two(FloatVec v, FloatVec n) {
+// v 2^n for e's n in [-150, 128]: results that are subnormal round once, those past the float
+// range become infinite. AVX-512 scales in one instruction. Otherwise one factor 2^n where every
+// lane's is a normal float (n in [-126, 127], nearly every vector), else two factors, each a
+// normal float; a product by a power of two is exact until its one rounding, so both give the
+// same bits.
+FL_HOST_DEVICE FloatVec times_power_of_two(FloatVec v, const ExpReduced& e) {
+  const FloatVec n = e.n;
 #if defined(CPU_CAPABILITY_AVX512)
   return _mm512_scalef_ps(v, n);
 #else
   const FloatVec beyond_one_factor = (n < FloatVec(-126.0f)) | (n > FloatVec(127.0f));
-  if (beyond_one_factor.zero_mask() == (1 << FloatVec::size()) - 1) return v * power_of_two(n);
+  if (beyond_one_factor.zero_mask() == (1 << FloatVec::size()) - 1)
+    return v * power_of_two_from_sum(e.sum);
   const FloatVec half = (n * FloatVec(0.5f)).floor();
   return v * power_of_two(half) * power_of_two(n - half);
 #endif
@@ -129,19 +163,26 @@ FL_HOST_DEVICE FloatVec times_power_of_two(FloatVec v, FloatVec n) {
 // e^x: 2^n e^r, within about 1 ulp; 0 below -104, infinity above 89, NaN stays NaN.
 FL_HOST_DEVICE FloatVec vector_exp(FloatVec x) {
   const ExpReduced e = reduce_for_exp_clamped(x);
-  return times_power_of_two(expm1_reduced(e.r) + FloatVec(1.0f), e.n);
+  return times_power_of_two(expm1_reduced(e.r) + FloatVec(1.0f), e);
 }
 
-// e^x - 1 = 2^n (e^r - 1) + (2^n - 1), one rounding where |n| <= 64 (n = 0: e^r - 1 itself, so
-// small x keep their relative accuracy); past that, e^x alone (-1 where n < -64, e^x where
-// n > 64, for which 1 is below the ulp); x = +-0 gives x.
+// e^x - 1 = 2^n (e^r - 1) + (2^n - 1), one rounding (n = 0: e^r - 1 itself, so small x keep
+// their relative accuracy), 2^n read from n's bits; x is clamped first to [-45, 89] (NaN kept),
+// below which the result is -1 already, so that n >= -65. A vector with a lane of n > 64 (x
+// above 44), where 1 is below the ulp, takes e^x alone there. x = +-0 gives x.
 FL_HOST_DEVICE FloatVec vector_expm1(FloatVec x) {
-  const ExpReduced e = reduce_for_exp_clamped(x);
+  const ExpReduced e = reduce_for_exp(clamp_keep_nan(x, -45.0f, 89.0f));
   const FloatVec m = expm1_reduced(e.r);
-  const FloatVec scale = power_of_two(clamp_keep_nan(e.n, -64.0f, 64.0f));
-  const FloatVec near = at::vec::fmadd(scale, m, scale - FloatVec(1.0f));
-  const FloatVec result =
-      FloatVec::blendv(near, times_power_of_two(m + FloatVec(1.0f), e.n), e.n > FloatVec(64.0f));
+  const FloatVec beyond = e.n > FloatVec(64.0f);
+  FloatVec result;
+  if (beyond.zero_mask() == (1 << FloatVec::size()) - 1) {
+    const FloatVec scale = power_of_two_from_sum(e.sum);
+    result = at::vec::fmadd(scale, m, scale - FloatVec(1.0f));
+  } else {
+    const FloatVec scale = power_of_two(at::vec::clamp_max(e.n, FloatVec(64.0f)));
+    const FloatVec near = at::vec::fmadd(scale, m, scale - FloatVec(1.0f));
+    result = FloatVec::blendv(near, times_power_of_two(m + FloatVec(1.0f), e), beyond);
+  }
   return FloatVec::blendv(result, x, x == FloatVec(0.0f));  // -0 stays -0
 }
 
@@ -152,24 +193,26 @@ FL_HOST_DEVICE FloatVec vector_expm1(FloatVec x) {
 // R a polynomial fitted to Phi(-a) e^(a^2 / 2) for a in [0, 14.5], smooth in t since a t stays
 // below 1 / p. Relative error up to 7e-7 from x = -3 up: the rounding of t counts up to 2.7 times
 // in R, and that of a^2 grows with the exponent, to 1e-5 near -13; never the cancellation of
-// 1 + erf for x < 0. 2^(-a^2 ...) = 2^n 2^f with f in [-1/2, 1/2], 2^f by a polynomial whose
-// coefficients carry a factor 2^-64 that 2^(n + 64) undoes, so a result below float's normal
-// range is rounded once; a is clamped at 16, from where h underflows to 0 (n + 64 then stays in
-// power_of_two's range). NaN gives NaN and -inf gives -inf * 0 = NaN (as PyTorch), through the
-// last product with x; +inf gives +inf; -0 gives -0.
+// 1 + erf for x < 0. 2^(-a^2 ...) = 2^n 2^f with f in [-1/2, 1/2] (n rounded by an addition,
+// rounding_constant, from the exact product), 2^f by a polynomial whose coefficients carry a
+// factor 2^-64 that 2^(n + 64) undoes, so a result below float's normal range is rounded once; a
+// is clamped at 16, from where h underflows to 0 (n + 64 then stays a normal float's exponent).
+// NaN gives NaN and -inf gives -inf * 0 = NaN (as PyTorch), through the last product with x; +inf
+// gives +inf; -0 gives -0.
 FL_HOST_DEVICE FloatVec vector_gelu(FloatVec x) {
   const FloatVec a = at::vec::clamp_max(x.abs(), FloatVec(16.0f));
   const FloatVec t = FloatVec(1.0f) / at::vec::fmadd(a, FloatVec(0.296875f), FloatVec(1.0f));
   const FloatVec r = polynomial(t, 1.321952732e-05f, 1.181144640e-01f, 1.217857525e-01f,
                                 8.841424435e-02f, 1.576754600e-01f, -1.025679186e-01f,
                                 2.561590374e-01f, -1.788179576e-01f, 3.922371939e-02f);
-  const FloatVec u = a * (a * FloatVec(-0.72134752044448170368f));  // -a^2 log2(e) / 2
-  const FloatVec n = u.round();
-  const FloatVec f = u - n;
+  // -a^2 log2(e) / 2 = n + f, from the exact product of a and a_scaled
+  const FloatVec a_scaled = a * FloatVec(-0.72134752044448170368f);
+  const FloatVec sum = at::vec::fmadd(a, a_scaled, FloatVec(rounding_constant(191)));
+  const FloatVec f = at::vec::fmadd(a, a_scaled, FloatVec(rounding_constant(191)) - sum);
   const FloatVec scaled_power = polynomial(f, 5.421010868e-20f, 3.757558531e-20f, 1.302270297e-20f,
                                            3.008839259e-21f, 5.214193317e-22f, 7.264117259e-23f,
-                                           8.318979983e-24f);  // 2^f 2^-64
-  const FloatVec h = r * scaled_power * power_of_two(n + FloatVec(64.0f));
+                                           8.318979983e-24f);        // 2^f 2^-64
+  const FloatVec h = r * scaled_power * power_of_two_from_sum(sum);  // times 2^(n + 64)
   return x * if_negative(x, h, FloatVec(1.0f) - h);
 }
 
@@ -213,7 +256,7 @@ FL_HOST_DEVICE FloatVec tanh_from_exp(FloatVec x) {
                                 2.170070447e-02f, -8.177398704e-03f, 2.142962068e-03f);
   const FloatVec near_zero = a + a * w * p;
   const ExpReduced e = reduce_for_exp(at::vec::clamp_max(a + a, FloatVec(40.0f)));  // NaN kept
-  const FloatVec power = power_of_two(e.n);
+  const FloatVec power = power_of_two_from_sum(e.sum);
   const FloatVec exp_2a = at::vec::fmadd(power, expm1_reduced(e.r), power);
   const FloatVec beyond = FloatVec(1.0f) - FloatVec(2.0f) / (exp_2a + FloatVec(1.0f));
   return FloatVec::blendv(beyond, near_zero, a < FloatVec(0.625f)) ^ sign;
