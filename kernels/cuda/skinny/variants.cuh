@@ -95,20 +95,28 @@ template <typename T, class ChainT>
 using ReduceFunction = void (*)(const float*, int, T*, int64_t, int64_t, ColumnEpilogue<T, ChainT>,
                                 split::SplitOperands);
 
-// Launches a CUDA-core or tensor-core kernel (they take the same arguments) of function type Fn
-// with the call's pointers as its types, and what bf16x3's sums that come out inf or NaN read
-// (split_operands_of); as the dependent of the kernel before it (launch_dependent_kernel), so that
-// its launch and its first requests for W overlap that kernel's end.
-template <class Fn, typename T, typename WT, class Epilogue>
-cudaError_t launch_kernel(const DeviceLimits& limits, const void* kernel, int threads,
-                          const SkinnyPlan& plan, const LinearCall& call, float* partial,
-                          const Epilogue& epilogue, cudaStream_t stream) {
-  return KernelLauncher<Fn>::launch_dependent(
-      limits, kernel, grid_of(plan), threads, 0, stream, static_cast<const T*>(call.x),
-      static_cast<const WT*>(call.w), static_cast<const __nv_bfloat16*>(call.w_lo),
-      static_cast<T*>(call.out), partial, call.rows, call.out_features, call.in_features,
-      plan.k_per_split, epilogue, split_operands_of(call));
-}
+// The host side of the CUDA-core and tensor-core kernels, which take the same arguments and differ
+// in their threads a block: their function type, their (empty) workspace, and their launch, with
+// the call's pointers as their types and what bf16x3's sums that come out inf or NaN read
+// (split_operands_of); as the dependent of the kernel before it (launch_dependent_kernel), so
+// that its launch and its first requests for W overlap that kernel's end.
+template <typename T, typename WT, int kThreads>
+struct RowsKernelHost {
+  template <class ChainT>
+  using Function = RowsKernelFunction<T, WT, ChainT>;
+  static int64_t x_workspace_floats(const LinearCall&) { return 0; }
+  template <class ChainT>
+  static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
+                            const LinearCall& call, float*, float* partial,
+                            const ColumnEpilogue<T, ChainT>& epilogue, const SkinnyKernels& kernels,
+                            cudaStream_t stream) {
+    return KernelLauncher<Function<ChainT>>::launch_dependent(
+        limits, kernels.kernel[0], grid_of(plan), kThreads, 0, stream,
+        static_cast<const T*>(call.x), static_cast<const WT*>(call.w),
+        static_cast<const __nv_bfloat16*>(call.w_lo), static_cast<T*>(call.out), partial, call.rows,
+        call.out_features, call.in_features, plan.k_per_split, epilogue, split_operands_of(call));
+  }
+};
 
 // Whether a launch may have the TMA copy its stages (the matrices must also be described:
 // describe_matrix): asked for, on sm_90 or newer.
@@ -123,7 +131,11 @@ inline bool tile_copies_allowed(const LinearCall& call, const DeviceLimits& limi
 // would be emitted into the module, and a kernel whose address is stored ptxas compiles otherwise
 // (more registers, fewer blocks an SM) than the library's copy.
 template <typename T, typename WT, bool kHasLo, class Shape>
-struct CudaCoreKernel {
+struct CudaCoreKernel
+#ifndef __CUDACC_RTC__
+    : RowsKernelHost<T, WT, kWarps * 32>
+#endif
+{
   using Element = T;
   static constexpr bool kHasTileCopies = false;
   template <class ChainT, bool kTileCopies>
@@ -131,8 +143,6 @@ struct CudaCoreKernel {
     return &skinny_cuda_core_kernel<T, WT, kHasLo, Shape, ChainT>;
   }
 #ifndef __CUDACC_RTC__
-  template <class ChainT>
-  using Function = RowsKernelFunction<T, WT, ChainT>;
   // Two blocks an SM fill the GPU; the widest tile's blocks, two an SM, stay within one wave
   // (split in two, into a second wave, it measured slower: docs/PERFORMANCE.md, whole waves).
   static BlockCover cover() {
@@ -140,20 +150,15 @@ struct CudaCoreKernel {
     cover.within_one_wave = Shape::kRows == kLargestTile;
     return cover;
   }
-  static int64_t x_workspace_floats(const LinearCall&) { return 0; }
-  template <class ChainT>
-  static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
-                            const LinearCall& call, float*, float* partial,
-                            const ColumnEpilogue<T, ChainT>& epilogue, const SkinnyKernels& kernels,
-                            cudaStream_t stream) {
-    return launch_kernel<Function<ChainT>, T, WT>(limits, kernels.kernel[0], kWarps * 32, plan,
-                                                  call, partial, epilogue, stream);
-  }
 #endif
 };
 
 template <typename T, typename WT, bool kHasLo>
-struct TensorCoreKernel {
+struct TensorCoreKernel
+#ifndef __CUDACC_RTC__
+    : RowsKernelHost<T, WT, kMmaWarps * 32>
+#endif
+{
   using Element = T;
   using Shape = MmaShape<kHasLo, 1>;  // tiles of 8 rows of x; more rows take more tiles
   static constexpr bool kHasTileCopies = false;
@@ -162,18 +167,7 @@ struct TensorCoreKernel {
     return &skinny_tensor_core_kernel<T, WT, kHasLo, Shape, ChainT>;
   }
 #ifndef __CUDACC_RTC__
-  template <class ChainT>
-  using Function = RowsKernelFunction<T, WT, ChainT>;
   static BlockCover cover() { return {kMmaRowsW, Shape::kRows, Shape::kChunk, kMmaWarps, 1}; }
-  static int64_t x_workspace_floats(const LinearCall&) { return 0; }
-  template <class ChainT>
-  static cudaError_t launch(const DeviceLimits& limits, const SkinnyPlan& plan,
-                            const LinearCall& call, float*, float* partial,
-                            const ColumnEpilogue<T, ChainT>& epilogue, const SkinnyKernels& kernels,
-                            cudaStream_t stream) {
-    return launch_kernel<Function<ChainT>, T, WT>(limits, kernels.kernel[0], kMmaWarps * 32, plan,
-                                                  call, partial, epilogue, stream);
-  }
 #endif
 };
 
