@@ -197,8 +197,7 @@ FL_HOST_DEVICE FloatVec vector_expm1(FloatVec x) {
 // rounding_constant, from the exact product), 2^f by a polynomial whose coefficients carry a
 // factor 2^-64 that 2^(n + 64) undoes, so a result below float's normal range is rounded once; a
 // is clamped at 16, from where h underflows to 0 (n + 64 then stays a normal float's exponent).
-// NaN gives NaN and -inf gives -inf * 0 = NaN (as PyTorch), through the last product with x; +inf
-// gives +inf; -0 gives -0.
+// NaN gives NaN and -inf gives NaN (as PyTorch, -inf * 0), +inf gives +inf, -0 gives -0.
 FL_HOST_DEVICE FloatVec vector_gelu(FloatVec x) {
   const FloatVec a = at::vec::clamp_max(x.abs(), FloatVec(16.0f));
   const FloatVec t = FloatVec(1.0f) / at::vec::fmadd(a, FloatVec(0.296875f), FloatVec(1.0f));
@@ -209,11 +208,15 @@ FL_HOST_DEVICE FloatVec vector_gelu(FloatVec x) {
   const FloatVec a_scaled = a * FloatVec(-0.72134752044448170368f);
   const FloatVec sum = at::vec::fmadd(a, a_scaled, FloatVec(rounding_constant(191)));
   const FloatVec f = at::vec::fmadd(a, a_scaled, FloatVec(rounding_constant(191)) - sum);
-  const FloatVec scaled_power = polynomial(f, 5.421010868e-20f, 3.757558531e-20f, 1.302270297e-20f,
-                                           3.008839259e-21f, 5.214193317e-22f, 7.264117259e-23f,
-                                           8.318979983e-24f);        // 2^f 2^-64
-  const FloatVec h = r * scaled_power * power_of_two_from_sum(sum);  // times 2^(n + 64)
-  return x * if_negative(x, h, FloatVec(1.0f) - h);
+  const FloatVec minus_scaled_power =
+      polynomial(f, -5.421010868e-20f, -3.757558531e-20f, -1.302270297e-20f, -3.008839259e-21f,
+                 -5.214193317e-22f, -7.264117259e-23f, -8.318979983e-24f);  // -2^f 2^-64
+  const FloatVec minus_h = r * minus_scaled_power * power_of_two_from_sum(sum);
+  // x Phi(x) is x - |x| h for x >= 0 and -|x| h for x < 0, where max(x, -0) is x and -0: one
+  // fused multiply-add, rounded once. |x| of x clamped at 16 from above: +inf - 16 * 0 is +inf,
+  // -0 + inf * 0 is NaN.
+  return at::vec::fmadd(at::vec::clamp_max(x, FloatVec(16.0f)).abs(), minus_h,
+                        at_least_keep_nan(x, -0.0f));
 }
 
 template <>
