@@ -729,6 +729,19 @@ std::vector<Result> run_sweep(const Plan& plan, const Settings& settings) {
   return results;
 }
 
+// The cells every whole-forward row holds in this order: eager's forward and the fused one in
+// microseconds, the speedup, and that over the same precision's cuBLAS forward (with --gemm
+// cublas,...).
+void add_forward_cells(std::vector<std::string>& row, const Result& r, const FusedResult& f,
+                       const Figures& figures) {
+  row.push_back(fixed(r.median("forward_eager"), 1));
+  row.push_back(fixed(median_of(f.timings, "forward"), 1));
+  row.push_back(fixed(figure(figures, "forward_speedup"), 2));
+  row.push_back(std::isfinite(f.cublas_forward_us)
+                    ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
+                    : "-");
+}
+
 // The cells every whole-forward row ends with: errors against eager's output and float64, whether
 // it is allclose, and with --cuda-graph the graph replay's time and speedup.
 void add_outcome_cells(std::vector<std::string>& row, const FusedResult& f, const Figures& figures,
@@ -774,27 +787,21 @@ void print_one_linear_tables(const std::vector<Result>& results, const Plan& pla
   for (const auto& r : results) {
     for (const auto& f : r.fused) {
       const Figures figures = fused_figures(r, f);
-      std::vector<std::string> row = {
-          r.model,
-          dtype_name(r.dtype),
-          std::to_string(r.batch),
-          f.gemm,
-          f.weight_layout == "input-major" ? "in-major" : "out-major",
-          fixed(r.median("gemm_addmm"), 1),
-          fixed(figure(chain_figures(r), "gemm_addmm_tflops") * 1e3, 1),
-          fixed(median_of(f.timings, "gemm"), 1),
-          fixed(r.median("forward_eager"), 1),
-          fixed(median_of(f.timings, "forward"), 1),
-          fixed(figure(figures, "forward_speedup"), 2),
-          std::isfinite(f.cublas_forward_us)
-              ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
-              : "-",
-          fixed(figure(figures, "forward_tflops"), 1),
-          std::isfinite(r.median("gemm_bf16"))
-              ? fixed(figure(figures, "forward_percent_of_bf16_gemm"), 1)
-              : "-",
-          fixed(figure(figures, "weight_gbps"), 0),
-          fixed(figure(figures, "weight_percent_of_copy"), 0)};
+      std::vector<std::string> row = {r.model,
+                                      dtype_name(r.dtype),
+                                      std::to_string(r.batch),
+                                      f.gemm,
+                                      f.weight_layout == "input-major" ? "in-major" : "out-major",
+                                      fixed(r.median("gemm_addmm"), 1),
+                                      fixed(figure(chain_figures(r), "gemm_addmm_tflops") * 1e3, 1),
+                                      fixed(median_of(f.timings, "gemm"), 1)};
+      add_forward_cells(row, r, f, figures);
+      row.insert(row.end(), {fixed(figure(figures, "forward_tflops"), 1),
+                             std::isfinite(r.median("gemm_bf16"))
+                                 ? fixed(figure(figures, "forward_percent_of_bf16_gemm"), 1)
+                                 : "-",
+                             fixed(figure(figures, "weight_gbps"), 0),
+                             fixed(figure(figures, "weight_percent_of_copy"), 0)});
       add_outcome_cells(row, f, figures, plan);
       forwards.add_row(row);
     }
@@ -849,19 +856,14 @@ void print_layered_table(const std::vector<Result>& results, const Plan& plan) {
                                       f.gemm,
                                       fixed(r.median("gemm_addmm"), 1),
                                       fixed(figure(shared, "gemm_addmm_tflops") * 1e3, 1),
-                                      fixed(weight_read_us(r.timings.at("weight_copy")), 1),
-                                      fixed(r.median("forward_eager"), 1),
-                                      fixed(median_of(f.timings, "forward"), 1),
-                                      fixed(figure(figures, "forward_speedup"), 2),
-                                      std::isfinite(f.cublas_forward_us)
-                                          ? fixed(figure(figures, "speedup_over_cublas_fused"), 2)
-                                          : "-",
-                                      fixed(figure(shared, "forward_eager_x_eager_gemm"), 2),
-                                      fixed(figure(figures, "forward_x_eager_gemm"), 2),
-                                      fixed(figure(figures, "forward_x_weight_read"), 2),
-                                      samples_per_second(figure(figures, "forward_samples_per_s")),
-                                      fixed(figure(figures, "forward_tflops"), 3),
-                                      fixed(figure(figures, "forward_percent_of_dense"), 1)};
+                                      fixed(weight_read_us(r.timings.at("weight_copy")), 1)};
+      add_forward_cells(row, r, f, figures);
+      row.insert(row.end(), {fixed(figure(shared, "forward_eager_x_eager_gemm"), 2),
+                             fixed(figure(figures, "forward_x_eager_gemm"), 2),
+                             fixed(figure(figures, "forward_x_weight_read"), 2),
+                             samples_per_second(figure(figures, "forward_samples_per_s")),
+                             fixed(figure(figures, "forward_tflops"), 3),
+                             fixed(figure(figures, "forward_percent_of_dense"), 1)});
       add_outcome_cells(row, f, figures, plan);
       table.add_row(row);
     }
