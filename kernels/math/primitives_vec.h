@@ -8,8 +8,9 @@
 // (vector_gelu): Sleef's functions, which at::vec calls, are out-of-line calls that cost more than
 // the rest of most ops (its erf several times libtorch's whole GELU), and every call spills the
 // vector registers.
-// log1p is Sleef's (1.0 ulp); tanh is computed from exp with AVX2 (tanh_from_exp, 1.7 ulp), from
-// a table of polynomials with AVX-512 (tanh_from_table, 0.58 ulp). The float forms
+// log1p too (vector_log1p, 0.88 ulp), where the scalar build keeps Sleef's; tanh is computed from
+// exp with AVX2 (tanh_from_exp, 1.7 ulp), from a table of polynomials with AVX-512
+// (tanh_from_table, 0.58 ulp). The float forms
 // use libm (host) or the GPU's instructions. Division is exact, as on the host; comparisons and
 // blends keep NaN where the float forms do.
 //
@@ -234,9 +235,61 @@ FL_HOST_DEVICE FloatVec accurate_expm1(FloatVec x) {
   return vector_expm1(x);
 }
 
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+// log(1 + x) within 0.88 ulp (every float checked), as fdlibm's log1pf computes it: u = 1 + x
+// rounded, and c, its rounding error over u (AVX-512 divides by the reciprocal estimate and a
+// Newton step: its division costs more than the rest), so that log1p(x) = log(u) + c; u = 2^k m
+// with m in [sqrt(1/2), sqrt(2)), read from u's bits; log(m) = f - f^2/2 + s (f^2/2 + R(s^2)) with
+// f = m - 1, s = f / (2 + f), R the tail of 2 atanh(s)'s series. A vector with a lane of 0, -1 or
+// below, +inf or NaN takes Sleef's log1p there (rare: the ops that call log1p pass it exp's
+// results).
+FL_HOST_DEVICE FloatVec vector_log1p(FloatVec x) {
+  const FloatVec u = x + FloatVec(1.0f);
+  const FloatVec error =  // exact: x - (u - 1) where u < 2, 1 - (u - x) from 2 up
+      FloatVec::blendv(FloatVec(1.0f) - (u - x), x - (u - FloatVec(1.0f)), u < FloatVec(2.0f));
+#if defined(CPU_CAPABILITY_AVX512)
+  const FloatVec estimate = _mm512_rcp14_ps(u);  // and one Newton step: 1 / u to 28 bits
+  const FloatVec c =
+      error * at::vec::fmadd(at::vec::fmadd(u, estimate.neg(), FloatVec(1.0f)), estimate, estimate);
+  // u's bits moved by m's lower bound, so that the exponent field is k + 127 and the significand,
+  // moved back, is m
+  const __m512i moved = _mm512_add_epi32(_mm512_castps_si512(u), _mm512_set1_epi32(0x004afb0d));
+  const FloatVec k =
+      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(moved, 23), _mm512_set1_epi32(127)));
+  const FloatVec m = _mm512_castsi512_ps(_mm512_add_epi32(
+      _mm512_and_si512(moved, _mm512_set1_epi32(0x007fffff)), _mm512_set1_epi32(0x3f3504f3)));
+#else
+  const FloatVec c = error / u;
+  const __m256i moved = _mm256_add_epi32(_mm256_castps_si256(u), _mm256_set1_epi32(0x004afb0d));
+  const FloatVec k =
+      _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srai_epi32(moved, 23), _mm256_set1_epi32(127)));
+  const FloatVec m = _mm256_castsi256_ps(_mm256_add_epi32(
+      _mm256_and_si256(moved, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f3504f3)));
+#endif
+  const FloatVec f = m - FloatVec(1.0f);
+  const FloatVec s = f / (FloatVec(2.0f) + f);
+  const FloatVec z = s * s;
+  const FloatVec r = z * polynomial(z, 2.0f / 3, 2.0f / 5, 2.0f / 7, 2.0f / 9);
+  const FloatVec half_f_squared = FloatVec(0.5f) * f * f;
+  // k ln 2 (ln 2 in two parts) + f - (f^2/2 - s (f^2/2 + r)) + c, the small terms summed first
+  const FloatVec small = at::vec::fmadd(s, half_f_squared + r,
+                                        at::vec::fmadd(k, FloatVec(1.42860682030941723e-6f), c));
+  const FloatVec result =
+      at::vec::fmadd(k, FloatVec(0.693145751953125f), f - (half_f_squared - small));
+  const FloatVec ordinary =
+      (x > FloatVec(-1.0f)) & (x < FloatVec(INFINITY)) & (x != FloatVec(0.0f));
+  if (ordinary.zero_mask() == 0) return result;  // no lane is 0 (false)
+  return FloatVec::blendv(x.log1p(), result, ordinary);
+}
+#endif
+
 template <>
 FL_HOST_DEVICE FloatVec accurate_log1p(FloatVec x) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  return vector_log1p(x);
+#else
   return x.log1p();
+#endif
 }
 
 template <>
