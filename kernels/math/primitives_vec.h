@@ -236,6 +236,19 @@ FL_HOST_DEVICE FloatVec accurate_expm1(FloatVec x) {
 }
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+// FloatVec's lanes as GCC vector types, for the few steps that work on a float's bits: integer
+// arithmetic, shifts and conversions are then written once for both widths. (Not in the scalar
+// build, where a vector of 32 bytes would change the calling convention.)
+using IntLanes = int32_t __attribute__((vector_size(sizeof(FloatVec))));
+using FloatLanes = float __attribute__((vector_size(sizeof(FloatVec))));
+template <class To, class From>
+FL_HOST_DEVICE To same_bits(const From& from) {
+  static_assert(sizeof(To) == sizeof(From), "a vector of the same width");
+  To to;
+  std::memcpy(static_cast<void*>(&to), &from, sizeof(To));  // FloatVec's bytes are its lanes
+  return to;
+}
+
 // log(1 + x) within 0.88 ulp (every float checked), as fdlibm's log1pf computes it: u = 1 + x
 // rounded, and c, its rounding error over u (AVX-512 divides by the reciprocal estimate and a
 // Newton step: its division costs more than the rest), so that log1p(x) = log(u) + c; u = 2^k m
@@ -248,24 +261,18 @@ FL_HOST_DEVICE FloatVec vector_log1p(FloatVec x) {
   const FloatVec error =  // exact: x - (u - 1) where u < 2, 1 - (u - x) from 2 up
       FloatVec::blendv(FloatVec(1.0f) - (u - x), x - (u - FloatVec(1.0f)), u < FloatVec(2.0f));
 #if defined(CPU_CAPABILITY_AVX512)
-  const FloatVec estimate = _mm512_rcp14_ps(u);  // and one Newton step: 1 / u to 28 bits
+  // 1 / u to 28 bits: the 14-bit estimate, then a Newton step
+  const FloatVec estimate = _mm512_maskz_rcp14_ps(0xffff, u);
   const FloatVec c =
       error * at::vec::fmadd(at::vec::fmadd(u, estimate.neg(), FloatVec(1.0f)), estimate, estimate);
-  // u's bits moved by m's lower bound, so that the exponent field is k + 127 and the significand,
-  // moved back, is m
-  const __m512i moved = _mm512_add_epi32(_mm512_castps_si512(u), _mm512_set1_epi32(0x004afb0d));
-  const FloatVec k =
-      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srai_epi32(moved, 23), _mm512_set1_epi32(127)));
-  const FloatVec m = _mm512_castsi512_ps(_mm512_add_epi32(
-      _mm512_and_si512(moved, _mm512_set1_epi32(0x007fffff)), _mm512_set1_epi32(0x3f3504f3)));
 #else
   const FloatVec c = error / u;
-  const __m256i moved = _mm256_add_epi32(_mm256_castps_si256(u), _mm256_set1_epi32(0x004afb0d));
-  const FloatVec k =
-      _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srai_epi32(moved, 23), _mm256_set1_epi32(127)));
-  const FloatVec m = _mm256_castsi256_ps(_mm256_add_epi32(
-      _mm256_and_si256(moved, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f3504f3)));
 #endif
+  // u's bits moved by m's lower bound, so that the exponent field is k + 127 and the significand,
+  // moved back, is m
+  const IntLanes moved = same_bits<IntLanes>(u) + 0x004afb0d;
+  const FloatVec k = same_bits<FloatVec>(__builtin_convertvector((moved >> 23) - 127, FloatLanes));
+  const FloatVec m = same_bits<FloatVec>((moved & 0x007fffff) + 0x3f3504f3);
   const FloatVec f = m - FloatVec(1.0f);
   const FloatVec s = f / (FloatVec(2.0f) + f);
   const FloatVec z = s * s;
