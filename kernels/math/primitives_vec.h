@@ -240,6 +240,7 @@ FL_HOST_DEVICE FloatVec accurate_expm1(FloatVec x) {
 // arithmetic, shifts and conversions are then written once for both widths. (Not in the scalar
 // build, where a vector of 32 bytes would change the calling convention.)
 using IntLanes = int32_t __attribute__((vector_size(sizeof(FloatVec))));
+using UintLanes = uint32_t __attribute__((vector_size(sizeof(FloatVec))));  // wraps, as bits do
 using FloatLanes = float __attribute__((vector_size(sizeof(FloatVec))));
 template <class To, class From>
 FL_HOST_DEVICE To same_bits(const From& from) {
@@ -270,9 +271,10 @@ FL_HOST_DEVICE FloatVec vector_log1p(FloatVec x) {
 #endif
   // u's bits moved by m's lower bound, so that the exponent field is k + 127 and the significand,
   // moved back, is m
-  const IntLanes moved = same_bits<IntLanes>(u) + 0x004afb0d;
-  const FloatVec k = same_bits<FloatVec>(__builtin_convertvector((moved >> 23) - 127, FloatLanes));
-  const FloatVec m = same_bits<FloatVec>((moved & 0x007fffff) + 0x3f3504f3);
+  const UintLanes moved = same_bits<UintLanes>(u) + 0x004afb0du;
+  const IntLanes exponent = IntLanes(moved >> 23) - 127;
+  const FloatVec k = same_bits<FloatVec>(__builtin_convertvector(exponent, FloatLanes));
+  const FloatVec m = same_bits<FloatVec>((moved & 0x007fffffu) + 0x3f3504f3u);
   const FloatVec f = m - FloatVec(1.0f);
   const FloatVec s = f / (FloatVec(2.0f) + f);
   const FloatVec z = s * s;
