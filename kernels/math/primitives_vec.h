@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/math/primitives.h"
 #include "kernels/math/tanh_table.h"
@@ -77,19 +78,32 @@ FL_HOST_DEVICE FloatVec if_negative(FloatVec x, FloatVec then, FloatVec otherwis
   return FloatVec::blendv(otherwise, then, x < FloatVec(0.0f));
 }
 
-// 2^n lane by lane, for integer-valued n in [-126, 127]: n + 127 as the exponent's bits.
-FL_HOST_DEVICE FloatVec power_of_two(FloatVec n) {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+// FloatVec's lanes as GCC vector types, for the few steps that work on a float's bits: integer
+// arithmetic, shifts and conversions are then written once for both widths. (Not in the scalar
+// build, where a vector of 32 bytes would change the calling convention.)
+using IntLanes = int32_t __attribute__((vector_size(sizeof(FloatVec))));
+using UintLanes = uint32_t __attribute__((vector_size(sizeof(FloatVec))));  // wraps, as bits do
+using FloatLanes = float __attribute__((vector_size(sizeof(FloatVec))));
 #if defined(CPU_CAPABILITY_AVX512)
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtps_epi32(n + FloatVec(127.0f)), 23));
-#elif defined(CPU_CAPABILITY_AVX2)
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtps_epi32(n + FloatVec(127.0f)), 23));
+using NativeFloats = __m512;  // what FloatVec holds and converts to and from
 #else
-  float lanes[FloatVec::size()];
-  n.store(lanes);
-  for (float& lane : lanes) lane = ::ldexpf(1.0f, int(lane));
-  return FloatVec::loadu(lanes);
+using NativeFloats = __m256;
 #endif
+// A cast between vector types of one width keeps the bits, and stays in a register (a copy
+// through memory left the compiler spilling other values in some loops).
+template <class To, class From>
+FL_HOST_DEVICE To same_bits(const From& from) {
+  static_assert(sizeof(To) == sizeof(From), "a vector of the same width");
+  if constexpr (std::is_same_v<From, FloatVec>) {
+    return (To)NativeFloats(from);
+  } else if constexpr (std::is_same_v<To, FloatVec>) {
+    return FloatVec((NativeFloats)from);
+  } else {
+    return (To)from;
+  }
 }
+#endif
 
 // Rounding u to an integer n by an addition (ties to even), for |u| < 2^22: u + 1.5 2^23 + bias
 // has 1 as its last place, so the sum is u rounded, and holds n + bias in its low bits;
@@ -103,10 +117,8 @@ constexpr float rounding_constant(int bias) {
 // 2^(n + bias - 127) from a sum of rounding_constant(bias) that rounded to n: its low bits
 // shifted into the exponent, for n + bias in [1, 254].
 FL_HOST_DEVICE FloatVec power_of_two_from_sum(FloatVec sum) {
-#if defined(CPU_CAPABILITY_AVX512)
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(sum), 23));
-#elif defined(CPU_CAPABILITY_AVX2)
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(sum), 23));
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  return same_bits<FloatVec>(same_bits<UintLanes>(sum) << 23);
 #else
   uint32_t lanes[FloatVec::size()];
   std::memcpy(lanes, &sum, sizeof(lanes));
@@ -115,6 +127,12 @@ FL_HOST_DEVICE FloatVec power_of_two_from_sum(FloatVec sum) {
   std::memcpy(&power, lanes, sizeof(lanes));
   return power;
 #endif
+}
+
+// 2^n lane by lane, for integer-valued n in [-126, 127]: n + rounding_constant(127) is exact, and
+// holds n + 127 in its low bits. (A lane of NaN gives some power of two or 0.)
+FL_HOST_DEVICE FloatVec power_of_two(FloatVec n) {
+  return power_of_two_from_sum(n + FloatVec(rounding_constant(127)));
 }
 
 // x = n ln 2 + r with integer n and |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact to a few
@@ -236,20 +254,6 @@ FL_HOST_DEVICE FloatVec accurate_expm1(FloatVec x) {
 }
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
-// FloatVec's lanes as GCC vector types, for the few steps that work on a float's bits: integer
-// arithmetic, shifts and conversions are then written once for both widths. (Not in the scalar
-// build, where a vector of 32 bytes would change the calling convention.)
-using IntLanes = int32_t __attribute__((vector_size(sizeof(FloatVec))));
-using UintLanes = uint32_t __attribute__((vector_size(sizeof(FloatVec))));  // wraps, as bits do
-using FloatLanes = float __attribute__((vector_size(sizeof(FloatVec))));
-template <class To, class From>
-FL_HOST_DEVICE To same_bits(const From& from) {
-  static_assert(sizeof(To) == sizeof(From), "a vector of the same width");
-  To to;
-  std::memcpy(static_cast<void*>(&to), &from, sizeof(To));  // FloatVec's bytes are its lanes
-  return to;
-}
-
 // log(1 + x) within 0.88 ulp (every float checked), as fdlibm's log1pf computes it: u = 1 + x
 // rounded, and c, its rounding error over u (AVX-512 divides by the reciprocal estimate and a
 // Newton step: its division costs more than the rest), so that log1p(x) = log(u) + c; u = 2^k m
