@@ -130,7 +130,8 @@ FL_HOST_DEVICE FloatVec power_of_two_from_sum(FloatVec sum) {
 }
 
 // 2^n lane by lane, for integer-valued n in [-126, 127]: n + rounding_constant(127) is exact, and
-// holds n + 127 in its low bits. (A lane of NaN gives some power of two or 0.)
+// holds n + 127 in its low bits. (A NaN lane gives 0 or a power of two of either sign; the callers'
+// results there are NaN.)
 FL_HOST_DEVICE FloatVec power_of_two(FloatVec n) {
   return power_of_two_from_sum(n + FloatVec(rounding_constant(127)));
 }
