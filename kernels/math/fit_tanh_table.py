@@ -8,8 +8,9 @@ significand, so [2^-4, 9.5] falls into 29 intervals, four an octave (the last cu
 interval 0 also holds everything below 2^-4. On interval k,
 tanh(a) = c0 + t (c1 + t (c2 + ... + t c6)) with t = a - center_k, exact since a and center_k are
 within a factor of 2 of each other. Each center is a float near the interval's middle whose tanh
-is within a hundredth of an ulp of a float, so c0 carries tanh to float's accuracy at t = 0. Interval 0 has center 0 and c0 = 0 and keeps its
-relative accuracy near 0 by adding t last: tanh(a) = t + t (c1' + ...), c1' stored as c1 - 1.
+is within a hundredth of an ulp of a float, so c0 carries tanh to float's accuracy at t = 0.
+Interval 0 has center 0 and c0 = 0 and keeps its relative accuracy near 0 by adding t last:
+tanh(a) = t + t (c1' + ...), c1' stored as c1 - 1.
 
 Each polynomial is a minimax fit of the relative error (Lawson's iteration on 4000 Chebyshev
 points), its coefficients rounded to float one at a time from c0 up, the others refitted after

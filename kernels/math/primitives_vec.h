@@ -10,9 +10,8 @@
 // vector registers.
 // log1p too (vector_log1p, 0.88 ulp), where the scalar build keeps Sleef's; tanh is computed from
 // exp with AVX2 (tanh_from_exp, 1.7 ulp), from a table of polynomials with AVX-512
-// (tanh_from_table, 0.58 ulp). The float forms
-// use libm (host) or the GPU's instructions. Division is exact, as on the host; comparisons and
-// blends keep NaN where the float forms do.
+// (tanh_from_table, 0.58 ulp). The float forms use libm (host) or the GPU's instructions.
+// Division is exact, as on the host; comparisons and blends keep NaN where the float forms do.
 //
 // Always inlined (FL_HOST_DEVICE), as primitives.h's: a copy left out of line, which a large
 // caller such as the interpreter's loop gets from the compiler's own choice, would be a weak symbol
