@@ -391,8 +391,8 @@ torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tenso
   OptionalBiases listed_biases;
   for (const auto& bias : biases) listed_biases.push_back(bias);
   // The schema takes the precision and the kernel by name (the implementations parse them).
-  return op.call(x, weights, listed_biases, detail::OptionalTensors(params), spec,
-                 precision_name(precision), gemm_kernel_name(gemm));
+  return detail::call_below_autograd(op, x, weights, listed_biases, detail::OptionalTensors(params),
+                                     spec, precision_name(precision), gemm_kernel_name(gemm));
 }
 
 FusedMlpPlan fused_model_mlp_plan(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,

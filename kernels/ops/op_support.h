@@ -2,10 +2,12 @@
 // the epilogue's inputs, their messages, and the chain an op's `chain` argument names.
 #pragma once
 
+#include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
 #include <torch/types.h>
 
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/ops/chain_registry.h"
 
@@ -57,6 +59,15 @@ void check_epilogue_inputs(const char* op, c10::DeviceType device, const torch::
                            const c10::optional<torch::Tensor>& bias,
                            c10::ArrayRef<torch::Tensor> params, size_t chain_params,
                            const c10::optional<torch::Tensor>& gate = c10::nullopt);
+
+// op(args...) from the library's C++ entry points, below autograd as the ops' Autograd kernel
+// (ops.cpp: run_below_autograd) runs it, without that kernel's boxed re-dispatch, which converts
+// every argument to an IValue and back: the same kernel and result, less host time a call.
+template <class Op, class... Args>
+auto call_below_autograd(const Op& op, Args&&... args) {
+  const at::AutoDispatchBelowADInplaceOrView guard;
+  return op.call(std::forward<Args>(args)...);
+}
 
 // find_chain, its ChainSpecError as the op's error.
 const ChainEntry& chain_for(const char* op, c10::string_view chain);

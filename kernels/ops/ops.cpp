@@ -491,7 +491,8 @@ TORCH_LIBRARY(fusedlinear, m) {
 }
 
 // Inference ops (ops.h): run below autograd, so their outputs carry no grad_fn and never require
-// grad; torch.compile and AOTAutograd then trace them as they do under no_grad.
+// grad; torch.compile and AOTAutograd then trace them as they do under no_grad. The C++ entry
+// points below go there directly (op_support.h: call_below_autograd), without this boxed hop.
 namespace {
 void run_below_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         torch::jit::Stack* stack) {
@@ -544,7 +545,7 @@ torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::
           .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&,
                                const detail::OptionalTensors&, c10::string_view,
                                const c10::optional<torch::Tensor>&)>();
-  return op.call(y, bias, detail::OptionalTensors(params), chain, gate);
+  return detail::call_below_autograd(op, y, bias, detail::OptionalTensors(params), chain, gate);
 }
 
 namespace {
@@ -563,8 +564,8 @@ torch::Tensor call_whole_forward(const torch::Tensor& x, const torch::Tensor& w,
               const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
               const c10::optional<torch::Tensor>&, const detail::OptionalTensors&, c10::string_view,
               c10::string_view, const c10::optional<torch::Tensor>&)>();
-  return op.call(x, w, w_lo, bias, detail::OptionalTensors(params), chain,
-                 precision_name(precision), w_third);
+  return detail::call_below_autograd(op, x, w, w_lo, bias, detail::OptionalTensors(params), chain,
+                                     precision_name(precision), w_third);
 }
 }  // namespace
 
@@ -590,7 +591,7 @@ std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("fusedlinear::split_bf16", "")
                        .typed<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&)>();
-  return op.call(v);
+  return detail::call_below_autograd(op, v);
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three(const torch::Tensor& v) {
@@ -598,7 +599,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three(const t
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("fusedlinear::split_bf16_three", "")
           .typed<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(const torch::Tensor&)>();
-  return op.call(v);
+  return detail::call_below_autograd(op, v);
 }
 
 torch::Tensor linear_bf16x6(const torch::Tensor& x, const torch::Tensor& w_hi,
@@ -607,7 +608,7 @@ torch::Tensor linear_bf16x6(const torch::Tensor& x, const torch::Tensor& w_hi,
                        .findSchemaOrThrow("fusedlinear::linear_bf16x6", "")
                        .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
                                             const torch::Tensor&, const torch::Tensor&)>();
-  return op.call(x, w_hi, w_mid, w_lo);
+  return detail::call_below_autograd(op, x, w_hi, w_mid, w_lo);
 }
 
 torch::Tensor linear_bf16x3(const torch::Tensor& x, const torch::Tensor& w_hi,
@@ -616,21 +617,21 @@ torch::Tensor linear_bf16x3(const torch::Tensor& x, const torch::Tensor& w_hi,
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("fusedlinear::linear_bf16x3", "")
           .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>();
-  return op.call(x, w_hi, w_lo);
+  return detail::call_below_autograd(op, x, w_hi, w_lo);
 }
 
 torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w_hi) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("fusedlinear::linear_bf16", "")
                        .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
-  return op.call(x, w_hi);
+  return detail::call_below_autograd(op, x, w_hi);
 }
 
 torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("fusedlinear::linear_tf32", "")
                        .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
-  return op.call(x, w);
+  return detail::call_below_autograd(op, x, w);
 }
 
 }  // namespace fusedlinear
