@@ -231,8 +231,7 @@ GemmPlan plan_gemm(const GemmQuery& query) {
                                          : " runs ieee's kernel)");
     }
     if (query.device.gpu && query.chain_kernels != ChainKernelKind::kDeclaration) {
-      const bool compiled =
-          query.chain_kernels == ChainKernelKind::kCompiledAtRunTime && !plan.skinny;
+      const bool compiled = query.chain_kernels == ChainKernelKind::kCompiledAtRunTime;
       plan.description += compiled ? ", chain compiled at run time" : ", chain by the interpreter";
     }
     return plan;

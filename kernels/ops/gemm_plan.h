@@ -72,9 +72,9 @@ inline std::optional<GemmKernel> parse_gemm_kernel(const std::string& name) {
 }
 
 // Whose kernels run a Linear's chain on a GPU: a declaration's (compiled with the library), a
-// run-time chain's compiled by NVRTC at their first call (kernels/cuda/jit/: the epilogue and the
-// Hopper GEMM; its small-batch kernels stay the interpreter's), or the interpreter's (a run-time
-// chain's where compiling is off or NVRTC is missing).
+// run-time chain's compiled by NVRTC at their first call (kernels/cuda/jit/: the epilogue, the
+// small-batch kernels and the Hopper GEMM), or the interpreter's (a run-time chain's where
+// compiling is off or NVRTC is missing).
 enum class ChainKernelKind { kDeclaration, kCompiledAtRunTime, kInterpreter };
 
 // The device a forward runs on, as the plan needs it.
