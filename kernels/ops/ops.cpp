@@ -492,7 +492,8 @@ TORCH_LIBRARY(fusedlinear, m) {
 
 // Inference ops (ops.h): run below autograd, so their outputs carry no grad_fn and never require
 // grad; torch.compile and AOTAutograd then trace them as they do under no_grad. The C++ entry
-// points below go there directly (op_support.h: call_below_autograd), without this boxed hop.
+// points at the end of this file set the same guard themselves (op_support.h:
+// call_below_autograd), so their calls skip this boxed kernel.
 namespace {
 void run_below_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         torch::jit::Stack* stack) {
