@@ -16,6 +16,7 @@
 #include "kernels/cpu/epilogue.h"
 #include "kernels/cpu/small_batch.h"
 #include "kernels/ops/chain_registry.h"
+#include "kernels/ops/linear_forward.h"
 #include "kernels/ops/ops.h"
 #include "modules/linear_chain.h"
 #include "tests/test_support.h"
@@ -469,6 +470,59 @@ TEST(GemmPlan, CpuSmallBatchProductsAtFewRows) {
   q.kernel = GemmKernel::kAuto;
   q.device.cpu_small_batch = false;
   EXPECT_FALSE(plan_gemm(q).skinny);
+}
+
+// Two queries are the same only where every field is: a module keeps its last plan for the query
+// that asked it, and any change of rows, device or setting must ask plan_gemm anew.
+TEST(GemmPlan, SameQueryComparesEveryField) {
+  const GemmQuery base;
+  EXPECT_TRUE(same_query(base, GemmQuery{}));
+  const std::vector<void (*)(GemmQuery&)> changes = {
+      [](GemmQuery& q) { q.precision = Precision::kBf16; },
+      [](GemmQuery& q) { q.kernel = GemmKernel::kCublas; },
+      [](GemmQuery& q) { q.rows = 1; },
+      [](GemmQuery& q) { q.in_features = 8; },
+      [](GemmQuery& q) { q.float32_model = false; },
+      [](GemmQuery& q) { q.device.gpu = true; },
+      [](GemmQuery& q) { q.device.compute_major = 9; },
+      [](GemmQuery& q) { q.device.compute_minor = 1; },
+      [](GemmQuery& q) { q.device.multiprocessors = 132; },
+      [](GemmQuery& q) { q.device.shared_bytes_per_block = 1; },
+      [](GemmQuery& q) { q.device.cpu_small_batch = true; },
+      [](GemmQuery& q) { q.weight_output_major = false; },
+      [](GemmQuery& q) { q.skinny_max_rows = 0; },
+      [](GemmQuery& q) { q.bf16x3_min_rows = 1; },
+      [](GemmQuery& q) { q.chain_kernels = ChainKernelKind::kInterpreter; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    GemmQuery changed = base;
+    changes[i](changed);
+    EXPECT_FALSE(same_query(base, changed)) << "change " << i;
+  }
+}
+
+// A module's kept plan follows its settings and x: what it reports is what plan_gemm says now.
+TEST(GemmPlan, ModulePlanFollowsSettingsAndRows) {
+  auto model = make_model("swish_chain", 40, 24, 3);
+  const torch::Tensor one = torch::rand({1, 40}), many = torch::rand({300, 40});
+  const auto fresh = [&](const torch::Tensor& x) {
+    GemmQuery q;
+    q.kernel = model->gemm_kernel();
+    q.rows = x.size(0);
+    q.in_features = 40;
+    q.device = gemm_device_of(x);
+    q.skinny_max_rows = -1;
+    q.chain_kernels = gpu_chain_kernels(find_chain("swish_chain"));
+    return plan_gemm(q).description;
+  };
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(model->gemm_plan(one).description, fresh(one));
+    EXPECT_EQ(model->gemm_plan(many).description, fresh(many));
+    model->set_gemm_kernel(GemmKernel::kCublas);
+    EXPECT_EQ(model->gemm_plan(one).description, fresh(one));
+    EXPECT_EQ(model->gemm_plan(one).description, "ieee, CPU GEMM");
+    model->set_gemm_kernel(GemmKernel::kAuto);
+  }
 }
 
 // The Hopper GEMM runs where it was asked for and takes the forward; elsewhere cuBLAS, and the

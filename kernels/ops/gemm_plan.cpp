@@ -3,6 +3,7 @@
 #include "kernels/ops/gemm_plan.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "kernels/cpu/small_batch.h"
 
@@ -198,6 +199,18 @@ MlpChoice choose_mlp(const MlpQuery& query, GemmKernel kernel) {
           std::string("auto: layer by layer; the fused MLP's ") + what +
               " is not among the forms and modes that measured faster for auto (docs/USAGE.md, "
               "\"Small MLPs in one kernel\")"};
+}
+
+bool same_query(const GemmQuery& a, const GemmQuery& b) {
+  // Every field of GemmQuery and GemmDevice: a field left out would hand one query another's plan.
+  const auto fields = [](const GemmQuery& q) {
+    const GemmDevice& d = q.device;
+    return std::tie(q.precision, q.kernel, q.rows, q.in_features, q.float32_model, d.gpu,
+                    d.compute_major, d.compute_minor, d.multiprocessors, d.shared_bytes_per_block,
+                    d.cpu_small_batch, q.weight_output_major, q.skinny_max_rows, q.bf16x3_min_rows,
+                    q.chain_kernels);
+  };
+  return fields(a) == fields(b);
 }
 
 GemmPlan plan_gemm(const GemmQuery& query) {

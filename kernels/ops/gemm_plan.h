@@ -139,6 +139,9 @@ struct GemmPlan {
 
 GemmPlan plan_gemm(const GemmQuery& query);
 
+// Whether two queries ask the same of plan_gemm, field by field: it then gives the same plan.
+bool same_query(const GemmQuery& a, const GemmQuery& b);
+
 // Why the Hopper GEMM cannot take `query`'s forward ("it runs on compute capability 9.0 only,
 // not 8.0"); empty where it can.
 std::string hopper_refusal(const GemmQuery& query);
