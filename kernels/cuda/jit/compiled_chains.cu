@@ -1,11 +1,13 @@
 // Run-time chains with kernels compiled by NVRTC (compiled_chains.h).
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -32,17 +34,48 @@ struct LoadedModule {
   CompiledChainBytes chain = {};     // the chain's value, as they take it
 };
 
+// What a module of a chain's is compiled for besides the chain: the device's architecture (its
+// compute capability), the unit's kind, element type and instance as numbers, and the fused-MLP
+// kernel's instance as its name. Numbers, so that a launch finds its module without writing text.
+struct UnitKey {
+  int architecture = 0;
+  std::array<int, 8> unit = {};
+  std::string instance;
+  bool operator<(const UnitKey& other) const {
+    return std::tie(architecture, unit, instance) <
+           std::tie(other.architecture, other.unit, other.instance);
+  }
+};
+enum UnitKind { kEpilogueUnit, kHopperUnit, kSkinnyUnit, kMlpUnit };
+
 struct CompiledChain {
   std::string expression;
   CudaChainKernels interpreter;
   std::mutex mutex;  // held while a module is compiled and loaded: its other callers wait for it
-  // By architecture and the unit's name expressions (its family, element type and instance).
-  std::map<std::string, LoadedModule> modules;
+  std::map<UnitKey, LoadedModule> modules;
+};
+
+// Programs by their ops and arguments, field by field (their padding is not initialised); the
+// arguments bitwise, as a chain's value holds them.
+struct ProgramOrder {
+  bool operator()(const act::Program& a, const act::Program& b) const {
+    if (a.count != b.count) return a.count < b.count;
+    if (a.terms != b.terms) return a.terms < b.terms;
+    for (int i = 0; i < a.count; ++i) {
+      const act::ProgramOp& x = a.ops[i];
+      const act::ProgramOp& y = b.ops[i];
+      if (x.code != y.code) return x.code < y.code;
+      if (x.slot != y.slot) return x.slot < y.slot;
+      const int args = std::memcmp(x.args, y.args, sizeof x.args);
+      if (args != 0) return args < 0;
+    }
+    return false;
+  }
 };
 
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, std::shared_ptr<CompiledChain>> by_program;
+  std::map<act::Program, std::shared_ptr<CompiledChain>, ProgramOrder> by_program;
   // The fused-MLP kernels of models, by their layers' chains (expression: the chains, one a line).
   std::map<std::string, std::shared_ptr<CompiledChain>> by_layers;
   CompileCounts counts;
@@ -53,39 +86,24 @@ Registry& registry() {
   return r;
 }
 
-// The program's ops and arguments as bytes, field by field (its padding is not initialised).
-std::string program_key(const act::Program& program) {
-  std::string key;
-  const auto append = [&](const void* p, size_t size) {
-    key.append(static_cast<const char*>(p), size);
-  };
-  append(&program.count, sizeof program.count);
-  append(&program.terms, sizeof program.terms);
-  for (int i = 0; i < program.count; ++i) {
-    const act::ProgramOp& op = program.ops[i];
-    append(&op.code, sizeof op.code);
-    append(&op.slot, sizeof op.slot);
-    append(op.args, sizeof op.args);
-  }
-  return key;
-}
-
 void notice(const std::string& message) {
   std::fprintf(stderr, "fusedlinear: notice: %s\n", message.c_str());
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-// NVRTC's name for the current device's architecture: Hopper's arch-specific sm_90a (the wgmma
-// the library's Hopper kernels take), else sm_XY.
-cudaError_t current_architecture(std::string& architecture) {
+// The current device's architecture: its compute capability, major * 10 + minor.
+cudaError_t current_architecture(int& architecture) {
   DeviceLimits limits;
   const cudaError_t err = current_device_limits(limits);
-  if (err != cudaSuccess) return err;
-  architecture = "sm_" + std::to_string(limits.compute_major) +
-                 std::to_string(limits.compute_minor) +
-                 (limits.compute_major == 9 && limits.compute_minor == 0 ? "a" : "");
-  return cudaSuccess;
+  architecture = limits.compute_major * 10 + limits.compute_minor;
+  return err;
+}
+
+// NVRTC's name for an architecture: Hopper's arch-specific sm_90a (the wgmma the library's Hopper
+// kernels take), else sm_XY.
+std::string architecture_name(int architecture) {
+  return "sm_" + std::to_string(architecture) + (architecture == 90 ? "a" : "");
 }
 
 // Everything besides the source that a compiled module depends on.
@@ -148,13 +166,12 @@ struct Unit {
   bool chain_value = true;
 };
 
-// The module of the unit `unit_key` names in memory (the architecture, the family, the element
-// type and the instance: everything but the chain that makes the unit), loaded at its first use
-// from the unit `make_unit()` builds then: from the disk cache, else compiled (and stored); not
-// ready, after a notice, where none of that works. A call that finds it in memory builds nothing.
+// The module of the unit `unit_key` names in memory (everything but the chain that makes the
+// unit), loaded at its first use from the unit `make_unit()` builds then: from the disk cache, else
+// compiled (and stored); not ready, after a notice, where none of that works. A call that finds it
+// in memory builds nothing.
 template <class MakeUnit>
-const LoadedModule& module_of(CompiledChain& chain, const std::string& unit_key,
-                              MakeUnit&& make_unit) {
+const LoadedModule& module_of(CompiledChain& chain, const UnitKey& unit_key, MakeUnit&& make_unit) {
   const std::lock_guard<std::mutex> lock(chain.mutex);
   const auto found = chain.modules.find(unit_key);
   if (found != chain.modules.end()) return found->second;
@@ -192,7 +209,7 @@ const LoadedModule& module_of(CompiledChain& chain, const std::string& unit_key,
 std::shared_ptr<CompiledChain> chain_of(const act::Program& program) {
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
-  const auto found = r.by_program.find(program_key(program));
+  const auto found = r.by_program.find(program);
   return found == r.by_program.end() ? nullptr : found->second;
 }
 
@@ -202,13 +219,14 @@ cudaError_t compiled_epilogue(const act::Program& program, const EpilogueCall& c
                               cudaStream_t stream) {
   const std::shared_ptr<CompiledChain> chain = chain_of(program);
   if (!chain) return cudaErrorInvalidValue;
-  std::string architecture;
-  cudaError_t err = current_architecture(architecture);
+  UnitKey unit_key;
+  cudaError_t err = current_architecture(unit_key.architecture);
   if (err != cudaSuccess) return err;
-  const std::string unit_key = architecture + " epilogue " + element_name(call.type);
+  unit_key.unit = {kEpilogueUnit, int(call.type)};
   const LoadedModule& loaded = module_of(*chain, unit_key, [&] {
-    return Unit{epilogue_unit(chain->expression, call.type, architecture),
-                std::string("the ") + element_name(call.type) + " epilogue"};
+    return Unit{
+        epilogue_unit(chain->expression, call.type, architecture_name(unit_key.architecture)),
+        std::string("the ") + element_name(call.type) + " epilogue"};
   });
   if (!loaded.ready) return chain->interpreter.epilogue(program, call, stream);
   EpilogueKernels kernels;
@@ -237,7 +255,7 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
   using Types = HopperTypes<kFamily>;
   const std::shared_ptr<CompiledChain> chain = chain_of(program);
   if (!chain) return cudaErrorInvalidValue;
-  std::string architecture;
+  int architecture = 0;
   cudaError_t err = current_architecture(architecture);
   if (err != cudaSuccess) return err;
   ColumnEpilogue<typename Types::Out, CompiledChainBytes> epilogue(call.bias, call.terms,
@@ -247,13 +265,14 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
   bool interpret = false;
   const auto kernel_of = [&](auto shape) {
     using Shape = decltype(shape);
-    const std::string products = gemm::products_name(Shape::kProducts);
-    const std::string tile = std::to_string(Shape::kTileM) + " x " + std::to_string(Shape::kTileN) +
-                             (Shape::kTurns ? " in turns" : "");
-    const std::string unit_key = architecture + " hopper " + element_name(Types::kOut) + " " +
-                                 products + " " + tile + " " +
-                                 std::to_string(Shape::kConsumerRows) + (gated ? " gated" : "");
+    UnitKey unit_key;
+    unit_key.architecture = architecture;
+    unit_key.unit = {kHopperUnit,   int(Types::kOut), int(Shape::kProducts), Shape::kTileM,
+                     Shape::kTileN, Shape::kTurns,    Shape::kConsumerRows,  gated};
     const LoadedModule& loaded = module_of(*chain, unit_key, [&] {
+      const std::string products = gemm::products_name(Shape::kProducts);
+      const std::string tile = std::to_string(Shape::kTileM) + " x " +
+                               std::to_string(Shape::kTileN) + (Shape::kTurns ? " in turns" : "");
       HopperInstance instance;
       instance.type = Types::kOut;
       instance.products = products;
@@ -261,7 +280,7 @@ cudaError_t compiled_hopper(const act::Program& program, const LinearCall& call,
       instance.consumer_rows = Shape::kConsumerRows;
       instance.turns = Shape::kTurns;
       instance.gated = gated;
-      return Unit{hopper_unit(chain->expression, instance, architecture),
+      return Unit{hopper_unit(chain->expression, instance, architecture_name(architecture)),
                   std::string("the Hopper GEMM's ") + element_name(Types::kOut) + " " + products +
                       (gated ? " gated-pair" : "") + " kernel on " + tile + " tiles"};
     });
@@ -310,13 +329,14 @@ cudaError_t compiled_skinny(const act::Program& program, const LinearCall& call,
                             const SkinnyPlan& plan, float* workspace, cudaStream_t stream) {
   const std::shared_ptr<CompiledChain> chain = chain_of(program);
   if (!chain) return cudaErrorInvalidValue;
-  std::string architecture;
-  const cudaError_t err = current_architecture(architecture);
+  UnitKey unit_key;
+  const cudaError_t err = current_architecture(unit_key.architecture);
   if (err != cudaSuccess) return err;
-  const char* variant = variant_name(plan.variant);
-  const std::string unit_key = architecture + " skinny " + element_name(call.type) + " " + variant;
+  unit_key.unit = {kSkinnyUnit, int(call.type), int(plan.variant)};
   const LoadedModule& loaded = module_of(*chain, unit_key, [&] {
-    return Unit{skinny_unit(chain->expression, call.type, variant, architecture),
+    const char* variant = variant_name(plan.variant);
+    return Unit{skinny_unit(chain->expression, call.type, variant,
+                            architecture_name(unit_key.architecture)),
                 std::string("the ") + element_name(call.type) + " small-batch kernel " + variant};
   });
   if (!loaded.ready) {
@@ -354,11 +374,14 @@ MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
   // Whether compiling is on is asked at each launch, not once here: a model's layout is kept for
   // the process, and FUSEDLINEAR_JIT may change after it is made (tests turn it off and on).
   return [model, layer_chains](const std::string& instance) -> const void* {
-    std::string architecture;
-    if (!compiling_enabled() || current_architecture(architecture) != cudaSuccess) return nullptr;
-    const std::string unit_key = architecture + " mlp " + instance;
+    UnitKey unit_key;
+    if (!compiling_enabled() || current_architecture(unit_key.architecture) != cudaSuccess) {
+      return nullptr;
+    }
+    unit_key.unit = {kMlpUnit};
+    unit_key.instance = instance;
     const LoadedModule& loaded = module_of(*model, unit_key, [&] {
-      Unit unit{mlp_unit(layer_chains, instance, architecture),
+      Unit unit{mlp_unit(layer_chains, instance, architecture_name(unit_key.architecture)),
                 "the fused-MLP kernel " + instance + ">"};
       unit.chain_value = false;
       return unit;
@@ -379,7 +402,7 @@ CudaChainKernels compiled_chain_kernels(const act::Program& program,
   Registry& r = registry();
   {
     const std::lock_guard<std::mutex> lock(r.mutex);
-    auto& chain = r.by_program[program_key(program)];
+    auto& chain = r.by_program[program];
     if (!chain) {
       chain = std::make_shared<CompiledChain>();
       chain->expression = chain_expression;
