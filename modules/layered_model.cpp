@@ -312,7 +312,17 @@ bool LayeredModelImpl::may_run_mlp(const torch::Tensor& x) {
   const GemmKernel kernel = model_kernel();
   // Asked for: the op runs it or says why not. Under auto: the op only where the plan takes it.
   if (kernel == GemmKernel::kMlp) return true;
-  return kernel == GemmKernel::kAuto && x.is_cuda() && choose_mlp(mlp_query(x), kernel).fused;
+  if (kernel != GemmKernel::kAuto || !x.is_cuda()) return false;
+  MlpQuery query = mlp_query(x);
+  {
+    const std::lock_guard<std::mutex> lock(mlp_mutex_);
+    if (last_mlp_ && same_query(last_mlp_->query, query)) return last_mlp_->fused;
+  }
+  const bool fused = choose_mlp(query, kernel).fused;
+  auto made = std::make_shared<const MlpDecision>(MlpDecision{std::move(query), fused});
+  const std::lock_guard<std::mutex> lock(mlp_mutex_);
+  last_mlp_ = made;
+  return fused;
 }
 
 MlpQuery LayeredModelImpl::mlp_query(const torch::Tensor& x) {

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,14 @@ class LayeredModelImpl : public torch::nn::Module {
 
   ModelSpec spec_;
   std::vector<Layer> layers_;
+  // Auto's last choice and the query it answers: a forward like the one before it decides without
+  // choose_mlp writing its reason again.
+  struct MlpDecision {
+    MlpQuery query;
+    bool fused = false;
+  };
+  std::mutex mlp_mutex_;
+  std::shared_ptr<const MlpDecision> last_mlp_;
 };
 TORCH_MODULE(LayeredModel);
 

@@ -501,6 +501,31 @@ TEST(GemmPlan, SameQueryComparesEveryField) {
   }
 }
 
+// The same for the fused-MLP kernel's query: a model keeps auto's last choice for it.
+TEST(GemmPlan, SameMlpQueryComparesEveryField) {
+  MlpQuery base;
+  base.widths = {16, 16};
+  base.compiled_chains = {false};
+  base.gated = {false};
+  EXPECT_TRUE(same_query(base, MlpQuery(base)));
+  const std::vector<void (*)(MlpQuery&)> changes = {
+      [](MlpQuery& q) { q.precision = Precision::kBf16x3; },
+      [](MlpQuery& q) { q.float32_model = false; },
+      [](MlpQuery& q) { q.device.gpu = true; },
+      [](MlpQuery& q) { q.device.multiprocessors = 132; },
+      [](MlpQuery& q) { q.device.shared_bytes_per_block = 1; },
+      [](MlpQuery& q) { q.widths.back() = 32; },
+      [](MlpQuery& q) { q.compiled_chains = {true}; },
+      [](MlpQuery& q) { q.gated = {true}; },
+      [](MlpQuery& q) { q.rows = 1; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    MlpQuery changed = base;
+    changes[i](changed);
+    EXPECT_FALSE(same_query(base, changed)) << "change " << i;
+  }
+}
+
 // A module's kept plan follows its settings and x: what it reports is what plan_gemm says now.
 TEST(GemmPlan, ModulePlanFollowsSettingsAndRows) {
   auto model = make_model("swish_chain", 40, 24, 3);

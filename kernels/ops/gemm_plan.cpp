@@ -201,16 +201,30 @@ MlpChoice choose_mlp(const MlpQuery& query, GemmKernel kernel) {
               "\"Small MLPs in one kernel\")"};
 }
 
+namespace {
+
+// Every field of the queries and of GemmDevice: a field left out would hand one query another's
+// answer.
+auto device_fields(const GemmDevice& d) {
+  return std::tie(d.gpu, d.compute_major, d.compute_minor, d.multiprocessors,
+                  d.shared_bytes_per_block, d.cpu_small_batch);
+}
+
+}  // namespace
+
 bool same_query(const GemmQuery& a, const GemmQuery& b) {
-  // Every field of GemmQuery and GemmDevice: a field left out would hand one query another's plan.
   const auto fields = [](const GemmQuery& q) {
-    const GemmDevice& d = q.device;
-    return std::tie(q.precision, q.kernel, q.rows, q.in_features, q.float32_model, d.gpu,
-                    d.compute_major, d.compute_minor, d.multiprocessors, d.shared_bytes_per_block,
-                    d.cpu_small_batch, q.weight_output_major, q.skinny_max_rows, q.bf16x3_min_rows,
-                    q.chain_kernels);
+    return std::tie(q.precision, q.kernel, q.rows, q.in_features, q.float32_model,
+                    q.weight_output_major, q.skinny_max_rows, q.bf16x3_min_rows, q.chain_kernels);
   };
-  return fields(a) == fields(b);
+  return fields(a) == fields(b) && device_fields(a.device) == device_fields(b.device);
+}
+
+bool same_query(const MlpQuery& a, const MlpQuery& b) {
+  const auto fields = [](const MlpQuery& q) {
+    return std::tie(q.precision, q.float32_model, q.widths, q.compiled_chains, q.gated, q.rows);
+  };
+  return fields(a) == fields(b) && device_fields(a.device) == device_fields(b.device);
 }
 
 GemmPlan plan_gemm(const GemmQuery& query) {

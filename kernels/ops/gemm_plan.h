@@ -186,6 +186,8 @@ struct MlpChoice {
   std::string reason;  // for reports: why it runs, or why each Linear runs as its plan says
 };
 MlpChoice choose_mlp(const MlpQuery& query, GemmKernel kernel);
+// Whether two queries ask the same of choose_mlp and mlp_form, field by field.
+bool same_query(const MlpQuery& a, const MlpQuery& b);
 
 // The most rows the small-batch kernels take under auto for `query`'s mode and model (the
 // override, or the table's; 0 off the GPU or where nothing was measured).
