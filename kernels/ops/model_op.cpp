@@ -26,7 +26,7 @@
 namespace fusedlinear {
 namespace {
 
-constexpr const char* kModel = "fusedlinear::model";
+using detail::kModelOp;
 
 // The op's `biases` (Tensor?[]): one per Linear, None where it has none.
 using OptionalBiases = c10::List<c10::optional<torch::Tensor>>;
@@ -58,7 +58,7 @@ ModelSpec model_of(const std::string& spec) {
     if (model.name == spec && model.layered()) return model;
   }
   TORCH_CHECK(is_layered_spec(spec),
-              detail::text(kModel,
+              detail::text(kModelOp,
                            ": expected a layered spec (e.g. 'fc1:gelu|fc2', docs/CHAINS.md) or a "
                            "layered model's name, got '",
                            spec,
@@ -67,7 +67,7 @@ ModelSpec model_of(const std::string& spec) {
   try {
     return layered_model(spec);
   } catch (const ChainSpecError& e) {
-    TORCH_CHECK(false, detail::text(kModel, ": ", e.what()));
+    TORCH_CHECK(false, detail::text(kModelOp, ": ", e.what()));
   }
 }
 
@@ -82,7 +82,7 @@ ModelLayout layout_of(const std::string& spec) {
     layer.half = one.half;
     if (layer.gated && layer.half < 0) layer.gate = layout.linears++;
     layer.chain = one.op_chain();
-    const ChainEntry& entry = detail::chain_for(kModel, layer.chain);
+    const ChainEntry& entry = detail::chain_for(kModelOp, layer.chain);
     layer.compiled = entry.compiled;
     layer.program = &entry.program;
     layer.params = entry.chain.slot_params().size();
@@ -93,7 +93,7 @@ ModelLayout layout_of(const std::string& spec) {
 #ifdef FUSEDLINEAR_WITH_JIT
   std::vector<std::string> chains;  // each layer's, as a declaration writes it
   for (const ModelLayout::Layer& layer : layout.layers) {
-    chains.push_back(chain_expression(detail::chain_for(kModel, layer.chain).chain));
+    chains.push_back(chain_expression(detail::chain_for(kModelOp, layer.chain).chain));
   }
   layout.mlp_kernels = cuda::jit::compiled_mlp_kernels(chains);
 #endif
@@ -117,7 +117,7 @@ auto parsed_argument(c10::string_view name, Parse parse, const char* argument,
                      const char* expected) {
   const auto value = parse(std::string(name));
   TORCH_CHECK(value.has_value(),
-              detail::text(kModel, ": expected ", argument, " ", expected, ", got '", name, "'"));
+              detail::text(kModelOp, ": expected ", argument, " ", expected, ", got '", name, "'"));
   return *value;
 }
 
@@ -136,36 +136,36 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
                         const OptionalBiases& biases, at::TensorList params, Precision precision) {
   using detail::text;
   TORCH_CHECK(x.defined() && x.dim() >= 1,
-              text(kModel, ": expected x with shape [..., in_features], got ",
+              text(kModelOp, ": expected x with shape [..., in_features], got ",
                    x.defined() ? text(x.sym_sizes()) : std::string("an undefined tensor")));
   const bool split = precision != Precision::kIeee;
   TORCH_CHECK(!split || x.scalar_type() == torch::kFloat32,
-              text(kModel, ": precision ", precision_name(precision),
+              text(kModelOp, ": precision ", precision_name(precision),
                    " takes float32 x (it splits or rounds float32 operands), got ", x.scalar_type(),
                    "; use ieee"));
   const size_t parts = 1 + size_t(split_weight_parts(precision));
   TORCH_CHECK(weights.size() == layout.linears * parts,
-              text(kModel, ": the spec names ", layout.linears, " Linear(s); precision ",
+              text(kModelOp, ": the spec names ", layout.linears, " Linear(s); precision ",
                    precision_name(precision), " takes ", parts,
                    parts == 1 ? " tensor (W)" : " tensors (W, then its bfloat16 parts)",
                    " each, so ", layout.linears * parts, " weights, got ", weights.size()));
   TORCH_CHECK(biases.size() == layout.linears,
-              text(kModel, ": expected ", layout.linears, " biases (one per Linear, None where ",
+              text(kModelOp, ": expected ", layout.linears, " biases (one per Linear, None where ",
                    "it has none), got ", biases.size()));
   TORCH_CHECK(params.size() == layout.params,
-              text(kModel, ": the layers' chains take ", layout.params,
+              text(kModelOp, ": the layers' chains take ", layout.params,
                    " parameter tensor(s), got ", params.size()));
   const auto check_tensor = [&](const torch::Tensor& t, const std::string& name,
                                 torch::ScalarType dtype, c10::SymIntArrayRef shape,
                                 bool one_value_allowed) {
-    TORCH_CHECK(t.defined(), text(kModel, ": expected ", name, ", got an undefined tensor"));
+    TORCH_CHECK(t.defined(), text(kModelOp, ": expected ", name, ", got an undefined tensor"));
     const bool fits =
         t.sym_sizes() == shape || (one_value_allowed && t.dim() <= 1 && t.sym_numel() == 1);
-    TORCH_CHECK(fits, text(kModel, ": expected ", name, " of shape ", shape,
+    TORCH_CHECK(fits, text(kModelOp, ": expected ", name, " of shape ", shape,
                            one_value_allowed ? " or of one element" : "", ", got ", t.sym_sizes()));
-    TORCH_CHECK(t.scalar_type() == dtype,
-                text(kModel, ": expected ", name, " of dtype ", dtype, ", got ", t.scalar_type()));
-    TORCH_CHECK(t.device() == x.device(), text(kModel, ": expected ", name, " on ", x.device(),
+    TORCH_CHECK(t.scalar_type() == dtype, text(kModelOp, ": expected ", name, " of dtype ", dtype,
+                                               ", got ", t.scalar_type()));
+    TORCH_CHECK(t.device() == x.device(), text(kModelOp, ": expected ", name, " on ", x.device(),
                                                " (the device of x), got ", t.device()));
   };
   // Linear i's W and parts, checked against the width it takes; returns its output width.
@@ -173,7 +173,7 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
     const torch::Tensor& w = weights[i * parts];
     const std::string name = "weights[" + std::to_string(i * parts) + "]";
     TORCH_CHECK(w.defined() && w.dim() == 2,
-                text(kModel, ": expected ", name, " of shape [out_features, ", width, "], got ",
+                text(kModelOp, ": expected ", name, " of shape [out_features, ", width, "], got ",
                      w.defined() ? text(w.sym_sizes()) : std::string("an undefined tensor")));
     const c10::SymInt out = w.sym_size(0);
     const std::vector<c10::SymInt> shape = {out, width};
@@ -194,12 +194,12 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
     c10::SymInt out = check_linear(layer.linear, width);
     if (layer.half >= 0) {
       TORCH_CHECK(out % c10::SymInt(2) == 0,
-                  text(kModel, ": layer ", l + 1, " takes halves of ", "weights[",
+                  text(kModelOp, ": layer ", l + 1, " takes halves of ", "weights[",
                        layer.linear * parts, "]'s ", out, " outputs, an odd count"));
       out = out / c10::SymInt(2);
     } else if (layer.gated) {
       const c10::SymInt gate_out = check_linear(layer.gate, width);
-      TORCH_CHECK(gate_out == out, text(kModel, ": layer ", l + 1, "'s gate gives ", gate_out,
+      TORCH_CHECK(gate_out == out, text(kModelOp, ": layer ", l + 1, "'s gate gives ", gate_out,
                                         " outputs, its Linear ", out));
     }
     for (size_t p = layer.first_param; p < layer.first_param + layer.params; ++p) {
@@ -208,8 +208,8 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
     width = out;
   }
   TORCH_CHECK(!layout.residual || width == x.sym_size(-1),
-              text(kModel, ": the residual adds x (", x.sym_size(-1), " wide) to an output ", width,
-                   " wide"));
+              text(kModelOp, ": the residual adds x (", x.sym_size(-1), " wide) to an output ",
+                   width, " wide"));
   return width;
 }
 
@@ -265,7 +265,7 @@ torch::Tensor fused_mlp_of(const ModelLayout& layout, const torch::Tensor& x,
   return fused_mlp_forward(x, layers, layout.residual, mlp_form(query), query.precision,
                            layout.mlp_kernels);
 #else
-  TORCH_CHECK(false, detail::text(kModel, ": this build has no CUDA kernels"));
+  TORCH_CHECK(false, detail::text(kModelOp, ": this build has no CUDA kernels"));
   return torch::Tensor();
 #endif
 }
@@ -311,7 +311,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     query.float32_model = w.weight.scalar_type() == torch::kFloat32;
     query.device = gemm_device_of(h);
     query.weight_output_major = w.weight.is_contiguous();
-    query.chain_kernels = gpu_chain_kernels(detail::chain_for(kModel, chain));
+    query.chain_kernels = gpu_chain_kernels(detail::chain_for(kModelOp, chain));
     return plan_gemm(query);
   };
   const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain,
@@ -362,9 +362,9 @@ torch::Tensor model_elsewhere(const torch::Tensor& x, at::TensorList /*weights*/
                               const OptionalBiases& /*biases*/,
                               const detail::OptionalTensors& /*params*/, c10::string_view /*spec*/,
                               c10::string_view /*precision*/, c10::string_view /*gemm*/) {
-  TORCH_CHECK(false, x.defined() ? detail::text(kModel, ": no implementation for x on ", x.device(),
-                                                " (CPU, CUDA and meta tensors)")
-                                 : detail::text(kModel,
+  TORCH_CHECK(false, x.defined() ? detail::text(kModelOp, ": no implementation for x on ",
+                                                x.device(), " (CPU, CUDA and meta tensors)")
+                                 : detail::text(kModelOp,
                                                 ": expected a tensor x, got an "
                                                 "undefined tensor"));
 }
@@ -382,17 +382,15 @@ torch::Tensor fused_model(const torch::Tensor& x, const std::vector<torch::Tenso
                           const std::vector<c10::optional<torch::Tensor>>& biases,
                           const std::vector<torch::Tensor>& params, const std::string& spec,
                           Precision precision, GemmKernel gemm) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow(kModel, "")
-          .typed<torch::Tensor(const torch::Tensor&, at::TensorList, const OptionalBiases&,
-                               const detail::OptionalTensors&, c10::string_view, c10::string_view,
-                               c10::string_view)>();
+  using Signature = torch::Tensor(const torch::Tensor&, at::TensorList, const OptionalBiases&,
+                                  const detail::OptionalTensors&, c10::string_view,
+                                  c10::string_view, c10::string_view);
   OptionalBiases listed_biases;
   for (const auto& bias : biases) listed_biases.push_back(bias);
   // The schema takes the precision and the kernel by name (the implementations parse them).
-  return detail::call_below_autograd(op, x, weights, listed_biases, detail::OptionalTensors(params),
-                                     spec, precision_name(precision), gemm_kernel_name(gemm));
+  return detail::call_op<kModelOp, Signature>(x, weights, listed_biases,
+                                              detail::OptionalTensors(params), spec,
+                                              precision_name(precision), gemm_kernel_name(gemm));
 }
 
 FusedMlpPlan fused_model_mlp_plan(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,

@@ -1,8 +1,10 @@
-// What the CPU and CUDA implementations of the ops share (ops.cpp, ops_cuda.cpp): the checks of
-// the epilogue's inputs, their messages, and the chain an op's `chain` argument names.
+// What the ops' implementations and entry points share (ops.cpp, ops_cpu.cpp, ops_cuda.cpp,
+// model_op.cpp): the ops' names, the checks of the epilogue's inputs, their messages, the chain an
+// op's `chain` argument names, and the call of an op below autograd.
 #pragma once
 
 #include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/types.h>
 
 #include <string>
@@ -13,6 +15,18 @@
 
 namespace fusedlinear {
 namespace detail {
+
+// The ops' names, as the schemas (ops.cpp) declare them and their messages say them.
+inline constexpr const char* kEpilogueOp = "fusedlinear::epilogue";
+inline constexpr const char* kLinearEpilogueOp = "fusedlinear::linear_epilogue";
+inline constexpr const char* kGemmEpilogueOp = "fusedlinear::gemm_epilogue";
+inline constexpr const char* kSplitBf16Op = "fusedlinear::split_bf16";
+inline constexpr const char* kSplitBf16ThreeOp = "fusedlinear::split_bf16_three";
+inline constexpr const char* kLinearBf16x6Op = "fusedlinear::linear_bf16x6";
+inline constexpr const char* kLinearBf16x3Op = "fusedlinear::linear_bf16x3";
+inline constexpr const char* kLinearBf16Op = "fusedlinear::linear_bf16";
+inline constexpr const char* kLinearTf32Op = "fusedlinear::linear_tf32";
+inline constexpr const char* kModelOp = "fusedlinear::model";
 
 // The ops' messages, joined as strings (std::to_string for numbers) rather than through an
 // ostream, which TORCH_CHECK's several-argument form builds in this library: in a Python process
@@ -67,6 +81,15 @@ template <class Op, class... Args>
 auto call_below_autograd(const Op& op, Args&&... args) {
   const at::AutoDispatchBelowADInplaceOrView guard;
   return op.call(std::forward<Args>(args)...);
+}
+
+// The op named kName, its schema's handle typed as Signature (looked up at the first call), called
+// with args below autograd: what each of the library's C++ entry points (ops.h) does.
+template <const char* const& kName, class Signature, class... Args>
+auto call_op(Args&&... args) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(kName, "").template typed<Signature>();
+  return call_below_autograd(op, std::forward<Args>(args)...);
 }
 
 // find_chain, its ChainSpecError as the op's error.

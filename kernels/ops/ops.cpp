@@ -15,11 +15,9 @@
 #include "kernels/ops/op_support.h"
 
 namespace fusedlinear {
-namespace {
-constexpr const char* kEpilogue = "fusedlinear::epilogue";
-constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
-constexpr const char* kGemmEpilogue = "fusedlinear::gemm_epilogue";
-}  // namespace
+using detail::kEpilogueOp;
+using detail::kGemmEpilogueOp;
+using detail::kLinearEpilogueOp;
 
 namespace detail {
 namespace {
@@ -161,7 +159,7 @@ EpilogueInputs prepare_epilogue(const char* op, c10::DeviceType device, const to
 
 Precision epilogue_precision_of(const char* op, c10::string_view precision) {
   // bf16x6 on the Hopper GEMM only: the small-batch kernels form no six products.
-  const bool takes_bf16x6 = std::string(op) == kGemmEpilogue;
+  const bool takes_bf16x6 = std::string(op) == kGemmEpilogueOp;
   const std::string asked(precision);
   const std::optional<Precision> parsed = parse_precision(asked);
   TORCH_CHECK(
@@ -285,9 +283,9 @@ torch::Tensor epilogue_cpu(const torch::Tensor& y, const c10::optional<torch::Te
                            const detail::OptionalTensors& params_or_none, c10::string_view chain,
                            const c10::optional<torch::Tensor>& gate) {
   const at::TensorList params = detail::listed(params_or_none);
-  const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
+  const ChainEntry& entry = detail::chain_for(kEpilogueOp, chain);
   detail::EpilogueInputs in = detail::prepare_epilogue(
-      kEpilogue, c10::DeviceType::CPU, y, bias, params, entry.chain.slot_params().size(), gate);
+      kEpilogueOp, c10::DeviceType::CPU, y, bias, params, entry.chain.slot_params().size(), gate);
   cpu::run_epilogue(entry.kernels.cpu, entry.program, in.call);
   return in.out;
 }
@@ -388,21 +386,21 @@ torch::Tensor epilogue_meta(const torch::Tensor& y, const c10::optional<torch::T
                             const detail::OptionalTensors& params_or_none, c10::string_view chain,
                             const c10::optional<torch::Tensor>& gate) {
   const at::TensorList params = detail::listed(params_or_none);
-  const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
-  detail::check_epilogue_inputs(kEpilogue, c10::DeviceType::Meta, y, bias, params,
+  const ChainEntry& entry = detail::chain_for(kEpilogueOp, chain);
+  detail::check_epilogue_inputs(kEpilogueOp, c10::DeviceType::Meta, y, bias, params,
                                 entry.chain.slot_params().size(), gate);
   return at::empty_symint(y.sym_sizes(), y.options());
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_meta(const torch::Tensor& v) {
-  detail::check_split_input("fusedlinear::split_bf16", c10::DeviceType::Meta, v);
+  detail::check_split_input(detail::kSplitBf16Op, c10::DeviceType::Meta, v);
   const auto options = v.options().dtype(torch::kBFloat16);
   return {at::empty_symint(v.sym_sizes(), options), at::empty_symint(v.sym_sizes(), options)};
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_meta(
     const torch::Tensor& v) {
-  detail::check_split_input("fusedlinear::split_bf16_three", c10::DeviceType::Meta, v);
+  detail::check_split_input(detail::kSplitBf16ThreeOp, c10::DeviceType::Meta, v);
   const auto options = v.options().dtype(torch::kBFloat16);
   return {at::empty_symint(v.sym_sizes(), options), at::empty_symint(v.sym_sizes(), options),
           at::empty_symint(v.sym_sizes(), options)};
@@ -410,7 +408,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_meta(
 
 torch::Tensor linear_bf16x6_meta(const torch::Tensor& x, const torch::Tensor& w_hi,
                                  const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
-  detail::check_linear_inputs("fusedlinear::linear_bf16x6", c10::DeviceType::Meta, x, w_hi,
+  detail::check_linear_inputs(detail::kLinearBf16x6Op, c10::DeviceType::Meta, x, w_hi,
                               torch::kBFloat16, &w_mid, &w_lo);
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w_hi.sym_size(0)),
                           x.options());
@@ -418,22 +416,21 @@ torch::Tensor linear_bf16x6_meta(const torch::Tensor& x, const torch::Tensor& w_
 
 torch::Tensor linear_bf16x3_meta(const torch::Tensor& x, const torch::Tensor& w_hi,
                                  const torch::Tensor& w_lo) {
-  detail::check_linear_inputs("fusedlinear::linear_bf16x3", c10::DeviceType::Meta, x, w_hi,
+  detail::check_linear_inputs(detail::kLinearBf16x3Op, c10::DeviceType::Meta, x, w_hi,
                               torch::kBFloat16, &w_lo);
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w_hi.sym_size(0)),
                           x.options());
 }
 
 torch::Tensor linear_bf16_meta(const torch::Tensor& x, const torch::Tensor& w_hi) {
-  detail::check_linear_inputs("fusedlinear::linear_bf16", c10::DeviceType::Meta, x, w_hi,
+  detail::check_linear_inputs(detail::kLinearBf16Op, c10::DeviceType::Meta, x, w_hi,
                               torch::kBFloat16);
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w_hi.sym_size(0)),
                           x.options());
 }
 
 torch::Tensor linear_tf32_meta(const torch::Tensor& x, const torch::Tensor& w) {
-  detail::check_linear_inputs("fusedlinear::linear_tf32", c10::DeviceType::Meta, x, w,
-                              torch::kFloat32);
+  detail::check_linear_inputs(detail::kLinearTf32Op, c10::DeviceType::Meta, x, w, torch::kFloat32);
   return at::empty_symint(detail::linear_output_shape(x.sym_sizes(), w.sym_size(0)), x.options());
 }
 
@@ -445,7 +442,7 @@ torch::Tensor epilogue_elsewhere(const torch::Tensor& y,
                                  const detail::OptionalTensors& /*params*/,
                                  c10::string_view /*chain*/,
                                  const c10::optional<torch::Tensor>& /*gate*/) {
-  TORCH_CHECK(false, detail::no_implementation(kEpilogue, "y", y));
+  TORCH_CHECK(false, detail::no_implementation(kEpilogueOp, "y", y));
 }
 template <const char* const& kOp>
 torch::Tensor whole_forward_elsewhere(const torch::Tensor& x, const torch::Tensor& /*w*/,
@@ -509,8 +506,8 @@ TORCH_LIBRARY_IMPL(fusedlinear, Autograd, m) {
 
 TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {
   m.impl("epilogue", &epilogue_cpu);
-  m.impl("linear_epilogue", &whole_forward<kLinearEpilogue, whole_forward_cpu>);
-  m.impl("gemm_epilogue", &whole_forward<kGemmEpilogue, whole_forward_cpu>);
+  m.impl("linear_epilogue", &whole_forward<kLinearEpilogueOp, whole_forward_cpu>);
+  m.impl("gemm_epilogue", &whole_forward<kGemmEpilogueOp, whole_forward_cpu>);
   m.impl("split_bf16", &detail::split_bf16_cpu);
   m.impl("split_bf16_three", &detail::split_bf16_three_cpu);
   m.impl("linear_bf16x6", &detail::linear_bf16x6_cpu);
@@ -521,14 +518,14 @@ TORCH_LIBRARY_IMPL(fusedlinear, CPU, m) {
 
 TORCH_LIBRARY_IMPL(fusedlinear, CompositeExplicitAutograd, m) {
   m.impl("epilogue", &epilogue_elsewhere);
-  m.impl("linear_epilogue", &whole_forward_elsewhere<kLinearEpilogue>);
-  m.impl("gemm_epilogue", &whole_forward_elsewhere<kGemmEpilogue>);
+  m.impl("linear_epilogue", &whole_forward_elsewhere<kLinearEpilogueOp>);
+  m.impl("gemm_epilogue", &whole_forward_elsewhere<kGemmEpilogueOp>);
 }
 
 TORCH_LIBRARY_IMPL(fusedlinear, Meta, m) {
   m.impl("epilogue", &epilogue_meta);
-  m.impl("linear_epilogue", &whole_forward<kLinearEpilogue, whole_forward_meta>);
-  m.impl("gemm_epilogue", &whole_forward<kGemmEpilogue, whole_forward_meta>);
+  m.impl("linear_epilogue", &whole_forward<kLinearEpilogueOp, whole_forward_meta>);
+  m.impl("gemm_epilogue", &whole_forward<kGemmEpilogueOp, whole_forward_meta>);
   m.impl("split_bf16", &split_bf16_meta);
   m.impl("split_bf16_three", &split_bf16_three_meta);
   m.impl("linear_bf16x6", &linear_bf16x6_meta);
@@ -540,34 +537,32 @@ TORCH_LIBRARY_IMPL(fusedlinear, Meta, m) {
 torch::Tensor fused_epilogue(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
                              const std::vector<torch::Tensor>& params, const std::string& chain,
                              const c10::optional<torch::Tensor>& gate) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow(kEpilogue, "")
-          .typed<torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&,
-                               const detail::OptionalTensors&, c10::string_view,
-                               const c10::optional<torch::Tensor>&)>();
-  return detail::call_below_autograd(op, y, bias, detail::OptionalTensors(params), chain, gate);
+  using Signature = torch::Tensor(const torch::Tensor&, const c10::optional<torch::Tensor>&,
+                                  const detail::OptionalTensors&, c10::string_view,
+                                  const c10::optional<torch::Tensor>&);
+  return detail::call_op<kEpilogueOp, Signature>(y, bias, detail::OptionalTensors(params), chain,
+                                                 gate);
 }
 
 namespace {
-// A whole-forward op (kOp: linear_epilogue or gemm_epilogue) through the dispatcher, the
-// precision as the schema's name.
+// A whole-forward op (kOp: linear_epilogue or gemm_epilogue), the precision as the schema's name.
 template <const char* const& kOp>
 torch::Tensor call_whole_forward(const torch::Tensor& x, const torch::Tensor& w,
                                  const c10::optional<torch::Tensor>& w_lo,
                                  const c10::optional<torch::Tensor>& bias,
                                  const std::vector<torch::Tensor>& params, const std::string& chain,
                                  Precision precision, const c10::optional<torch::Tensor>& w_third) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow(kOp, "")
-          .typed<torch::Tensor(
-              const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
-              const c10::optional<torch::Tensor>&, const detail::OptionalTensors&, c10::string_view,
-              c10::string_view, const c10::optional<torch::Tensor>&)>();
-  return detail::call_below_autograd(op, x, w, w_lo, bias, detail::OptionalTensors(params), chain,
-                                     precision_name(precision), w_third);
+  using Signature =
+      torch::Tensor(const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
+                    const c10::optional<torch::Tensor>&, const detail::OptionalTensors&,
+                    c10::string_view, c10::string_view, const c10::optional<torch::Tensor>&);
+  return detail::call_op<kOp, Signature>(x, w, w_lo, bias, detail::OptionalTensors(params), chain,
+                                         precision_name(precision), w_third);
 }
+
+using Operand = const torch::Tensor&;
+using TwoParts = std::tuple<torch::Tensor, torch::Tensor>;
+using ThreeParts = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>;
 }  // namespace
 
 torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor& w,
@@ -576,7 +571,7 @@ torch::Tensor fused_linear_epilogue(const torch::Tensor& x, const torch::Tensor&
                                     const std::vector<torch::Tensor>& params,
                                     const std::string& chain, Precision precision,
                                     const c10::optional<torch::Tensor>& w_third) {
-  return call_whole_forward<kLinearEpilogue>(x, w, w_lo, bias, params, chain, precision, w_third);
+  return call_whole_forward<kLinearEpilogueOp>(x, w, w_lo, bias, params, chain, precision, w_third);
 }
 
 torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w,
@@ -585,54 +580,35 @@ torch::Tensor fused_gemm_epilogue(const torch::Tensor& x, const torch::Tensor& w
                                   const std::vector<torch::Tensor>& params,
                                   const std::string& chain, Precision precision,
                                   const c10::optional<torch::Tensor>& w_third) {
-  return call_whole_forward<kGemmEpilogue>(x, w, w_lo, bias, params, chain, precision, w_third);
+  return call_whole_forward<kGemmEpilogueOp>(x, w, w_lo, bias, params, chain, precision, w_third);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16(const torch::Tensor& v) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("fusedlinear::split_bf16", "")
-                       .typed<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&)>();
-  return detail::call_below_autograd(op, v);
+  return detail::call_op<detail::kSplitBf16Op, TwoParts(Operand)>(v);
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three(const torch::Tensor& v) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("fusedlinear::split_bf16_three", "")
-          .typed<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(const torch::Tensor&)>();
-  return detail::call_below_autograd(op, v);
+  return detail::call_op<detail::kSplitBf16ThreeOp, ThreeParts(Operand)>(v);
 }
 
 torch::Tensor linear_bf16x6(const torch::Tensor& x, const torch::Tensor& w_hi,
                             const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("fusedlinear::linear_bf16x6", "")
-                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
-                                            const torch::Tensor&, const torch::Tensor&)>();
-  return detail::call_below_autograd(op, x, w_hi, w_mid, w_lo);
+  using Signature = torch::Tensor(Operand, Operand, Operand, Operand);
+  return detail::call_op<detail::kLinearBf16x6Op, Signature>(x, w_hi, w_mid, w_lo);
 }
 
 torch::Tensor linear_bf16x3(const torch::Tensor& x, const torch::Tensor& w_hi,
                             const torch::Tensor& w_lo) {
-  static auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("fusedlinear::linear_bf16x3", "")
-          .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>();
-  return detail::call_below_autograd(op, x, w_hi, w_lo);
+  using Signature = torch::Tensor(Operand, Operand, Operand);
+  return detail::call_op<detail::kLinearBf16x3Op, Signature>(x, w_hi, w_lo);
 }
 
 torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w_hi) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("fusedlinear::linear_bf16", "")
-                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
-  return detail::call_below_autograd(op, x, w_hi);
+  return detail::call_op<detail::kLinearBf16Op, torch::Tensor(Operand, Operand)>(x, w_hi);
 }
 
 torch::Tensor linear_tf32(const torch::Tensor& x, const torch::Tensor& w) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("fusedlinear::linear_tf32", "")
-                       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>();
-  return detail::call_below_autograd(op, x, w);
+  return detail::call_op<detail::kLinearTf32Op, torch::Tensor(Operand, Operand)>(x, w);
 }
 
 }  // namespace fusedlinear

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/math/bf16_split.h"
+#include "kernels/ops/op_support.h"
 #include "kernels/ops/ops.h"
 
 namespace fusedlinear {
@@ -127,32 +128,32 @@ torch::Tensor linear_bf16_parts_cpu(const char* op, const torch::Tensor& x,
 }  // namespace
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_cpu(const torch::Tensor& v) {
-  const std::vector<torch::Tensor> parts = split_parts_cpu("fusedlinear::split_bf16", v, 2);
+  const std::vector<torch::Tensor> parts = split_parts_cpu(kSplitBf16Op, v, 2);
   return {parts[0], parts[1]};
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cpu(
     const torch::Tensor& v) {
-  const std::vector<torch::Tensor> parts = split_parts_cpu("fusedlinear::split_bf16_three", v, 3);
+  const std::vector<torch::Tensor> parts = split_parts_cpu(kSplitBf16ThreeOp, v, 3);
   return {parts[0], parts[1], parts[2]};
 }
 
 torch::Tensor linear_bf16x6_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
                                 const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
-  return linear_bf16_parts_cpu("fusedlinear::linear_bf16x6", x, {w_hi, w_mid, w_lo});
+  return linear_bf16_parts_cpu(kLinearBf16x6Op, x, {w_hi, w_mid, w_lo});
 }
 
 torch::Tensor linear_bf16x3_cpu(const torch::Tensor& x, const torch::Tensor& w_hi,
                                 const torch::Tensor& w_lo) {
-  return linear_bf16_parts_cpu("fusedlinear::linear_bf16x3", x, {w_hi, w_lo});
+  return linear_bf16_parts_cpu(kLinearBf16x3Op, x, {w_hi, w_lo});
 }
 
 torch::Tensor linear_bf16_cpu(const torch::Tensor& x, const torch::Tensor& w_hi) {
-  return linear_bf16_parts_cpu("fusedlinear::linear_bf16", x, {w_hi});
+  return linear_bf16_parts_cpu(kLinearBf16Op, x, {w_hi});
 }
 
 torch::Tensor linear_tf32_cpu(const torch::Tensor& x, const torch::Tensor& w) {
-  check_linear_inputs("fusedlinear::linear_tf32", c10::DeviceType::CPU, x, w, torch::kFloat32);
+  check_linear_inputs(kLinearTf32Op, c10::DeviceType::CPU, x, w, torch::kFloat32);
   const torch::Tensor y =
       torch::mm(rounded_to_tf32(linear_rows(x)), rounded_to_tf32(w.contiguous()).t());
   return y.view(linear_output_shape(x.sizes(), w.size(0)));

@@ -23,21 +23,21 @@ void check_launch(const char* op, cudaError_t err) {
               text(op, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
 }
 
-constexpr const char* kEpilogue = "fusedlinear::epilogue";
-constexpr const char* kLinearEpilogue = "fusedlinear::linear_epilogue";
-constexpr const char* kGemmEpilogue = "fusedlinear::gemm_epilogue";
+using detail::kEpilogueOp;
+using detail::kGemmEpilogueOp;
+using detail::kLinearEpilogueOp;
 
 torch::Tensor epilogue_cuda(const torch::Tensor& y, const c10::optional<torch::Tensor>& bias,
                             const detail::OptionalTensors& params_or_none, c10::string_view chain,
                             const c10::optional<torch::Tensor>& gate) {
   const at::TensorList params = detail::listed(params_or_none);
-  const ChainEntry& entry = detail::chain_for(kEpilogue, chain);
+  const ChainEntry& entry = detail::chain_for(kEpilogueOp, chain);
   const c10::cuda::CUDAGuard device_guard(y.device());
   detail::EpilogueInputs in = detail::prepare_epilogue(
-      kEpilogue, c10::DeviceType::CUDA, y, bias, params, entry.chain.slot_params().size(), gate);
+      kEpilogueOp, c10::DeviceType::CUDA, y, bias, params, entry.chain.slot_params().size(), gate);
   if (in.y.numel() == 0) return in.out;
-  check_launch(kEpilogue, entry.kernels.cuda.epilogue(entry.program, in.call,
-                                                      at::cuda::getCurrentCUDAStream()));
+  check_launch(kEpilogueOp, entry.kernels.cuda.epilogue(entry.program, in.call,
+                                                        at::cuda::getCurrentCUDAStream()));
   return in.out;
 }
 
@@ -65,13 +65,13 @@ std::vector<torch::Tensor> split_parts_cuda(const char* op, const torch::Tensor&
 }
 
 std::tuple<torch::Tensor, torch::Tensor> split_bf16_cuda(const torch::Tensor& v) {
-  const std::vector<torch::Tensor> parts = split_parts_cuda("fusedlinear::split_bf16", v, 2);
+  const std::vector<torch::Tensor> parts = split_parts_cuda(detail::kSplitBf16Op, v, 2);
   return {parts[0], parts[1]};
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> split_bf16_three_cuda(
     const torch::Tensor& v) {
-  const std::vector<torch::Tensor> parts = split_parts_cuda("fusedlinear::split_bf16_three", v, 3);
+  const std::vector<torch::Tensor> parts = split_parts_cuda(detail::kSplitBf16ThreeOp, v, 3);
   return {parts[0], parts[1], parts[2]};
 }
 
@@ -171,20 +171,20 @@ torch::Tensor linear_bf16_parts_cuda(const char* op, const torch::Tensor& x,
 
 torch::Tensor linear_bf16x6_cuda(const torch::Tensor& x, const torch::Tensor& w_hi,
                                  const torch::Tensor& w_mid, const torch::Tensor& w_lo) {
-  return linear_bf16_parts_cuda("fusedlinear::linear_bf16x6", x, {w_hi, w_mid, w_lo});
+  return linear_bf16_parts_cuda(detail::kLinearBf16x6Op, x, {w_hi, w_mid, w_lo});
 }
 
 torch::Tensor linear_bf16x3_cuda(const torch::Tensor& x, const torch::Tensor& w_hi,
                                  const torch::Tensor& w_lo) {
-  return linear_bf16_parts_cuda("fusedlinear::linear_bf16x3", x, {w_hi, w_lo});
+  return linear_bf16_parts_cuda(detail::kLinearBf16x3Op, x, {w_hi, w_lo});
 }
 
 torch::Tensor linear_bf16_cuda(const torch::Tensor& x, const torch::Tensor& w_hi) {
-  return linear_bf16_parts_cuda("fusedlinear::linear_bf16", x, {w_hi});
+  return linear_bf16_parts_cuda(detail::kLinearBf16Op, x, {w_hi});
 }
 
 torch::Tensor linear_tf32_cuda(const torch::Tensor& x, const torch::Tensor& w) {
-  const char* op = "fusedlinear::linear_tf32";
+  const char* op = detail::kLinearTf32Op;
   detail::check_linear_inputs(op, c10::DeviceType::CUDA, x, w, torch::kFloat32);
   const c10::cuda::CUDAGuard device_guard(x.device());
   LinearCall call;
@@ -266,24 +266,25 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
                                    const detail::OptionalTensors& params_or_none,
                                    c10::string_view chain, c10::string_view precision,
                                    const c10::optional<torch::Tensor>& w_third) {
-  const ChainEntry& entry = detail::chain_for(kLinearEpilogue, chain);
+  const ChainEntry& entry = detail::chain_for(kLinearEpilogueOp, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
   WholeForward f = prepare_whole_forward(
-      kLinearEpilogue, entry, x, w, w_lo, bias, detail::listed(params_or_none),
-      detail::epilogue_precision_of(kLinearEpilogue, precision), w_third);
+      kLinearEpilogueOp, entry, x, w, w_lo, bias, detail::listed(params_or_none),
+      detail::epilogue_precision_of(kLinearEpilogueOp, precision), w_third);
   const cuda::LinearCall& call = f.call;
   if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
   cuda::SkinnyPlan plan;
   const cudaError_t planned = cuda::plan_skinny_linear(call, plan);
   TORCH_CHECK(planned != cudaErrorInvalidConfiguration,
-              text(kLinearEpilogue, ": too many rows for the small-batch kernels' grid (",
+              text(kLinearEpilogueOp, ": too many rows for the small-batch kernels' grid (",
                    call.rows, "; they take up to 65535 tiles of 8 to 64 rows)"));
-  check_launch(kLinearEpilogue, planned);
+  check_launch(kLinearEpilogueOp, planned);
   const torch::Tensor workspace = float_workspace(plan.workspace_floats(), x);
   const cuda::CudaSkinnyFn launch = entry.kernels.cuda.skinny[int(cuda::family_of(plan.variant))];
-  check_launch(kLinearEpilogue, launch(entry.program, call, plan,
-                                       workspace.defined() ? workspace.data_ptr<float>() : nullptr,
-                                       at::cuda::getCurrentCUDAStream()));
+  check_launch(
+      kLinearEpilogueOp,
+      launch(entry.program, call, plan, workspace.defined() ? workspace.data_ptr<float>() : nullptr,
+             at::cuda::getCurrentCUDAStream()));
   return f.out.view(f.view);
 }
 
@@ -292,7 +293,7 @@ torch::Tensor linear_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& 
 torch::Tensor launch_gemm(const ChainEntry& entry, WholeForward& f, const torch::Tensor& x) {
   const cuda::LinearCall& call = f.call;
   TORCH_CHECK(call.type != ElementType::kFloat32 || call.precision != Precision::kIeee,
-              text(kGemmEpilogue,
+              text(kGemmEpilogueOp,
                    ": float32 x takes precision bf16, bf16x3 or bf16x6 (the Hopper GEMM "
                    "forms bfloat16 products), got 'ieee'"));
   if (call.rows == 0 || call.out_features == 0) return f.out.view(f.view);
@@ -302,11 +303,11 @@ torch::Tensor launch_gemm(const ChainEntry& entry, WholeForward& f, const torch:
       launch(entry.program, call, workspace.defined() ? workspace.data_ptr<float>() : nullptr,
              at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err != cudaErrorNotSupported,
-              text(kGemmEpilogue,
+              text(kGemmEpilogueOp,
                    ": the Hopper GEMM takes a GPU of compute capability 9.0 and "
                    "in_features a multiple of 8, got in_features ",
                    call.in_features, " on ", x.device()));
-  check_launch(kGemmEpilogue, err);
+  check_launch(kGemmEpilogueOp, err);
   return f.out.view(f.view);
 }
 
@@ -317,11 +318,11 @@ torch::Tensor gemm_epilogue_cuda(const torch::Tensor& x, const torch::Tensor& w,
                                  const detail::OptionalTensors& params_or_none,
                                  c10::string_view chain, c10::string_view precision,
                                  const c10::optional<torch::Tensor>& w_third) {
-  const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
+  const ChainEntry& entry = detail::chain_for(kGemmEpilogueOp, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  WholeForward f =
-      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, detail::listed(params_or_none),
-                            detail::epilogue_precision_of(kGemmEpilogue, precision), w_third);
+  WholeForward f = prepare_whole_forward(
+      kGemmEpilogueOp, entry, x, w, w_lo, bias, detail::listed(params_or_none),
+      detail::epilogue_precision_of(kGemmEpilogueOp, precision), w_third);
   return launch_gemm(entry, f, x);
 }
 
@@ -333,15 +334,16 @@ torch::Tensor fused_gemm_epilogue_gated(
     const c10::optional<torch::Tensor>& gate_lo, const c10::optional<torch::Tensor>& gate_third,
     const c10::optional<torch::Tensor>& bias, const c10::optional<torch::Tensor>& gate_bias,
     const std::vector<torch::Tensor>& params, const std::string& chain, Precision precision) {
-  const ChainEntry& entry = detail::chain_for(kGemmEpilogue, chain);
+  const ChainEntry& entry = detail::chain_for(kGemmEpilogueOp, chain);
   const c10::cuda::CUDAGuard device_guard(x.device());
   WholeForward f =
-      prepare_whole_forward(kGemmEpilogue, entry, x, w, w_lo, bias, params, precision, w_third);
+      prepare_whole_forward(kGemmEpilogueOp, entry, x, w, w_lo, bias, params, precision, w_third);
   // The gate as the same op would take it alone: W's shape, parts and dtype, no chain.
-  detail::check_linear_epilogue_inputs(kGemmEpilogue, c10::DeviceType::CUDA, x, gate, gate_lo,
+  detail::check_linear_epilogue_inputs(kGemmEpilogueOp, c10::DeviceType::CUDA, x, gate, gate_lo,
                                        gate_bias, {}, 0, precision, gate_third);
-  TORCH_CHECK(gate.sizes() == w.sizes(), text(kGemmEpilogue, ": a gated pair's gate is W's shape ",
-                                              w.sym_sizes(), ", got ", gate.sym_sizes()));
+  TORCH_CHECK(gate.sizes() == w.sizes(),
+              text(kGemmEpilogueOp, ": a gated pair's gate is W's shape ", w.sym_sizes(), ", got ",
+                   gate.sym_sizes()));
   const WeightParts gate_parts = contiguous_parts(gate, gate_lo, gate_third);
   const detail::ColumnInputs gate_columns = detail::column_inputs(gate_bias, {});
   cuda::LinearCall& call = f.call;
