@@ -180,19 +180,9 @@ GemmQuery LinearChainImpl::gemm_query(const torch::Tensor& x) {
   return query;
 }
 
-std::shared_ptr<const LinearChainImpl::PlannedQuery> LinearChainImpl::planned(
-    const GemmQuery& query) {
-  {
-    const std::lock_guard<std::mutex> lock(plan_mutex_);
-    if (last_plan_ && same_query(last_plan_->query, query)) return last_plan_;
-  }
-  auto made = std::make_shared<const PlannedQuery>(PlannedQuery{query, plan_gemm(query)});
-  const std::lock_guard<std::mutex> lock(plan_mutex_);
-  last_plan_ = made;
-  return made;
+GemmPlan LinearChainImpl::gemm_plan(const torch::Tensor& x) {
+  return *kept_plan_.plan_for(gemm_query(x));
 }
-
-GemmPlan LinearChainImpl::gemm_plan(const torch::Tensor& x) { return planned(gemm_query(x))->plan; }
 
 bool LinearChainImpl::compiled_chain() const { return find_chain(chain_name_).compiled; }
 
@@ -210,7 +200,7 @@ LinearWeights LinearChainImpl::weights(Precision products) {
 torch::Tensor LinearChainImpl::matmul_without_bias(const torch::Tensor& x) {
   GemmQuery query = gemm_query(x);
   query.kernel = GemmKernel::kCublas;  // the products cuBLAS (or the CPU) runs
-  const Precision products = planned(query)->plan.products;
+  const Precision products = kept_plan_.plan_for(query)->products;
   return linear_products(x, weights(products), products);
 }
 
@@ -221,15 +211,15 @@ torch::Tensor LinearChainImpl::epilogue_fused(const torch::Tensor& matmul_out) {
 torch::Tensor LinearChainImpl::forward(const torch::Tensor& x) { return forward_with(x, {}); }
 
 torch::Tensor LinearChainImpl::forward_with(const torch::Tensor& x, const LayerTerms& terms) {
-  const auto planned_query = planned(gemm_query(x));
-  const GemmPlan& plan = planned_query->plan;
+  const auto kept = kept_plan_.plan_for(gemm_query(x));
+  const GemmPlan& plan = *kept;
   return linear_forward(plan, x, weights(plan.products), linear_->bias, slot_params(), chain_name_,
                         terms);
 }
 
 torch::Tensor LinearChainImpl::forward_gated(const torch::Tensor& x, LinearChainImpl& gate) {
-  const auto planned_query = planned(gemm_query(x));
-  const GemmPlan& plan = planned_query->plan;
+  const auto kept = kept_plan_.plan_for(gemm_query(x));
+  const GemmPlan& plan = *kept;
   return linear_forward_gated(plan, x, weights(plan.products), linear_->bias, slot_params(),
                               chain_name_, gate.weights(plan.products), gate.linear()->bias,
                               [&] { return gate.forward_without_chain(x); });
@@ -238,8 +228,8 @@ torch::Tensor LinearChainImpl::forward_gated(const torch::Tensor& x, LinearChain
 torch::Tensor LinearChainImpl::forward_without_chain(const torch::Tensor& x) {
   GemmQuery query = gemm_query(x);
   query.chain_kernels = gpu_chain_kernels(find_chain(""));
-  const auto planned_query = planned(query);
-  const GemmPlan& plan = planned_query->plan;
+  const auto kept = kept_plan_.plan_for(query);
+  const GemmPlan& plan = *kept;
   return linear_forward(plan, x, weights(plan.products), linear_->bias, {}, "");
 }
 

@@ -145,13 +145,6 @@ class LinearChainImpl : public torch::nn::Module {
   };
   SplitWeight split_weight();
   GemmQuery gemm_query(const torch::Tensor& x);
-  // A query and its plan. The last one is kept: a forward like the one before it (the same rows,
-  // device and settings) takes its plan, where plan_gemm would write its reason and description.
-  struct PlannedQuery {
-    GemmQuery query;
-    GemmPlan plan;
-  };
-  std::shared_ptr<const PlannedQuery> planned(const GemmQuery& query);
 
   ModelSpec spec_;
   ParsedChain chain_;
@@ -168,8 +161,7 @@ class LinearChainImpl : public torch::nn::Module {
   int64_t skinny_max_rows_ = -1;  // -1: the table's
   std::mutex split_mutex_;
   SplitWeight split_;
-  std::mutex plan_mutex_;
-  std::shared_ptr<const PlannedQuery> last_plan_;
+  KeptPlan kept_plan_;
 };
 TORCH_MODULE(LinearChain);
 

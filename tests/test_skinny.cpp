@@ -501,6 +501,25 @@ TEST(GemmPlan, SameQueryComparesEveryField) {
   }
 }
 
+// A kept plan is handed back for the query it answers and replaced for any other; a plan handed
+// out stays valid after it is replaced.
+TEST(GemmPlan, KeptPlanAnswersItsOwnQuery) {
+  KeptPlan kept;
+  GemmQuery small;
+  small.device.cpu_small_batch = true;
+  small.rows = 1;
+  const std::shared_ptr<const GemmPlan> first = kept.plan_for(small);
+  EXPECT_EQ(kept.plan_for(small).get(), first.get());
+  GemmQuery asked = small;
+  asked.kernel = GemmKernel::kCublas;
+  const std::shared_ptr<const GemmPlan> second = kept.plan_for(asked);
+  EXPECT_NE(second.get(), first.get());
+  EXPECT_EQ(second->description, plan_gemm(asked).description);
+  EXPECT_EQ(first->description, plan_gemm(small).description);
+  EXPECT_NE(kept.plan_for(small).get(), first.get());  // planned anew: only the last is kept
+  EXPECT_EQ(kept.plan_for(small)->description, "ieee, skinny");
+}
+
 // The same for the fused-MLP kernel's query: a model keeps auto's last choice for it.
 TEST(GemmPlan, SameMlpQueryComparesEveryField) {
   MlpQuery base;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -141,6 +143,22 @@ GemmPlan plan_gemm(const GemmQuery& query);
 
 // Whether two queries ask the same of plan_gemm, field by field: it then gives the same plan.
 bool same_query(const GemmQuery& a, const GemmQuery& b);
+
+// The last query a Linear's forward asked and its plan, kept: a forward like the one before it
+// (the same rows, device and settings) takes that plan, where plan_gemm would write its reason and
+// description again. Safe to share between threads.
+class KeptPlan {
+ public:
+  std::shared_ptr<const GemmPlan> plan_for(const GemmQuery& query);
+
+ private:
+  struct Planned {
+    GemmQuery query;
+    GemmPlan plan;
+  };
+  std::mutex mutex_;
+  std::shared_ptr<const Planned> last_;
+};
 
 // Why the Hopper GEMM cannot take `query`'s forward ("it runs on compute capability 9.0 only,
 // not 8.0"); empty where it can.

@@ -46,6 +46,9 @@ struct ModelLayout {
   std::vector<Layer> layers;
   bool residual = false;
   size_t linears = 0, params = 0;
+  // Each Linear's last plan (by its index in `weights`): a call like the one before it plans
+  // nothing again. Shared by every call of the spec: a plan depends on its query alone.
+  std::vector<std::unique_ptr<KeptPlan>> plans;
   // The fused-MLP kernel with the layers' chains compiled in, where NVRTC compiles them; empty in
   // a build without NVRTC (the kernel's own instances interpret the chains).
   cuda::MlpKernelOf mlp_kernels;
@@ -90,6 +93,7 @@ ModelLayout layout_of(const std::string& spec) {
     layout.params += layer.params;
     layout.layers.push_back(layer);
   }
+  for (size_t i = 0; i < layout.linears; ++i) layout.plans.push_back(std::make_unique<KeptPlan>());
 #ifdef FUSEDLINEAR_WITH_JIT
   std::vector<std::string> chains;  // each layer's, as a declaration writes it
   for (const ModelLayout::Layer& layer : layout.layers) {
@@ -301,7 +305,7 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
   };
   // Linear i on h, with `chain` and its parameters, and a gate or the residual: as the plan for
   // `kernel` says (a model the fused-MLP kernel refused: auto's).
-  const auto plan_of = [&](const LinearWeights& w, const torch::Tensor& h,
+  const auto plan_of = [&](size_t i, const LinearWeights& w, const torch::Tensor& h,
                            const std::string& chain) {
     GemmQuery query;
     query.precision = precision;
@@ -312,13 +316,14 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
     query.device = gemm_device_of(h);
     query.weight_output_major = w.weight.is_contiguous();
     query.chain_kernels = gpu_chain_kernels(detail::chain_for(kModelOp, chain));
-    return plan_gemm(query);
+    return layout.plans[i]->plan_for(query);
   };
   const auto run = [&](size_t i, const torch::Tensor& h, const std::string& chain,
                        const std::vector<torch::Tensor>& chain_params,
                        const LayerTerms& terms = {}) {
     const LinearWeights w = weights_of(i);
-    return linear_forward(plan_of(w, h, chain), h, w, biases.get(i), chain_params, chain, terms);
+    return linear_forward(*plan_of(i, w, h, chain), h, w, biases.get(i), chain_params, chain,
+                          terms);
   };
   torch::Tensor h = x;
   for (const ModelLayout::Layer& layer : layout.layers) {
@@ -334,9 +339,10 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
       h = fused_epilogue(main, c10::nullopt, chain_params, layer.chain) * other;
     } else if (layer.gated) {
       const LinearWeights w = weights_of(layer.linear);
-      h = linear_forward_gated(plan_of(w, h, layer.chain), h, w, biases.get(layer.linear),
-                               chain_params, layer.chain, weights_of(layer.gate),
-                               biases.get(layer.gate), [&] { return run(layer.gate, h, "", {}); });
+      h = linear_forward_gated(*plan_of(layer.linear, w, h, layer.chain), h, w,
+                               biases.get(layer.linear), chain_params, layer.chain,
+                               weights_of(layer.gate), biases.get(layer.gate),
+                               [&] { return run(layer.gate, h, "", {}); });
     } else if (layout.residual && &layer == &layout.layers.back()) {
       // The residual given to the last Linear, as LayeredModel gives it (bitwise the same).
       h = run(layer.linear, h, layer.chain, chain_params, {c10::nullopt, x});
