@@ -313,16 +313,8 @@ bool LayeredModelImpl::may_run_mlp(const torch::Tensor& x) {
   // Asked for: the op runs it or says why not. Under auto: the op only where the plan takes it.
   if (kernel == GemmKernel::kMlp) return true;
   if (kernel != GemmKernel::kAuto || !x.is_cuda()) return false;
-  MlpQuery query = mlp_query(x);
-  {
-    const std::lock_guard<std::mutex> lock(mlp_mutex_);
-    if (last_mlp_ && same_query(last_mlp_->query, query)) return last_mlp_->fused;
-  }
-  const bool fused = choose_mlp(query, kernel).fused;
-  auto made = std::make_shared<const MlpDecision>(MlpDecision{std::move(query), fused});
-  const std::lock_guard<std::mutex> lock(mlp_mutex_);
-  last_mlp_ = made;
-  return fused;
+  return *kept_mlp_choice_.answer_for(
+      mlp_query(x), [&](const MlpQuery& query) { return choose_mlp(query, kernel).fused; });
 }
 
 MlpQuery LayeredModelImpl::mlp_query(const torch::Tensor& x) {

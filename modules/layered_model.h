@@ -11,7 +11,6 @@
 #include <torch/torch.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -110,14 +109,8 @@ class LayeredModelImpl : public torch::nn::Module {
 
   ModelSpec spec_;
   std::vector<Layer> layers_;
-  // Auto's last choice and the query it answers: a forward like the one before it decides without
-  // choose_mlp writing its reason again.
-  struct MlpDecision {
-    MlpQuery query;
-    bool fused = false;
-  };
-  std::mutex mlp_mutex_;
-  std::shared_ptr<const MlpDecision> last_mlp_;
+  // Auto's last fused-MLP choice, for the query it answers.
+  KeptAnswer<MlpQuery, bool> kept_mlp_choice_;
 };
 TORCH_MODULE(LayeredModel);
 

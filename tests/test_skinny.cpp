@@ -520,6 +520,27 @@ TEST(GemmPlan, KeptPlanAnswersItsOwnQuery) {
   EXPECT_EQ(kept.plan_for(small)->description, "ieee, skinny");
 }
 
+// A kept answer is asked for once per query: again only when the query changes.
+TEST(GemmPlan, KeptAnswerAsksOncePerQuery) {
+  KeptAnswer<MlpQuery, bool> kept;
+  int asked = 0;
+  const auto choose = [&](const MlpQuery& query) {
+    ++asked;
+    return choose_mlp(query, GemmKernel::kAuto).fused;
+  };
+  MlpQuery query;
+  query.widths = {16, 16, 16};
+  query.compiled_chains = {false, false};
+  query.gated = {false, false};
+  query.rows = 1;
+  EXPECT_EQ(*kept.answer_for(query, choose), choose_mlp(query, GemmKernel::kAuto).fused);
+  EXPECT_EQ(*kept.answer_for(query, choose), choose_mlp(query, GemmKernel::kAuto).fused);
+  EXPECT_EQ(asked, 1);
+  query.rows = 2;
+  kept.answer_for(query, choose);
+  EXPECT_EQ(asked, 2);
+}
+
 // The same for the fused-MLP kernel's query: a model keeps auto's last choice for it.
 TEST(GemmPlan, SameMlpQueryComparesEveryField) {
   MlpQuery base;

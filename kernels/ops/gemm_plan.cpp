@@ -220,17 +220,6 @@ bool same_query(const GemmQuery& a, const GemmQuery& b) {
   return fields(a) == fields(b) && device_fields(a.device) == device_fields(b.device);
 }
 
-std::shared_ptr<const GemmPlan> KeptPlan::plan_for(const GemmQuery& query) {
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (last_ && same_query(last_->query, query)) return {last_, &last_->plan};
-  }
-  auto made = std::make_shared<const Planned>(Planned{query, plan_gemm(query)});
-  const std::lock_guard<std::mutex> lock(mutex_);
-  last_ = made;
-  return {made, &made->plan};
-}
-
 bool same_query(const MlpQuery& a, const MlpQuery& b) {
   const auto fields = [](const MlpQuery& q) {
     return std::tie(q.precision, q.float32_model, q.widths, q.compiled_chains, q.gated, q.rows);

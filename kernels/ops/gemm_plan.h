@@ -144,22 +144,6 @@ GemmPlan plan_gemm(const GemmQuery& query);
 // Whether two queries ask the same of plan_gemm, field by field: it then gives the same plan.
 bool same_query(const GemmQuery& a, const GemmQuery& b);
 
-// The last query a Linear's forward asked and its plan, kept: a forward like the one before it
-// (the same rows, device and settings) takes that plan, where plan_gemm would write its reason and
-// description again. Safe to share between threads.
-class KeptPlan {
- public:
-  std::shared_ptr<const GemmPlan> plan_for(const GemmQuery& query);
-
- private:
-  struct Planned {
-    GemmQuery query;
-    GemmPlan plan;
-  };
-  std::mutex mutex_;
-  std::shared_ptr<const Planned> last_;
-};
-
 // Why the Hopper GEMM cannot take `query`'s forward ("it runs on compute capability 9.0 only,
 // not 8.0"); empty where it can.
 std::string hopper_refusal(const GemmQuery& query);
@@ -210,5 +194,44 @@ bool same_query(const MlpQuery& a, const MlpQuery& b);
 // The most rows the small-batch kernels take under auto for `query`'s mode and model (the
 // override, or the table's; 0 off the GPU or where nothing was measured).
 int64_t skinny_max_rows(const GemmQuery& query, Precision precision);
+
+// The last query asked and its answer, kept: a call that asks the same (same_query) takes that
+// answer, where plan_gemm and choose_mlp would decide again and write their reasons. Safe to share
+// between threads; an answer handed out stays valid after the next query replaces it.
+template <class Query, class Answer>
+class KeptAnswer {
+ public:
+  template <class AnswerOf>
+  std::shared_ptr<const Answer> answer_for(const Query& query, const AnswerOf& answer_of) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (last_ && same_query(last_->query, query)) return {last_, &last_->answer};
+    }
+    auto made = std::make_shared<const Asked>(Asked{query, answer_of(query)});
+    const std::lock_guard<std::mutex> lock(mutex_);
+    last_ = made;
+    return {made, &made->answer};
+  }
+
+ private:
+  struct Asked {
+    Query query;
+    Answer answer;
+  };
+  std::mutex mutex_;
+  std::shared_ptr<const Asked> last_;
+};
+
+// A Linear's last plan: a forward like the one before it (the same rows, device and settings)
+// takes that plan.
+class KeptPlan {
+ public:
+  std::shared_ptr<const GemmPlan> plan_for(const GemmQuery& query) {
+    return kept_.answer_for(query, &plan_gemm);
+  }
+
+ private:
+  KeptAnswer<GemmQuery, GemmPlan> kept_;
+};
 
 }  // namespace fusedlinear
