@@ -30,6 +30,7 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   // What the call points to, alive until the launch has been issued (on the stream: libtorch's
   // allocator keeps their memory for it).
   std::vector<torch::Tensor> kept;
+  kept.reserve(layers.size() * 6);  // W, a gate's W, and their parts
   std::vector<detail::ColumnInputs> columns;
   columns.reserve(layers.size() * 2);
   const auto keep = [&](const torch::Tensor& t) {
@@ -84,7 +85,9 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
   call.residual_in_product = residual && last.half < 0 && !last.gate_weight.defined() &&
                              !(last.bias && last.bias->defined()) && last.program->count == 0;
   const int64_t out_features = call.layer[call.layers - 1].out;
-  torch::Tensor out = torch::empty({call.rows, out_features}, x.options());
+  // Made in x's leading dimensions: no view of it to make after.
+  const torch::Tensor out =
+      torch::empty(detail::linear_output_shape(x.sizes(), out_features), x.options());
   call.out = out.data_ptr();
   const cudaError_t err = cuda::launch_fused_mlp(call, at::cuda::getCurrentCUDAStream(), compiled);
   TORCH_CHECK(err != cudaErrorNotSupported,
@@ -94,7 +97,7 @@ torch::Tensor fused_mlp_forward(const torch::Tensor& x, const std::vector<MlpLay
                    "plan chose)"));
   TORCH_CHECK(err == cudaSuccess,
               text(kOp, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
-  return out.view(detail::linear_output_shape(x.sizes(), out_features));
+  return out;
 }
 
 }  // namespace fusedlinear

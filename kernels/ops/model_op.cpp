@@ -5,10 +5,12 @@
 // implementation. The schema is declared in ops.cpp.
 #include <torch/library.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/ops/chain_registry.h"
@@ -49,6 +51,11 @@ struct ModelLayout {
   // Each Linear's last plan (by its index in `weights`): a call like the one before it plans
   // nothing again. Shared by every call of the spec: a plan depends on its query alone.
   std::vector<std::unique_ptr<KeptPlan>> plans;
+  // The last fused-MLP choice under auto and under kMlp, kept as the plans are.
+  std::unique_ptr<KeptAnswer<MlpQuery, MlpChoice>> mlp_choice_auto =
+      std::make_unique<KeptAnswer<MlpQuery, MlpChoice>>();
+  std::unique_ptr<KeptAnswer<MlpQuery, MlpChoice>> mlp_choice_asked =
+      std::make_unique<KeptAnswer<MlpQuery, MlpChoice>>();
   // The fused-MLP kernel with the layers' chains compiled in, where NVRTC compiles them; empty in
   // a build without NVRTC (the kernel's own instances interpret the chains).
   cuda::MlpKernelOf mlp_kernels;
@@ -107,9 +114,9 @@ ModelLayout layout_of(const std::string& spec) {
 // The layout of `spec`, parsed once per spec and kept: the op runs on every call.
 const ModelLayout& layout_for(c10::string_view spec) {
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<ModelLayout>> layouts;
+  static std::map<std::string, std::unique_ptr<ModelLayout>, std::less<>> layouts;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto it = layouts.find(std::string(spec));
+  const auto it = layouts.find(std::string_view(spec.data(), spec.size()));
   if (it != layouts.end()) return *it->second;
   auto layout = std::make_unique<ModelLayout>(layout_of(std::string(spec)));
   return *layouts.emplace(std::string(spec), std::move(layout)).first->second;
@@ -131,6 +138,19 @@ Precision precision_for(c10::string_view name) {
 
 GemmKernel gemm_for(c10::string_view name) {
   return parsed_argument(name, &parse_gemm_kernel, "gemm", "auto, cublas, skinny, hopper or mlp");
+}
+
+// An element of one of the op's lists as its messages name it ("weights[3]"), written only when a
+// check fails: the checks run on every call.
+struct ListEntry {
+  const char* list;
+  size_t index;
+};
+void append_text(std::string& s, const ListEntry& entry) {
+  s += entry.list;
+  s += '[';
+  s += std::to_string(entry.index);
+  s += ']';
 }
 
 // The checks of every implementation (the Meta one's included): the counts of the lists, each
@@ -159,7 +179,7 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
   TORCH_CHECK(params.size() == layout.params,
               text(kModelOp, ": the layers' chains take ", layout.params,
                    " parameter tensor(s), got ", params.size()));
-  const auto check_tensor = [&](const torch::Tensor& t, const std::string& name,
+  const auto check_tensor = [&](const torch::Tensor& t, const ListEntry& name,
                                 torch::ScalarType dtype, c10::SymIntArrayRef shape,
                                 bool one_value_allowed) {
     TORCH_CHECK(t.defined(), text(kModelOp, ": expected ", name, ", got an undefined tensor"));
@@ -175,20 +195,20 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
   // Linear i's W and parts, checked against the width it takes; returns its output width.
   const auto check_linear = [&](size_t i, const c10::SymInt& width) {
     const torch::Tensor& w = weights[i * parts];
-    const std::string name = "weights[" + std::to_string(i * parts) + "]";
+    const ListEntry name{"weights", i * parts};
     TORCH_CHECK(w.defined() && w.dim() == 2,
                 text(kModelOp, ": expected ", name, " of shape [out_features, ", width, "], got ",
                      w.defined() ? text(w.sym_sizes()) : std::string("an undefined tensor")));
     const c10::SymInt out = w.sym_size(0);
-    const std::vector<c10::SymInt> shape = {out, width};
+    const std::array<c10::SymInt, 2> shape = {out, width};
     check_tensor(w, name, x.scalar_type(), shape, false);
     for (size_t p = 1; p < parts; ++p) {
-      check_tensor(weights[i * parts + p], "weights[" + std::to_string(i * parts + p) + "]",
-                   torch::kBFloat16, shape, false);
+      check_tensor(weights[i * parts + p], {"weights", i * parts + p}, torch::kBFloat16, shape,
+                   false);
     }
     const c10::optional<torch::Tensor> bias = biases.get(i);
     if (bias && bias->defined()) {
-      check_tensor(*bias, "biases[" + std::to_string(i) + "]", x.scalar_type(), {out}, false);
+      check_tensor(*bias, {"biases", i}, x.scalar_type(), {out}, false);
     }
     return out;
   };
@@ -207,7 +227,7 @@ c10::SymInt check_model(const ModelLayout& layout, const torch::Tensor& x, at::T
                                         " outputs, its Linear ", out));
     }
     for (size_t p = layer.first_param; p < layer.first_param + layer.params; ++p) {
-      check_tensor(params[p], "params[" + std::to_string(p) + "]", x.scalar_type(), {out}, true);
+      check_tensor(params[p], {"params", p}, x.scalar_type(), {out}, true);
     }
     width = out;
   }
@@ -286,7 +306,10 @@ torch::Tensor model_forward(const torch::Tensor& x, at::TensorList weights,
   // The CPU never runs the fused-MLP kernel: no query to build there.
   if (x.is_cuda() && (kernel == GemmKernel::kMlp || kernel == GemmKernel::kAuto)) {
     const MlpQuery query = mlp_query_of(layout, x, weights, precision);
-    if (choose_mlp(query, kernel).fused) {
+    auto& kept = kernel == GemmKernel::kMlp ? layout.mlp_choice_asked : layout.mlp_choice_auto;
+    const auto choice = kept->answer_for(
+        query, [kernel](const MlpQuery& asked) { return choose_mlp(asked, kernel); });
+    if (choice->fused) {
       return fused_mlp_of(layout, x, weights, biases, params, query);
     }
   }

@@ -459,10 +459,10 @@ inline cudaError_t persistent_blocks(const void* kernel, const DeviceLimits& lim
 // The kernel a launch takes: where `compiled` gives one, the instance `name_of()` names (a unit's
 // name for it, its template's arguments but the chains': "resident_mlp_kernel<__half, 1, 4")
 // compiled with the model's chains in; else `library`, the library's instance, which interprets
-// them. The name is written only where there are compiled kernels to ask.
+// them. The name is written only where the instance is compiled.
 template <class NameOf>
 const void* kernel_for(const MlpKernelOf& compiled, const NameOf& name_of, const void* library) {
-  const void* kernel = compiled ? compiled(name_of()) : nullptr;
+  const void* kernel = compiled ? compiled(library, name_of) : nullptr;
   return kernel ? kernel : library;
 }
 

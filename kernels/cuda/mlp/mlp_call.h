@@ -141,10 +141,12 @@ struct MlpCall {
 
 #ifndef __CUDACC_RTC__
 // A model's kernels compiled with its layers' chains in (kernels/cuda/jit/compiled_chains.h:
-// compiled_mlp_kernels): given an instance's name as a launcher writes it (kernel_for in
-// fused_mlp.cuh), that instance compiled at its first call, or null where it is not (the library's
-// instance, which interprets the chains, runs instead). Empty: the library's instances.
-using MlpKernelOf = std::function<const void*(const std::string& instance)>;
+// compiled_mlp_kernels): given the library's kernel of an instance and a function that writes the
+// instance's name (kernel_for in fused_mlp.cuh), that instance compiled at its first call, or null
+// where it is not (the library's instance, which interprets the chains, runs instead); the name is
+// written only to compile it. Empty: the library's instances.
+using MlpKernelOf = std::function<const void*(const void* library,
+                                              const std::function<std::string()>& instance_name)>;
 #endif
 
 }  // namespace cuda
