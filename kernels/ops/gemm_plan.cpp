@@ -23,7 +23,7 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // cuBLAS's products lose the modes' float32-grade accuracy (docs/RESULTS.md: bf16x6 at 33-127
   // rows, bf16x3 at 65-127 rows).
   static const SkinnyThresholds kMeasured[] = {
-      {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 0,
+      {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 8,
        /*bf16x3_as_ieee*/ 8, /*bf16x6_as_ieee*/ 32, /*bf16x3_hopper_min*/ 65,
        /*bf16x6_hopper_min*/ 33},
   };
