@@ -374,10 +374,15 @@ TEST(GemmPlan, OneFunctionDecidesWhatRuns) {
   q.rows = table->bf16x3_as_ieee + 1;
   EXPECT_TRUE(plan_gemm(q).skinny);
   q.weight_output_major = true;
-  // 16-bit models, GPUs with no measured rows and the CPU take cuBLAS (the CPU's GEMM) under
-  // auto; kernels asked for are run; bf16x3 below bf16x3_min_rows with cuBLAS runs ieee.
+  // 16-bit models take the small-batch kernels up to their own rows, then cuBLAS; GPUs with no
+  // measured rows and the CPU take cuBLAS (the CPU's GEMM) under auto; kernels asked for are run;
+  // bf16x3 below bf16x3_min_rows with cuBLAS runs ieee.
   q.precision = Precision::kIeee;
   q.float32_model = false;
+  ASSERT_GT(table->half_models, 0);
+  q.rows = table->half_models;
+  EXPECT_TRUE(plan_gemm(q).skinny);
+  q.rows = table->half_models + 1;
   EXPECT_FALSE(plan_gemm(q).skinny);
   q.float32_model = true;
   GemmQuery unmeasured;
