@@ -205,17 +205,6 @@ FL_HOST_DEVICE FloatVec vector_expm1(FloatVec x) {
   return FloatVec::blendv(result, x, x == FloatVec(0.0f));  // -0 stays -0
 }
 
-// 1 / d within about an ulp, for d finite and normal: with AVX-512 the 14-bit estimate and one
-// Newton step (its division costs as much as the rest of the ops that use this), else a division.
-FL_HOST_DEVICE FloatVec reciprocal(FloatVec d) {
-#if defined(CPU_CAPABILITY_AVX512)
-  const FloatVec estimate = _mm512_maskz_rcp14_ps(0xffff, d);
-  return at::vec::fmadd(at::vec::fmadd(d, estimate.neg(), FloatVec(1.0f)), estimate, estimate);
-#else
-  return FloatVec(1.0f) / d;
-#endif
-}
-
 // GELU, x Phi(x) (Phi the normal distribution), in one formula for every lane, where
 // x / 2 (1 + erf(x / sqrt 2)) would take erf's two formulas and an exp. With a = |x| and
 // t = 1 / (1 + p a),
@@ -230,7 +219,7 @@ FL_HOST_DEVICE FloatVec reciprocal(FloatVec d) {
 // NaN gives NaN and -inf gives NaN (as PyTorch, -inf * 0), +inf gives +inf, -0 gives -0.
 FL_HOST_DEVICE FloatVec vector_gelu(FloatVec x) {
   const FloatVec a = at::vec::clamp_max(x.abs(), FloatVec(16.0f));
-  const FloatVec t = reciprocal(at::vec::fmadd(a, FloatVec(0.296875f), FloatVec(1.0f)));
+  const FloatVec t = FloatVec(1.0f) / at::vec::fmadd(a, FloatVec(0.296875f), FloatVec(1.0f));
   const FloatVec r = polynomial(t, 1.321952732e-05f, 1.181144640e-01f, 1.217857525e-01f,
                                 8.841424435e-02f, 1.576754600e-01f, -1.025679186e-01f,
                                 2.561590374e-01f, -1.788179576e-01f, 3.922371939e-02f);
@@ -266,16 +255,24 @@ FL_HOST_DEVICE FloatVec accurate_expm1(FloatVec x) {
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 // log(1 + x) within 0.88 ulp (every float checked), as fdlibm's log1pf computes it: u = 1 + x
-// rounded, and c, its rounding error over u (times reciprocal(u)), so that log1p(x) = log(u) + c; u
-// = 2^k m with m in [sqrt(1/2), sqrt(2)), read from u's bits; log(m) = f - f^2/2 + s (f^2/2 +
-// R(s^2)) with f = m - 1, s = f / (2 + f), R the tail of 2 atanh(s)'s series. A vector with a lane
-// of 0, -1 or below, +inf or NaN takes Sleef's log1p there (rare: the ops that call log1p pass it
-// exp's results).
+// rounded, and c, its rounding error over u (AVX-512 divides by the reciprocal estimate and a
+// Newton step: its division costs more than the rest), so that log1p(x) = log(u) + c; u = 2^k m
+// with m in [sqrt(1/2), sqrt(2)), read from u's bits; log(m) = f - f^2/2 + s (f^2/2 + R(s^2)) with
+// f = m - 1, s = f / (2 + f), R the tail of 2 atanh(s)'s series. A vector with a lane of 0, -1 or
+// below, +inf or NaN takes Sleef's log1p there (rare: the ops that call log1p pass it exp's
+// results).
 FL_HOST_DEVICE FloatVec vector_log1p(FloatVec x) {
   const FloatVec u = x + FloatVec(1.0f);
   const FloatVec error =  // exact: x - (u - 1) where u < 2, 1 - (u - x) from 2 up
       FloatVec::blendv(FloatVec(1.0f) - (u - x), x - (u - FloatVec(1.0f)), u < FloatVec(2.0f));
-  const FloatVec c = error * reciprocal(u);
+#if defined(CPU_CAPABILITY_AVX512)
+  // 1 / u to 28 bits: the 14-bit estimate, then a Newton step
+  const FloatVec estimate = _mm512_maskz_rcp14_ps(0xffff, u);
+  const FloatVec c =
+      error * at::vec::fmadd(at::vec::fmadd(u, estimate.neg(), FloatVec(1.0f)), estimate, estimate);
+#else
+  const FloatVec c = error / u;
+#endif
   // u's bits moved by m's lower bound, so that the exponent field is k + 127 and the significand,
   // moved back, is m
   const UintLanes moved = same_bits<UintLanes>(u) + 0x004afb0du;
