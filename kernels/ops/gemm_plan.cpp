@@ -13,15 +13,16 @@ const SkinnyThresholds* skinny_thresholds(const GemmDevice& device) {
   // Each row count is where the kernel measured faster than cuBLAS at 8192 -> 8192 on an H200,
   // both forced (docs/RESULTS.md: small batches; bench at 128-1024 rows). The small-batch kernels
   // read W once, so they lead at few rows and fall behind once each further tile of x's rows
-  // reads W again; cuBLAS's tf32 kernel leads from 2 rows, and its 16-bit GEMM reads W as fast.
-  // At few rows bf16x3 runs ieee's kernel, faster there and more accurate; bf16x6, whose six
-  // products read W's three bfloat16 parts (1.5x float32's bytes), at every row where ieee's kernel
-  // runs (docs/RESULTS.md: bf16x6 at 8-128 rows). The Hopper GEMM's
-  // promoted bf16x3 and bf16x6 take over from the row after the small-batch kernel that runs
-  // the mode (bf16x3's own, ieee's for bf16x6): past it they led cuBLAS's products with the
-  // epilogue at nearly every batch and width measured, and were closer to float64, where
-  // cuBLAS's products lose the modes' float32-grade accuracy (docs/RESULTS.md: bf16x6 at 33-127
-  // rows, bf16x3 at 65-127 rows).
+  // reads W again; cuBLAS's tf32 kernel leads from 2 rows. 16-bit models' rows are where the
+  // kernels measured faster launched at every width measured: there cuBLAS's 16-bit GEMM takes
+  // more host time a call than the GPU's work (docs/RESULTS.md: bfloat16 at few rows). At few rows
+  // bf16x3 runs ieee's kernel, faster there and more accurate; bf16x6, whose six products read W's
+  // three bfloat16 parts (1.5x float32's bytes), at every row where ieee's kernel runs
+  // (docs/RESULTS.md: bf16x6 at 8-128 rows). The Hopper GEMM's promoted bf16x3 and bf16x6 take over
+  // from the row after the small-batch kernel that runs the mode (bf16x3's own, ieee's for bf16x6):
+  // past it they led cuBLAS's products with the epilogue at nearly every batch and width measured,
+  // and were closer to float64, where cuBLAS's products lose the modes' float32-grade accuracy
+  // (docs/RESULTS.md: bf16x6 at 33-127 rows, bf16x3 at 65-127 rows).
   static const SkinnyThresholds kMeasured[] = {
       {9, /*ieee*/ 32, /*bf16x3*/ 64, /*tf32*/ 1, /*bf16*/ 8, /*half_models*/ 8,
        /*bf16x3_as_ieee*/ 8, /*bf16x6_as_ieee*/ 32, /*bf16x3_hopper_min*/ 65,
