@@ -120,6 +120,7 @@ def pytorch_side_by_side(library, out_path, names):
                  % (", ".join(unknown), ", ".join(CASES)))
     torch.ops.load_library(library)
     import fusedlinear  # noqa: E402  (weights/ on sys.path: the exporter and ModelOp)
+    from torch._dynamo.utils import counters
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
@@ -151,8 +152,12 @@ def pytorch_side_by_side(library, out_path, names):
             measure("eager", lambda: model(x))
             for mode in COMPILE_MODES:
                 torch._dynamo.reset()
+                counters.clear()
                 compiled = torch.compile(model, mode=mode, dynamic=False)
                 measure("compile " + mode, lambda: compiled(x))
+                # Whether reduce-overhead's CUDA graphs ran: Inductor counts each graph it
+                # leaves without one (its log says why).
+                row["cudagraph_skips " + mode] = int(counters["inductor"]["cudagraph_skips"])
             torch._dynamo.reset()
             state = {k: v for k, v in model.state_dict().items()}
             weights, biases, params, spec = fusedlinear.op_arguments(
