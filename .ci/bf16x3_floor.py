@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The error floor of bf16x3's split on the MLP shapes of .ci/mlp_models.py, against float64.
+"""The error floor of bf16x3's split on the MLP shapes of .ci/mlp_models.py and the small MLPs of
+.ci/small_mlps.py, against float64.
 
-  python3 .ci/bf16x3_floor.py [--device cpu|cuda] [--rows 1024] [--models mlp,swiglu]
+  python3 .ci/bf16x3_floor.py [--device cpu|cuda] [--rows 1024]
+                              [--models mlp,swiglu,policy,field_64,field_128,field_256]
 
 bf16x3 writes each float32 operand as hi + lo, two bfloat16 values (hi = x rounded, lo = x - hi
 rounded), and sums three products, x_hi w_hi + x_hi w_lo + x_lo w_hi. What the two parts cannot
@@ -15,7 +17,8 @@ chains, the products of a gated pair) in float32 as a float32 model runs it:
                       kernel, in any order or precision of accumulation, does better
   bf16x3, float32     the three products each in float32 (torch's GEMM), then added
 The largest |error| over the outputs against the float64 model, and its ratio to float32's.
-The models' weights from seed 0 (as mlp_models.py), x = torch.rand from seed 1.
+The models' weights from seed 0 (as mlp_models.py; the small MLPs each from seed 0 alone, not
+small_mlps.py's files), x = torch.rand from seed 1.
 """
 import argparse
 import os
@@ -26,6 +29,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mlp_models import Mlp, SwiGlu  # noqa: E402
+from small_mlps import field, policy  # noqa: E402
 
 
 def split(t):
@@ -77,7 +81,9 @@ def main():
     parser.add_argument("--models", default="mlp,swiglu")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
-    classes = {"mlp": Mlp, "swiglu": SwiGlu}
+    classes = {"mlp": Mlp, "swiglu": SwiGlu, "policy": policy,
+               "field_64": lambda: field(64), "field_128": lambda: field(128),
+               "field_256": lambda: field(256)}
     ways = (("float32", float32), ("float32, exact", float32_exact),
             ("bf16x3, exact", bf16x3_exact), ("bf16x3, float32", bf16x3_float32))
     print("torch %s, %s, %d rows; largest |error| against float64 (x float32's)" %
@@ -87,7 +93,8 @@ def main():
             torch.manual_seed(0)
             model = classes[name]().eval().to(args.device)
             torch.manual_seed(1)
-            x = torch.rand(args.rows, 4096).to(args.device)
+            first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+            x = torch.rand(args.rows, first.in_features).to(args.device)
             reference = model.double()(x.double())  # as compare's: the float32 input, exactly
             model.float()
             errors = [(way, (forward_with(model, x, fn).double() - reference).abs().max().item())
