@@ -159,9 +159,8 @@ def pytorch_side_by_side(library, out_path, names):
                 # leaves without one (its log says why).
                 row["cudagraph_skips " + mode] = int(counters["inductor"]["cudagraph_skips"])
             torch._dynamo.reset()
-            state = {k: v for k, v in model.state_dict().items()}
             weights, biases, params, spec = fusedlinear.op_arguments(
-                state, str(fusedlinear.trace_model(model)))
+                model.state_dict(), str(fusedlinear.trace_model(model)))
             op = torch.ops.fusedlinear.model
             measure("fusedlinear op",
                     lambda: op(x, weights, biases, params, spec, "ieee", "auto"))
