@@ -46,11 +46,14 @@ class SwiGlu(nn.Module):
 
 
 def median_ms(fn, iters, warmup=5):
+    """Median of `iters` calls of fn, each between CUDA events, each after a sync: the call as a
+    program that waits for each result sees it."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
         start.record()
         fn()
         end.record()

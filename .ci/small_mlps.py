@@ -19,7 +19,6 @@ Usage: python3 .ci/small_mlps.py OUTPUT_FOLDER   (seeded: the same files every r
 """
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -28,6 +27,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "weights"))
 from fx_chain import save_with_chain  # noqa: E402
+from mlp_models import median_ms  # noqa: E402  (.ci/, the script's own folder)
 
 
 def policy():
@@ -83,21 +83,9 @@ CASES = {
 COMPILE_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead")
 
 
-def median_us(fn, iters, warmup=5):
-    """Median of `iters` calls of fn, each between CUDA events, each after a sync: the call as a
-    program that waits for each result sees it."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
+def median_us(fn, iters):
+    """mlp_models.median_ms, in µs."""
+    return median_ms(fn, iters) * 1000.0
 
 
 def dense_gemm_tflops(dtype, iters=20):
