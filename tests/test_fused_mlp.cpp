@@ -730,6 +730,33 @@ TEST(FusedMlpCuda, ChainsCompiledInGiveTheInterpretersBits) {
   EXPECT_GT(after.compiled + after.read_from_disk, before.compiled + before.read_from_disk);
 }
 
+// The resident form compiles a model's widths into its kernel, not only its chains: one spec at two
+// shapes, run in turns, gives each shape its own kernel, with the bits of the library's instance
+// (which reads the widths from the call) and within float16's bound of float64.
+TEST(FusedMlpCuda, OneSpecAtTwoShapesTakesAKernelCompiledForEach) {
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  const std::string spec = "shape1:relu|shape2:tanh|shape3";
+  const std::vector<std::vector<int64_t>> shapes = {{32, 64, 48, 16}, {32, 48, 64, 8}};
+  std::vector<ModelPair> pairs;
+  for (const auto& widths : shapes) pairs.push_back(model_pair(spec, widths, torch::kFloat16, 501));
+  const torch::Tensor x =
+      torch::randn({4000, 32}, at::detail::createCPUGenerator(502)).to(torch::kCUDA, torch::kHalf);
+  for (const size_t i : {0, 1, 0}) {
+    SCOPED_TRACE("widths " + std::to_string(shapes[i][1]) + ", " + std::to_string(shapes[i][2]));
+    const ModelPair& pair = pairs[i];
+    ASSERT_NE(pair.fused->gemm_description(x).find("resident"), std::string::npos)
+        << pair.fused->gemm_description(x);
+    setenv("FUSEDLINEAR_JIT", "0", 1);
+    const torch::Tensor interpreted = pair.fused->forward(x);
+    setenv("FUSEDLINEAR_JIT", "1", 1);
+    const torch::Tensor compiled = pair.fused->forward(x);
+    ASSERT_EQ(compiled.size(1), shapes[i].back());
+    EXPECT_TRUE(torch::equal(compiled, interpreted));
+    EXPECT_LE(scaled_difference(compiled, pair.fused->reference(x)), tolerance_of(torch::kFloat16));
+  }
+}
+
 // Whether compiling is on is read at each launch, not when the model's layout is made: after
 // FUSEDLINEAR_JIT=0 a model laid out with compiling on compiles nothing more, and runs.
 TEST(FusedMlpCuda, CompilingTurnedOffLaterCompilesNothing) {

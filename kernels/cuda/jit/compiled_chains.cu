@@ -36,15 +36,16 @@ struct LoadedModule {
 
 // What a module of a chain's is compiled for besides the chain: the device's architecture (its
 // compute capability), the unit's kind, element type and instance as numbers, and the fused-MLP
-// kernel's instance as the address of the library's kernel of that instance. Numbers, so that a
-// launch finds its module without writing text.
+// kernel's instance as the address of the library's kernel of that instance and the widths it is
+// compiled for. Numbers, so that a launch finds its module without writing text.
 struct UnitKey {
   int architecture = 0;
   std::array<int, 8> unit = {};
   const void* mlp_instance = nullptr;
+  MlpShape mlp_shape;  // the shape the fused-MLP kernel's instance is compiled for, if any
   bool operator<(const UnitKey& other) const {
-    return std::tie(architecture, unit, mlp_instance) <
-           std::tie(other.architecture, other.unit, other.mlp_instance);
+    return std::tie(architecture, unit, mlp_instance, mlp_shape) <
+           std::tie(other.architecture, other.unit, other.mlp_instance, other.mlp_shape);
   }
 };
 enum UnitKind { kEpilogueUnit, kHopperUnit, kSkinnyUnit, kMlpUnit };
@@ -374,7 +375,7 @@ MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
   }
   // Whether compiling is on is asked at each launch, not once here: a model's layout is kept for
   // the process, and FUSEDLINEAR_JIT may change after it is made (tests turn it off and on).
-  return [model, layer_chains](const void* library,
+  return [model, layer_chains](const void* library, const MlpShape& shape,
                                const std::function<std::string()>& instance_name) -> const void* {
     UnitKey unit_key;
     if (!compiling_enabled() || current_architecture(unit_key.architecture) != cudaSuccess) {
@@ -382,6 +383,7 @@ MlpKernelOf compiled_mlp_kernels(const std::vector<std::string>& layer_chains) {
     }
     unit_key.unit = {kMlpUnit};
     unit_key.mlp_instance = library;
+    unit_key.mlp_shape = shape;
     const LoadedModule& loaded = module_of(*model, unit_key, [&] {
       const std::string instance = instance_name();
       Unit unit{mlp_unit(layer_chains, instance, architecture_name(unit_key.architecture)),

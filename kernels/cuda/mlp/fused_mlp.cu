@@ -51,7 +51,7 @@ cudaError_t launch_tiles(const MlpCall& call, const DeviceLimits& limits, const 
   constexpr void (*library)(MlpCall, int) =
       &mlp::fused_mlp_kernel<T, Shape, mlp::InterpretedChains>;
   const void* kernel = mlp::kernel_for(
-      compiled,
+      compiled, MlpShape{},
       [&] { return std::string("fused_mlp_kernel<") + mlp::device_type_name<T>() + ", " + shape; },
       reinterpret_cast<const void*>(library));
   const cudaError_t err =
@@ -76,7 +76,7 @@ cudaError_t launch_clusters(const MlpCall& call, const DeviceLimits& limits,
   constexpr void (*library)(MlpCall, int, int) =
       &mlp::cluster_mlp_kernel<T, Shape, mlp::InterpretedChains>;
   const void* kernel = mlp::kernel_for(
-      compiled,
+      compiled, MlpShape{},
       [] {
         return std::string("cluster_mlp_kernel<") + mlp::device_type_name<T>() +
                ", fusedlinear::cuda::mlp::ClusterShape<" + mlp::device_type_name<T>() + ", " +
@@ -117,12 +117,13 @@ cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
 }
 
 // Every layer's W resident in each block's shared memory, one wave of blocks taking tiles in turn
-// (resident_mlp.cuh), the rows of kSteps 16-wide steps in registers. The kernel may take the most
-// any model within the form's width takes, or what a block may have where that is less; a model
-// needing more is not run.
+// (resident_mlp.cuh), the rows of kSteps 16-wide steps in registers. A model's own instance is
+// compiled for its shape as well as its chains. The kernel may take the most any model within the
+// form's width takes, or what a block may have where that is less; a model needing more is not run.
 template <typename T, int kParts, int kSteps>
 cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits,
                             const MlpKernelOf& compiled, cudaStream_t stream) {
+  constexpr int kRowTiles = mlp_resident_row_tiles(kParts, kSteps);
   int64_t bytes = 0;
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
@@ -130,19 +131,22 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits,
   }
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   constexpr void (*library)(MlpCall, int64_t) =
-      &mlp::resident_mlp_kernel<T, kParts, kSteps, mlp::InterpretedChains>;
+      &mlp::resident_mlp_kernel<T, kParts, kSteps, kRowTiles, mlp::RuntimeShape,
+                                mlp::InterpretedChains>;
+  const MlpShape shape = shape_of(call);
   const void* kernel = mlp::kernel_for(
-      compiled,
-      [] {
+      compiled, shape,
+      [&] {
         return std::string("resident_mlp_kernel<") + mlp::device_type_name<T>() + ", " +
-               std::to_string(kParts) + ", " + std::to_string(kSteps);
+               std::to_string(kParts) + ", " + std::to_string(kSteps) + ", " +
+               std::to_string(kRowTiles) + ", " + shape.type_name();
       },
       reinterpret_cast<const void*>(library));
   cudaError_t err = mlp::allow_shared_bytes(
       kernel, limits,
       kMaxMlpLayers * mlp_resident_layer_bytes(16 * kSteps, 16 * kSteps, true, kParts));
   if (err != cudaSuccess) return err;
-  int64_t tiles = ceil_div(call.rows, mlp::kResidentRows);
+  int64_t tiles = ceil_div(call.rows, mlp_resident_block_rows(kParts, kSteps));
   unsigned blocks = 0;
   err = mlp::persistent_blocks(kernel, limits, tiles, bytes, blocks);
   if (err != cudaSuccess) return err;

@@ -85,6 +85,47 @@ __device__ __forceinline__ float rounded(float v) {
   return to_float(from_float<T>(v));
 }
 
+// A model's layer widths and gated layers as the resident form reads them: RuntimeShape from the
+// call, in the library's instances, which take any model; CompiledShape compiled into a model's own
+// instance (mlp_call.h: MlpShape), where the loop over the layers unrolls and every bound and guard
+// of a layer's steps and tiles is a constant.
+struct RuntimeShape {
+  static constexpr int kLayerUnroll = 1;  // one copy of a layer's code, whatever the model
+  static constexpr int kMinBlocks = 1;    // a block a multiprocessor: any model's registers
+  static __device__ __forceinline__ int layers(const MlpCall& call) { return call.layers; }
+  static __device__ __forceinline__ int in(const MlpCall& call, int l) { return call.layer[l].in; }
+  static __device__ __forceinline__ int out(const MlpCall& call, int l) {
+    return call.layer[l].out;
+  }
+  static __device__ __forceinline__ bool gated(const MlpCall& call, int l) {
+    return call.layer[l].gate_w != nullptr;
+  }
+};
+
+// kGated: bit l set where layer l is gated; kWidths: layer 0's input, then each layer's output.
+template <unsigned kGated, int... kWidths>
+struct CompiledShape {
+  static constexpr int kLayers = int(sizeof...(kWidths)) - 1;
+  static constexpr int kLayerUnroll = kLayers;
+  // Two blocks a multiprocessor, their registers capped to allow it, where no layer is gated (a
+  // gate's sums would then spill): twice the warps to overlap one warp's epilogue with another's
+  // products.
+  static constexpr int kMinBlocks = kGated == 0 ? 2 : 1;
+  static __device__ __forceinline__ constexpr int width(int i) {
+    int value = 0, at = 0;
+    ((value = at++ == i ? kWidths : value), ...);
+    return value;
+  }
+  static __device__ __forceinline__ constexpr int layers(const MlpCall&) { return kLayers; }
+  static __device__ __forceinline__ constexpr int in(const MlpCall&, int l) { return width(l); }
+  static __device__ __forceinline__ constexpr int out(const MlpCall&, int l) {
+    return width(l + 1);
+  }
+  static __device__ __forceinline__ constexpr bool gated(const MlpCall&, int l) {
+    return (kGated >> l) & 1u;
+  }
+};
+
 // How the library's kernels apply a layer's chain: the interpreter of its op list (call.layer[l]'s
 // chain). A unit NVRTC compiles for a model (kernels/cuda/jit/chain_units.h: mlp_unit) passes its
 // own Chains instead, each layer's chain compiled in, with the same apply.
@@ -457,12 +498,14 @@ inline cudaError_t persistent_blocks(const void* kernel, const DeviceLimits& lim
 }
 
 // The kernel a launch takes: where `compiled` gives one, the instance `name_of()` names (a unit's
-// name for it, its template's arguments but the chains': "resident_mlp_kernel<__half, 1, 4")
-// compiled with the model's chains in; else `library`, the library's instance, which interprets
-// them. The name is written only where the instance is compiled.
+// name for it, its template's arguments but the chains': "fused_mlp_kernel<__half, ...MmaShape")
+// compiled with the model's chains in, and with `shape` where it is not empty; else `library`, the
+// library's instance, which interprets them. The name is written only where the instance is
+// compiled.
 template <class NameOf>
-const void* kernel_for(const MlpKernelOf& compiled, const NameOf& name_of, const void* library) {
-  const void* kernel = compiled ? compiled(library, name_of) : nullptr;
+const void* kernel_for(const MlpKernelOf& compiled, const MlpShape& shape, const NameOf& name_of,
+                       const void* library) {
+  const void* kernel = compiled ? compiled(library, shape, name_of) : nullptr;
   return kernel ? kernel : library;
 }
 

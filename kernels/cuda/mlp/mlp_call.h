@@ -6,8 +6,10 @@
 #include <cstdint>
 
 #ifndef __CUDACC_RTC__
+#include <array>
 #include <functional>
 #include <string>
+#include <tuple>
 #endif
 
 #include "kernels/math/element.h"
@@ -83,6 +85,18 @@ FL_HOST_DEVICE constexpr int mlp_streamed_chunk_rows(int parts) { return parts =
 // at most `widest` wide.
 inline int mlp_register_steps(int64_t widest) { return widest <= 64 ? 4 : widest <= 128 ? 8 : 16; }
 
+// The 16-row tiles of x a warp of the resident form holds in registers with `steps` steps of k in
+// `parts` parts: two where they fit (one part, at most 64 wide), so that each B operand read from
+// shared memory serves two products; one where two would overflow the registers.
+FL_HOST_DEVICE constexpr int mlp_resident_row_tiles(int parts, int steps) {
+  return parts == 1 && steps <= 4 ? 2 : 1;
+}
+
+// The rows a block of the resident form takes at a time: its warps' tiles.
+FL_HOST_DEVICE constexpr int mlp_resident_block_rows(int parts, int steps) {
+  return 16 * mlp_resident_row_tiles(parts, steps) * (kMlpThreads / 32);
+}
+
 // The shared memory the streamed form takes: the ring (each chunk's rows of W, and of the gate's W
 // where a layer is gated, in `parts` 16-bit parts, each row mlp_padded_row of the widest input)
 // and each thread's slots for the next layer's A operand (its 16-bit pairs of
@@ -140,12 +154,43 @@ struct MlpCall {
 };
 
 #ifndef __CUDACC_RTC__
+// A model's layer widths and gated layers, as an instance compiled for them takes them
+// (fused_mlp.cuh: CompiledShape): every loop over its layers, steps of k and tiles of output then
+// has known bounds. Empty (no layers) for an instance that reads them from the call.
+struct MlpShape {
+  int layers = 0;
+  std::array<int, kMaxMlpLayers + 1> width = {};  // layer 0's input, then each layer's output
+  unsigned gated = 0;                             // bit l: layer l is gated
+
+  bool operator<(const MlpShape& other) const {
+    return std::tie(layers, width, gated) < std::tie(other.layers, other.width, other.gated);
+  }
+  // The CompiledShape type of these widths, as a unit names it.
+  std::string type_name() const {
+    std::string name = "fusedlinear::cuda::mlp::CompiledShape<" + std::to_string(gated) + "u";
+    for (int l = 0; l <= layers; ++l) name += ", " + std::to_string(width[l]);
+    return name + ">";
+  }
+};
+
+inline MlpShape shape_of(const MlpCall& call) {
+  MlpShape shape;
+  shape.layers = call.layers;
+  shape.width[0] = call.layer[0].in;
+  for (int l = 0; l < call.layers; ++l) {
+    shape.width[l + 1] = call.layer[l].out;
+    if (call.layer[l].gate_w) shape.gated |= 1u << l;
+  }
+  return shape;
+}
+
 // A model's kernels compiled with its layers' chains in (kernels/cuda/jit/compiled_chains.h:
-// compiled_mlp_kernels): given the library's kernel of an instance and a function that writes the
-// instance's name (kernel_for in fused_mlp.cuh), that instance compiled at its first call, or null
-// where it is not (the library's instance, which interprets the chains, runs instead); the name is
-// written only to compile it. Empty: the library's instances.
-using MlpKernelOf = std::function<const void*(const void* library,
+// compiled_mlp_kernels): given the library's kernel of an instance, the shape it is compiled for
+// (empty: none) and a function that writes the instance's name (kernel_for in fused_mlp.cuh), that
+// instance compiled at its first call, or null where it is not (the library's instance, which
+// interprets the chains and reads the shape from the call, runs instead); the name is written only
+// to compile it. Empty: the library's instances.
+using MlpKernelOf = std::function<const void*(const void* library, const MlpShape& shape,
                                               const std::function<std::string()>& instance_name)>;
 #endif
 

@@ -25,7 +25,7 @@ cudaError_t launch_streamed_sized(const MlpCall& call, const DeviceLimits& limit
   constexpr void (*library)(MlpCall, int64_t, int, int) =
       &streamed_mlp_kernel<T, kParts, kSteps, InterpretedChains>;
   const void* kernel = kernel_for(
-      compiled,
+      compiled, MlpShape{},
       [] {
         return std::string("streamed_mlp_kernel<") + device_type_name<T>() + ", " +
                std::to_string(kParts) + ", " + std::to_string(kSteps);
@@ -34,7 +34,7 @@ cudaError_t launch_streamed_sized(const MlpCall& call, const DeviceLimits& limit
   cudaError_t err = allow_shared_bytes(kernel, limits,
                                        mlp_streamed_bytes(16 * kSteps, 16 * kSteps, true, kParts));
   if (err != cudaSuccess) return err;
-  int64_t tiles = ceil_div(call.rows, kResidentRows);
+  int64_t tiles = ceil_div(call.rows, kStreamedRows);
   unsigned blocks = 0;
   err = persistent_blocks(kernel, limits, tiles, bytes, blocks);
   if (err != cudaSuccess) return err;

@@ -3,7 +3,7 @@
 // models, and float32 models in bf16 or bf16x3. The layers' W go through shared memory in chunks
 // of mlp_streamed_chunk_rows rows (output columns), copied asynchronously into a ring of
 // kMlpStreamStages chunks while the block's warps form the products of the chunk before; every warp
-// reads each chunk for its 16 rows, so W is read from L2 once a tile of kResidentRows rows.
+// reads each chunk for its 16 rows, so W is read from L2 once a tile of kStreamedRows rows.
 //
 // As in the resident form (resident_mlp.cuh, whose products and epilogue it shares), a warp keeps
 // its rows in registers as the mma's A operand from layer to layer. A chunk's outputs, the next
@@ -20,6 +20,8 @@
 namespace fusedlinear {
 namespace cuda {
 namespace mlp {
+
+constexpr int kStreamedRows = 16 * kWarps;  // a block's tile: 16 rows a warp
 
 // The chunks of a tile's stream: each layer's rows of W, kRows at a time.
 template <int kRows>
@@ -79,32 +81,31 @@ __device__ __forceinline__ uint32_t& slot(uint32_t* slots, int p, int t, int i) 
 template <typename T, class Chains, int kParts, int kSteps, int kRows>
 __device__ __forceinline__ void streamed_chunk(const MlpCall& call, int l, int col0,
                                                const uint16_t* w, int stride, int64_t row0,
-                                               const uint32_t (&act)[kParts][kSteps][4],
+                                               const uint32_t (&act)[1][kParts][kSteps][4],
                                                uint32_t* slots) {
   constexpr int kTiles = kRows / 8;  // 8-column tiles of the chunk
   const MlpLayer& layer = call.layer[l];
-  const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int plane = kRows * stride;
   const uint16_t* gate_w = layer.gate_w ? w + kParts * plane : nullptr;
   const int k_steps = (layer.in + 15) / 16;
-  float acc[kTiles][4] = {}, small[kTiles][4] = {};
-  float gate_acc[kTiles][4] = {}, gate_small[kTiles][4] = {};
-  // B's k 2q, 2q + 1 and 2q + 8, 2q + 9 of column 8j + g: row 8j + g of the chunk.
-  const int at = g * stride + 2 * q;
-  tile_products<PartType<T>, kTiles>(acc, small, 0, act, w + at, 8 * stride, plane, k_steps);
+  const int tile_bytes = 8 * stride * 2, plane_bytes = plane * 2;
+  float acc[1][kTiles][4] = {}, small[1][kTiles][4] = {};
+  float gate_acc[1][kTiles][4] = {}, gate_small[1][kTiles][4] = {};
+  tile_products<PartType<T>, kTiles>(acc, small, 0, act, lane_row_of(w, stride), tile_bytes,
+                                     plane_bytes, k_steps);
   if (gate_w) {
-    tile_products<PartType<T>, kTiles>(gate_acc, gate_small, 0, act, gate_w + at, 8 * stride, plane,
-                                       k_steps);
+    tile_products<PartType<T>, kTiles>(gate_acc, gate_small, 0, act, lane_row_of(gate_w, stride),
+                                       tile_bytes, plane_bytes, k_steps);
   }
   // Chunks hold whole steps of the next layer's k: kRows is a multiple of 16.
-  finish_tiles<T, Chains, kParts, kTiles>(call, l, col0, 0, row0, acc, small, gate_acc, gate_small,
-                                          [&](int part, int i, int r, uint32_t word) {
-                                            slot<kSteps>(slots, part, (col0 + 8 * i) / 16,
-                                                         2 * (i % 2) + r) = word;
-                                          });
+  finish_tiles<T, Chains, kParts, kTiles>(
+      call, l, l + 1 == call.layers, layer.out, col0, 0, row0, acc[0], small[0], gate_acc[0],
+      gate_small[0], [&](int part, int i, int r, uint32_t word) {
+        slot<kSteps>(slots, part, (col0 + 8 * i) / 16, 2 * (i % 2) + r) = word;
+      });
 }
 
-// Tiles of kResidentRows rows, `tiles` in all, a block taking every gridDim.x-th, each through
+// Tiles of kStreamedRows rows, `tiles` in all, a block taking every gridDim.x-th, each through
 // the whole stream of chunks; `stride`: a chunk row's elements (for the widest input),
 // `chunk_elements`: a chunk's. T: the model's type; kParts: 2 for a float32 model in bf16x3,
 // else 1; kSteps: the 16-wide steps of the model's widest layer it holds in registers; Chains: how
@@ -132,9 +133,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32;
   int64_t index = 0;
   for (int64_t i = 0; i < my_tiles; ++i) {
-    const int64_t row0 = (blockIdx.x + i * gridDim.x) * kResidentRows + 16 * warp;
-    uint32_t act[kParts][kSteps][4];
-    load_rows<T>(call, row0, act);
+    const int64_t row0 = (blockIdx.x + i * gridDim.x) * kStreamedRows + 16 * warp;
+    uint32_t act[1][kParts][kSteps][4];  // one row tile a warp
+    load_rows<T>(call, call.layer[0].in, row0, act[0]);
     for (int l = 0; l < call.layers; ++l) {
       for (int col0 = 0; col0 < call.layer[l].out; col0 += kRows, ++index) {
         skinny::copy_async_wait<kMlpStreamStages - 2>();
@@ -153,7 +154,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int t = 0; t < kSteps; ++t) {
 #pragma unroll
-          for (int w = 0; w < 4; ++w) act[p][t][w] = t < steps ? slot<kSteps>(slots, p, t, w) : 0u;
+          for (int w = 0; w < 4; ++w) {
+            act[0][p][t][w] = t < steps ? slot<kSteps>(slots, p, t, w) : 0u;
+          }
         }
       }
     }

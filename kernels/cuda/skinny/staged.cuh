@@ -68,16 +68,6 @@ struct StagedShape {
   static_assert(kK % (16 * kKGroups) == 0 && kK / 8 >= 8);  // every k group a step; swizzle
 };
 
-// Four 8x8 matrices of 16-bit values from shared memory; lane l gives the address of row l % 8
-// of matrix l / 8.
-__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-#endif
-}
-
 // Byte offset of 16-byte piece `piece` of row `row` in a stage's [rows][kK] tile: pieces
 // XOR-swizzled by the row, so that 8 consecutive rows' same piece fall in different banks.
 template <int kK>

@@ -48,6 +48,16 @@ struct alignas(16) Words {
   uint32_t v[4];
 };
 
+// Four 8x8 matrices of 16-bit values from shared memory; lane l gives the address of row l % 8
+// of matrix l / 8.
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#endif
+}
+
 // d += a b for one m16n8k16 tile (float32 accumulators); a and b hold WT pairs.
 template <typename WT>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
