@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -329,35 +330,52 @@ double scaled_difference(const torch::Tensor& a, const torch::Tensor& b) {
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kFloat16, torch::kBFloat16};
 
+// The longest suites, one test a dtype so that they run side by side (the same cases and seeds as
+// one loop over the dtypes would take).
+class FusedMlpCudaDtype : public ::testing::TestWithParam<torch::ScalarType> {
+ protected:
+  // The dtype's place in kDtypes, which the seeds count in.
+  size_t dtype_index() const {
+    return size_t(std::find(kDtypes.begin(), kDtypes.end(), GetParam()) - kDtypes.begin());
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Each, FusedMlpCudaDtype, ::testing::ValuesIn(kDtypes),
+                         [](const ::testing::TestParamInfo<torch::ScalarType>& info) {
+                           return std::string(c10::toString(info.param));
+                         });
+
 // Each width, a chain of each activation family, every dtype, batches 1, 2 and 9 (the cluster form
-// on sm_90, its tiles of one and of eight rows, a partial tile), 255 and 257: within the dtype's
-// bound of float64 and of the per-layer path.
-TEST(FusedMlpCuda, MatchesFloat64AndThePerLayerPath) {
+// on sm_90, its tiles of one and of eight rows, a partial tile), 255 and 257 (past it: the resident
+// and streamed forms in 16 bits, a block a tile in float32): within the dtype's bound of float64
+// and of the per-layer path.
+TEST_P(FusedMlpCudaDtype, MatchesFloat64AndThePerLayerPath) {
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
   torch::NoGradGuard no_grad;
+  const torch::ScalarType dtype = GetParam();
   const std::vector<std::string> chains = {"tanh",        "relu",      "gelu",
                                            "silu",        "sigmoid",   "mish",
                                            "softplus",    "elu(0.5)",  "leaky_relu(0.2)",
                                            "gelu(tanh)",  "hardswish", "softsign",
                                            "clamp(-2,2)", "selu"};
-  uint64_t seed = 0;
   // 36 and 33: rows of W the cluster form copies element by element (not 16 bytes at a time).
-  for (const int64_t width : {16, 32, 33, 36, 48, 64, 128, 200, 256}) {
-    for (const torch::ScalarType dtype : kDtypes) {
-      const std::string& chain = chains[size_t(seed) % chains.size()];
-      const std::string spec = "fc1:" + chain + "|fc2:add(shift)," + chain + "|fc3";
-      SCOPED_TRACE(spec + " width " + std::to_string(width) + " " + c10::toString(dtype));
-      const ModelPair pair = model_pair(spec, {width, width, width, 8}, dtype, ++seed);
-      for (const int64_t batch : {1, 2, 9, 255, 257}) {
-        const torch::Tensor x =
-            torch::randn({batch, width}, at::detail::createCPUGenerator(seed + 100))
-                .to(torch::kCUDA, dtype);
-        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
-        const torch::Tensor fused = pair.fused->forward(x);
-        ASSERT_EQ(fused.sizes(), (std::vector<int64_t>{batch, 8}));
-        EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
-        EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
-      }
+  const std::vector<int64_t> widths = {16, 32, 33, 36, 48, 64, 128, 200, 256};
+  for (size_t w = 0; w < widths.size(); ++w) {
+    const int64_t width = widths[w];
+    const uint64_t seed = w * kDtypes.size() + dtype_index();  // the case's place in all of them
+    const std::string& chain = chains[size_t(seed) % chains.size()];
+    const std::string spec = "fc1:" + chain + "|fc2:add(shift)," + chain + "|fc3";
+    SCOPED_TRACE(spec + " width " + std::to_string(width) + " " + c10::toString(dtype));
+    const ModelPair pair = model_pair(spec, {width, width, width, 8}, dtype, seed + 1);
+    for (const int64_t batch : {1, 2, 9, 255, 257}) {
+      const torch::Tensor x =
+          torch::randn({batch, width}, at::detail::createCPUGenerator(seed + 101))
+              .to(torch::kCUDA, dtype);
+      ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+      const torch::Tensor fused = pair.fused->forward(x);
+      ASSERT_EQ(fused.sizes(), (std::vector<int64_t>{batch, 8}));
+      EXPECT_LE(scaled_difference(fused, pair.fused->reference(x)), tolerance_of(dtype));
+      EXPECT_LE(scaled_difference(fused, pair.per_layer->forward(x)), tolerance_of(dtype));
     }
   }
 }
@@ -407,9 +425,10 @@ void make_sums_exact(LayeredModelImpl& model, const std::string& first_input_lin
   }
 }
 
-TEST(FusedMlpCuda, GivesThePerLayerBitsWhereEverySumIsExact) {
+TEST_P(FusedMlpCudaDtype, GivesThePerLayerBitsWhereEverySumIsExact) {
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device";
   torch::NoGradGuard no_grad;
+  const torch::ScalarType dtype = GetParam();
   // A spec, its Linears that read x, and the Linears without a bias: the last, where the residual
   // is added, takes x in its product's one rounding (cuBLAS's beta = 1).
   struct ExactCase {
@@ -421,29 +440,31 @@ TEST(FusedMlpCuda, GivesThePerLayerBitsWhereEverySumIsExact) {
       {"w1:silu*w3|w2:sigmoid", "w1 w3", {{"w3", false}}},     {"x+(fc1:mish|fc2)", "fc1", {}},
       {"x+(fc1:hardtanh(-1,1)|fc2)", "fc1", {{"fc2", false}}},
   };
-  uint64_t seed = 70;
   // Hidden layers 200 wide and less, and (16-bit models: the resident form past a few rows) 64.
-  for (const auto& [spec, first, biases] : cases) {
-    for (const int64_t hidden : {200, 64}) {
+  const int64_t hiddens[] = {200, 64};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto& [spec, first, biases] = cases[c];
+    for (size_t h = 0; h < 2; ++h) {
+      const int64_t hidden = hiddens[h];
+      // The case's place in all of them (dtypes innermost), after the suite's first seed.
+      const uint64_t seed = 71 + (c * 2 + h) * kDtypes.size() + dtype_index();
       const int64_t in = 48;
       const size_t layers = layered_model(spec).layers.size();
       std::vector<int64_t> widths = {in};
       for (size_t i = 0; i < layers; ++i) widths.push_back(i + 1 == layers ? in : hidden - 8 * i);
-      for (const torch::ScalarType dtype : kDtypes) {
-        SCOPED_TRACE(spec + " " + c10::toString(dtype) + " hidden " + std::to_string(hidden));
-        const ModelPair pair = model_pair(spec, widths, dtype, ++seed, GemmKernel::kCublas, biases);
-        make_sums_exact(*pair.fused, first);
-        make_sums_exact(*pair.per_layer, first);
-        for (const int64_t batch : {1, 9, 257}) {
-          const torch::Tensor x =
-              torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
-                  .to(torch::kCUDA, dtype);
-          ASSERT_EQ(pair.fused->mlp_refusal(x), "");
-          const torch::Tensor fused = pair.fused->forward(x);
-          const torch::Tensor per_layer = pair.per_layer->forward(x);
-          EXPECT_TRUE(torch::equal(fused, per_layer))
-              << "batch " << batch << ": " << (fused - per_layer).abs().max().item<double>();
-        }
+      SCOPED_TRACE(spec + " " + c10::toString(dtype) + " hidden " + std::to_string(hidden));
+      const ModelPair pair = model_pair(spec, widths, dtype, seed, GemmKernel::kCublas, biases);
+      make_sums_exact(*pair.fused, first);
+      make_sums_exact(*pair.per_layer, first);
+      for (const int64_t batch : {1, 9, 257}) {
+        const torch::Tensor x =
+            torch::randint(-1, 2, {batch, in}, at::detail::createCPUGenerator(seed))
+                .to(torch::kCUDA, dtype);
+        ASSERT_EQ(pair.fused->mlp_refusal(x), "");
+        const torch::Tensor fused = pair.fused->forward(x);
+        const torch::Tensor per_layer = pair.per_layer->forward(x);
+        EXPECT_TRUE(torch::equal(fused, per_layer))
+            << "batch " << batch << ": " << (fused - per_layer).abs().max().item<double>();
       }
     }
   }
