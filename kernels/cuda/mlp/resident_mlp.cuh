@@ -182,15 +182,14 @@ __device__ __forceinline__ void store_pair(T* out, int64_t row, int col, int wid
 }
 
 // The epilogue of kTiles of the warp's output tiles of layer l (`out` wide; `last`: the model's
-// last) on its row tile from
-// row0, the first at column col0 and accumulators j0 (acc[j0 + i]: rows g (0, 1) and g + 8 (2, 3),
-// columns col0 + 8i + 2q and the next; bf16x3's small products apart), in one pass of the chain
-// over all their values (the interpreter's jump to each op taken once for them all): the values
-// into the call's output for the last layer, else, as the next layer's A operand, handed to
-// `keep(part, i, r, word)`: part `part` of the lane's two values of tile i's row g + 8r, paired
-// (zeros past the layer's width). Tile i's columns are k 16t + 8((col0 / 8 + i) % 2)... of the
-// next layer's step t = (col0 + 8i) / 16, the words 2((col0 / 8 + i) % 2) + r of the lane's A of
-// that step.
+// last) on its row tile from row0, the first at column col0 and accumulators j0 (acc[j0 + i]: rows
+// g (0, 1) and g + 8 (2, 3), columns col0 + 8i + 2q and the next; bf16x3's small products apart),
+// in one pass of the chain over all their values (the interpreter's jump to each op taken once for
+// them all): the values into the call's output for the last layer, else, as the next layer's A
+// operand, handed to `keep(part, i, r, word)`: part `part` of the lane's two values of tile i's row
+// g + 8r, paired (zeros past the layer's width). Tile i's columns are k 16t + 8((col0 / 8 + i) % 2)
+// ... of the next layer's step t = (col0 + 8i) / 16, the words 2((col0 / 8 + i) % 2) + r of the
+// lane's A of that step.
 template <typename T, class Chains, int kParts, int kTiles, int kAll, class Keep>
 __device__ __forceinline__ void finish_tiles(const MlpCall& call, int l, bool last, int out,
                                              int col0, int j0, int64_t row0,
@@ -327,8 +326,9 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     if (row0 >= call.rows) break;  // the last tile's rows past the batch, and every later tile's
     uint32_t act[kRowTiles][kParts][kSteps][4];
 #pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
+    for (int m = 0; m < kRowTiles; ++m) {
       load_rows<T>(call, Shape::in(call, 0), row0 + 16 * m, act[m]);
+    }
     int w_at = 0;
 #pragma unroll(Shape::kLayerUnroll)
     for (int l = 0; l < Shape::layers(call); ++l) {
