@@ -200,10 +200,9 @@ TEST(NvrtcCompile, FusedMlpKernelsCompileForHopper) {
       "fused_mlp_kernel<float, fusedlinear::cuda::mlp::FloatShape<1>",
       "fused_mlp_kernel<__half, fusedlinear::cuda::mlp::MmaShape",
       "cluster_mlp_kernel<__nv_bfloat16, fusedlinear::cuda::mlp::ClusterShape<__nv_bfloat16, 8>",
-      "resident_mlp_kernel<float, 2, 4, 1, fusedlinear::cuda::mlp::RuntimeShape",
-      "resident_mlp_kernel<__half, 1, 4, 2, fusedlinear::cuda::mlp::CompiledShape<2u, 32, 64, 64, "
-      "16>",
-      "resident_mlp_kernel<__half, 1, 8, 1, fusedlinear::cuda::mlp::RuntimeShape",
+      "resident_mlp_kernel<float, 2, 4, fusedlinear::cuda::mlp::RuntimeShape",
+      "resident_mlp_kernel<__half, 1, 4, fusedlinear::cuda::mlp::CompiledShape<2u, 32, 64, 64, 16>",
+      "resident_mlp_kernel<__half, 1, 8, fusedlinear::cuda::mlp::RuntimeShape",
       "streamed_mlp_kernel<__nv_bfloat16, 1, 16"};
   for (const char* instance : instances) {
     CompiledModule module;

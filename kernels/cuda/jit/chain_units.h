@@ -53,7 +53,8 @@ constexpr int kSkinnyUnitChainValue = 3;  // the index of the chain's value in i
 // One kernel of the fused-MLP kernel (kernels/cuda/mlp/) with a model's layers' chains compiled in
 // (`layer_chains`: each layer's chain expression, in order; "act::Chain()" for a layer without
 // one), for the instance a launcher asks for (fused_mlp.cuh: kernel_for, e.g.
-// "resident_mlp_kernel<__half, 1, 4"): its one name expression is that kernel.
+// "resident_mlp_kernel<__half, 1, 4, fusedlinear::cuda::mlp::CompiledShape<0u, 32, 64, 16>"): its
+// one name expression is that kernel.
 NvrtcRequest mlp_unit(const std::vector<std::string>& layer_chains, const std::string& instance,
                       const std::string& architecture);
 

@@ -123,7 +123,6 @@ cudaError_t launch_clusters_for(const MlpCall& call, const DeviceLimits& limits,
 template <typename T, int kParts, int kSteps>
 cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits,
                             const MlpKernelOf& compiled, cudaStream_t stream) {
-  constexpr int kRowTiles = mlp_resident_row_tiles(kParts, kSteps);
   int64_t bytes = 0;
   for (int l = 0; l < call.layers; ++l) {
     const MlpLayer& layer = call.layer[l];
@@ -131,15 +130,13 @@ cudaError_t launch_resident(const MlpCall& call, const DeviceLimits& limits,
   }
   if (bytes > limits.shared_bytes_per_block) return cudaErrorNotSupported;
   constexpr void (*library)(MlpCall, int64_t) =
-      &mlp::resident_mlp_kernel<T, kParts, kSteps, kRowTiles, mlp::RuntimeShape,
-                                mlp::InterpretedChains>;
+      &mlp::resident_mlp_kernel<T, kParts, kSteps, mlp::RuntimeShape, mlp::InterpretedChains>;
   const MlpShape shape = shape_of(call);
   const void* kernel = mlp::kernel_for(
       compiled, shape,
       [&] {
         return std::string("resident_mlp_kernel<") + mlp::device_type_name<T>() + ", " +
-               std::to_string(kParts) + ", " + std::to_string(kSteps) + ", " +
-               std::to_string(kRowTiles) + ", " + shape.type_name();
+               std::to_string(kParts) + ", " + std::to_string(kSteps) + ", " + shape.type_name();
       },
       reinterpret_cast<const void*>(library));
   cudaError_t err = mlp::allow_shared_bytes(

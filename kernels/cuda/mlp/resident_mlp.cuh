@@ -297,13 +297,13 @@ __device__ __forceinline__ void resident_layer(const MlpCall& call, int l, bool 
 
 // Every layer's W into shared memory, then tiles of mlp_resident_block_rows rows, `tiles` in all,
 // a block taking every gridDim.x-th. T: the model's type; kParts: 2 for a float32 model in bf16x3,
-// else 1; kSteps: the 16-wide steps of the model's widest layer it holds in registers; kRowTiles:
-// the warp's 16-row tiles (mlp_resident_row_tiles); Shape: the layers' widths (RuntimeShape, or a
-// model's CompiledShape); Chains: how the layers' chains are applied (finish_values).
-template <typename T, int kParts, int kSteps, int kRowTiles, class Shape, class Chains>
+// else 1; kSteps: the 16-wide steps of the model's widest layer it holds in registers; Shape: the
+// layers' widths (RuntimeShape, or a model's CompiledShape); Chains: how the layers' chains are
+// applied (finish_values).
+template <typename T, int kParts, int kSteps, class Shape, class Chains>
 __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     resident_mlp_kernel(const __grid_constant__ MlpCall call, int64_t tiles) {
-  static_assert(kRowTiles == mlp_resident_row_tiles(kParts, kSteps));
+  constexpr int kRowTiles = mlp_resident_row_tiles(kParts, kSteps);
   constexpr int kBlockRows = mlp_resident_block_rows(kParts, kSteps);
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   uint16_t* weights = reinterpret_cast<uint16_t*>(shared_bytes);
